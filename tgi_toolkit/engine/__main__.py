@@ -1,0 +1,5 @@
+import sys
+
+from tgi_toolkit.engine.cli import main
+
+sys.exit(main())

@@ -1,0 +1,268 @@
+"""From a validated request to a stream of token events: the model backend and the batcher thread.
+
+The scheduler and the model run in one background thread (torch releases the GIL inside its
+kernels); the HTTP side lives on the asyncio loop. Token events cross over with
+`loop.call_soon_threadsafe`, one small object per token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tgi_toolkit.engine.runner import LlamaRunner, Seq
+from tgi_toolkit.engine.sampling import TokenChooser, choose_batch
+from tgi_toolkit.engine.scheduler import BatchingLimits, Entry, Observer, Queue, Scheduler
+from tgi_toolkit.engine.validation import ValidRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Token:
+    id: int
+    text: str
+    logprob: float | None
+    special: bool
+
+
+@dataclass
+class Finish:
+    reason: str  # "length" | "eos_token" | "stop_sequence"
+    generated_text: str
+    generated_tokens: int
+    seed: int | None
+    input_length: int
+    queued: float  # seconds in the queue
+    inference: float  # seconds from batching to the last token
+    prefill: list[Token] = field(default_factory=list)
+    tokens: list[Token] = field(default_factory=list)
+    top_tokens: list[list[Token]] = field(default_factory=list)
+    logprob_sum: float = 0.0
+
+
+@dataclass
+class Event:
+    index: int
+    token: Token
+    top_tokens: list[Token]
+    finish: Finish | None = None
+
+
+class GenerationError(RuntimeError):
+    """The model failed mid-request (TGI's 424 `generation`)."""
+
+
+@dataclass
+class _State:
+    """Per-request generation state owned by the batcher thread."""
+
+    request: ValidRequest
+    chooser: TokenChooser
+    emit: Callable[[Any], None]
+    seq: Seq | None = None
+    generated: list[int] = field(default_factory=list)
+    tokens: list[Token] = field(default_factory=list)
+    top_tokens: list[list[Token]] = field(default_factory=list)
+    prefill: list[Token] = field(default_factory=list)
+    logprob_sum: float = 0.0
+    prefix_offset: int = 0
+    read_offset: int = 0
+
+
+class ModelBackend:
+    """Runs the scheduler's batches on a `LlamaRunner` and turns logits into token events."""
+
+    def __init__(self, runner: LlamaRunner, tokenizer: Any, eos_token_ids: set[int]) -> None:
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.eos = eos_token_ids
+        self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+        self._token_text: dict[int, str] = {}
+
+    # -- text ---------------------------------------------------------------------------
+    def _decode(self, ids: list[int], skip_special: bool = False) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special,
+                                     clean_up_tokenization_spaces=False)
+
+    def token_text(self, token_id: int) -> str:
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self._token_text[token_id] = self._decode([token_id])
+        return text
+
+    def _incremental_text(self, state: _State) -> str:
+        # TGI's decode_token: text of the new tokens, held back while they end in an
+        # incomplete UTF-8 sequence, so streamed texts concatenate to the final text.
+        ids = state.generated
+        if ids[-1] in self.special_ids:
+            return ""
+        prefix = self._decode(ids[state.prefix_offset:state.read_offset])
+        new = self._decode(ids[state.prefix_offset:])
+        if len(new) > len(prefix) and not new.endswith("\ufffd"):
+            state.prefix_offset, state.read_offset = state.read_offset, len(ids)
+            return new[len(prefix):]
+        return ""
+
+    # -- scheduler Backend protocol ------------------------------------------------------
+    def prefill(self, entries: list[Entry]) -> None:
+        states: list[_State] = [e.request for e in entries]
+        seqs, logits = self.runner.prefill([e.input_ids for e in entries],
+                                           [s.request.decoder_input_details for s in states])
+        for state, seq, rows in zip(states, seqs, logits, strict=True):
+            state.seq = seq
+            if state.request.decoder_input_details:
+                state.prefill = self._prefill_tokens(state.request.input_ids, rows)
+        last = torch.cat([rows[-1:] for rows in logits])
+        self._advance(entries, last)
+
+    def _prefill_tokens(self, ids: list[int], logits: torch.Tensor) -> list[Token]:
+        logprobs = logits.log_softmax(-1)
+        out = [Token(ids[0], self.token_text(ids[0]), None, ids[0] in self.special_ids)]
+        for i in range(1, len(ids)):
+            out.append(Token(ids[i], self.token_text(ids[i]), float(logprobs[i - 1, ids[i]]),
+                             ids[i] in self.special_ids))
+        return out
+
+    def decode(self, entries: list[Entry]) -> None:
+        ordered = sorted(entries, key=lambda e: e.request.seq.row)
+        logits = self.runner.decode([e.request.generated[-1] for e in ordered])
+        self._advance(ordered, logits)
+
+    def release(self, entry: Entry) -> None:
+        state: _State = entry.request
+        if state.seq is not None and state.seq.row >= 0:
+            self.runner.release(state.seq)
+
+    # -- tokens ------------------------------------------------------------------------
+    def _advance(self, entries: list[Entry], logits: torch.Tensor) -> None:
+        states: list[_State] = [e.request for e in entries]
+        choices = choose_batch(logits, [s.chooser for s in states],
+                               lambda i: states[i].request.input_ids + states[i].generated)
+        now = time.perf_counter()
+        for entry, state, choice in zip(entries, states, choices, strict=True):
+            if entry.cancelled:
+                continue
+            state.generated.append(choice.token_id)
+            special = choice.token_id in self.special_ids
+            text = self._incremental_text(state)
+            token = Token(choice.token_id, text if not special else self.token_text(choice.token_id),
+                          choice.logprob, special)
+            top = [Token(t, self.token_text(t), lp, t in self.special_ids) for t, lp in choice.top_tokens]
+            state.tokens.append(token)
+            state.top_tokens.append(top)
+            state.logprob_sum += choice.logprob if math.isfinite(choice.logprob) else 0.0
+            reason = self._stop_reason(state, choice.token_id)
+            finish = None
+            if reason is not None:
+                entry.finished = True
+                finish = self._finish(entry, state, reason, now)
+            state.emit(Event(len(state.generated) - 1, token, top, finish))
+
+    def _stop_reason(self, state: _State, token_id: int) -> str | None:
+        request = state.request
+        if len(state.generated) >= request.max_new_tokens:
+            return "length"
+        if token_id in self.eos and not request.ignore_eos:
+            return "eos_token"
+        if request.stop:
+            tail = self._decode(state.generated[-16:])
+            if any(tail.endswith(stop) for stop in request.stop):
+                return "stop_sequence"
+        return None
+
+    def _finish(self, entry: Entry, state: _State, reason: str, now: float) -> Finish:
+        text = self._decode(state.generated, skip_special=True)
+        if state.request.return_full_text:
+            text = state.request.inputs + text
+        batched = entry.batched_at or entry.queued_at
+        return Finish(
+            reason=reason, generated_text=text, generated_tokens=len(state.generated),
+            seed=state.chooser.seed, input_length=entry.input_length,
+            queued=batched - entry.queued_at, inference=now - batched, prefill=state.prefill,
+            tokens=state.tokens, top_tokens=state.top_tokens, logprob_sum=state.logprob_sum,
+        )
+
+
+class Engine:
+    """Owns the queue, the scheduler thread and the model backend; the API's only dependency."""
+
+    def __init__(self, backend: ModelBackend, limits: BatchingLimits, observer: Observer | None = None):
+        self.backend = backend
+        self.limits = limits
+        self.queue = Queue(observer)
+        self.scheduler = Scheduler(self.queue, self._guarded(backend), limits, observer)
+        self._thread: threading.Thread | None = None
+        self.failure: BaseException | None = None
+
+    def _guarded(self, backend: ModelBackend) -> Any:
+        engine = self
+
+        class Guarded:
+            # A model failure ends the requests in the batch with an error, not the server.
+            def prefill(self, entries: list[Entry]) -> None:
+                engine._run(backend.prefill, entries)
+
+            def decode(self, entries: list[Entry]) -> None:
+                engine._run(backend.decode, entries)
+
+            def release(self, entry: Entry) -> None:
+                backend.release(entry)
+
+        return Guarded()
+
+    def _run(self, fn: Callable[[list[Entry]], None], entries: list[Entry]) -> None:
+        try:
+            fn(entries)
+        except Exception as exc:  # surfaces to each client as 424 `generation`
+            log.exception("generation failed")
+            for entry in entries:
+                entry.finished = True
+                entry.request.emit(GenerationError(str(exc)))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.scheduler.run, name="batcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def submit(self, request: ValidRequest, emit: Callable[[Any], None]) -> Entry:
+        state = _State(request=request, chooser=TokenChooser(request.sampling), emit=emit)
+        entry = Entry(input_ids=request.input_ids, max_new_tokens=request.max_new_tokens, request=state)
+        self.queue.append(entry)
+        return entry
+
+    async def stream(self, request: ValidRequest) -> AsyncIterator[Event]:
+        """Token events of one request; leaving the iterator early cancels the request."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Any] = asyncio.Queue()
+        entry = self.submit(request, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+        try:
+            while True:
+                event = await events.get()
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+                if event.finish is not None:
+                    return
+        finally:
+            if not entry.finished:
+                entry.cancelled = True
+                self.queue.notify.set()
+
+    async def generate(self, request: ValidRequest) -> Finish:
+        async for event in self.stream(request):
+            if event.finish is not None:
+                return event.finish
+        raise GenerationError("generation ended without a final token")

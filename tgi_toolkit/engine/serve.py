@@ -1,0 +1,195 @@
+"""Start-up of the embedded engine: launcher settings -> model -> warm-up -> HTTP server.
+
+Everything that can fail (a refused flag, a missing model) fails before the port opens, so a
+client never sees a half-started server; `/health` is 200 from the first moment it answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tgi_toolkit.engine.model import DEFAULT_MODEL_ID
+
+log = logging.getLogger("tgi_toolkit.engine")
+
+# The KV-cache memory the engine gives itself when --max-batch-total-tokens is not set, scaled
+# by --cuda-memory-fraction (TGI infers the value from free GPU memory; vLLM's CPU backend
+# takes a fixed KV space the same way).
+DEFAULT_KV_CACHE_BYTES = 2 * 1024**3
+
+
+class UnsupportedSetting(ValueError):
+    """A launcher setting the single-process CPU engine cannot honour."""
+
+
+def _refusals(cfg: Any) -> list[str]:
+    """One sentence per launcher setting that cannot apply to one CPU process."""
+    out = []
+
+    def changed(name: str) -> bool:
+        field = type(cfg).model_fields.get(name)
+        return field is not None and getattr(cfg, name) != field.default
+
+    if (cfg.num_shard or 1) > 1 or cfg.sharded:
+        out.append("--num-shard/--sharded: the embedded engine runs the model in one process on the CPU; "
+                   "use the `tgi` or `vllm` backend for tensor parallelism.")
+    if getattr(cfg, "ngrok", False):
+        out.append("--ngrok: the embedded engine serves on this machine only and opens no tunnel.")
+    if getattr(cfg, "speculate", None):
+        out.append("--speculate: speculative decoding needs Medusa/draft weights the embedded engine does not run.")
+    if getattr(cfg, "lora_adapters", None):
+        out.append("--lora-adapters: the embedded engine does not load LoRA adapters.")
+    if getattr(cfg, "kv_cache_dtype", None):
+        out.append("--kv-cache-dtype: fp8 KV caches need a GPU; the embedded engine keeps keys and values "
+                   "in the model dtype.")
+    for name, why in (("rope_scaling", "the model's own rope settings are used"),
+                      ("rope_factor", "the model's own rope settings are used"),
+                      ("watermark_gamma", "watermarking is not implemented"),
+                      ("watermark_delta", "watermarking is not implemented"),
+                      ("otlp_endpoint", "OpenTelemetry export is not implemented; use /metrics")):
+        if changed(name):
+            out.append(f"--{name.replace('_', '-')}: {why} by the embedded engine.")
+    quantize = getattr(cfg, "quantize", None)
+    if quantize is not None:
+        from tgi_toolkit.engine.quantization import refusal
+
+        reason = refusal(quantize)
+        if reason:
+            out.append(f"--quantize {quantize}: {reason}")
+    return out
+
+
+@dataclass
+class Built:
+    app: Any
+    engine: Any
+    api: Any
+    config: Any
+    seconds_to_ready: float
+
+
+def build(cfg: Any, *, started: float | None = None) -> Built:
+    """Load and warm the model described by a LauncherConfig; return the ready app."""
+    started = time.perf_counter() if started is None else started
+    refusals = _refusals(cfg)
+    if refusals:
+        raise UnsupportedSetting("\n".join(refusals))
+
+    import torch
+
+    from tgi_toolkit.engine.api import Api, ServerInfo
+    from tgi_toolkit.engine.infer import Engine, ModelBackend
+    from tgi_toolkit.engine.metrics import Metrics
+    from tgi_toolkit.engine.model import load_model, resolve_model
+    from tgi_toolkit.engine.runner import LlamaRunner
+    from tgi_toolkit.engine.scheduler import BatchingLimits
+    from tgi_toolkit.engine.validation import Limits
+
+    if cfg.huggingface_hub_cache:
+        os.environ["HF_HUB_CACHE"] = str(cfg.huggingface_hub_cache)
+    source = resolve_model(cfg.model_id, cfg.revision)
+    log.info("Loading %s", source.describe())
+    loaded = load_model(source, dtype=cfg.dtype, tokenizer_config_path=cfg.tokenizer_config_path)
+    if cfg.quantize:
+        from tgi_toolkit.engine.quantization import quantize_model
+
+        quantize_model(loaded.model, cfg.quantize)
+    cfg = cfg.resolved(loaded.max_position_embeddings)
+
+    max_total = cfg.max_total_tokens
+    rows = cfg.max_batch_size or cfg.max_concurrent_requests
+    runner = LlamaRunner(loaded.model, max_rows=rows, max_positions=max_total + 1)
+    batch_total = cfg.max_batch_total_tokens
+    if batch_total is None:
+        fraction = getattr(cfg, "cuda_memory_fraction", 1.0) or 1.0
+        batch_total = int(DEFAULT_KV_CACHE_BYTES * fraction // runner.cache.bytes_per_token())
+        batch_total = max(batch_total, max_total)
+        cfg = cfg.model_copy(update={"max_batch_total_tokens": batch_total})
+        log.info("Setting max batch total tokens to %d", batch_total)
+    cfg.validate()
+
+    metrics = Metrics()
+    metrics.batch_max_total_tokens.set(batch_total)
+    limits = BatchingLimits(
+        max_batch_prefill_tokens=cfg.max_batch_prefill_tokens, max_batch_total_tokens=batch_total,
+        waiting_served_ratio=cfg.waiting_served_ratio, max_waiting_tokens=cfg.max_waiting_tokens,
+        max_batch_size=cfg.max_batch_size,
+    )
+    backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids)
+    engine = Engine(backend, limits, metrics)
+    _warm_up(runner)
+    engine.start()
+    api = Api(
+        engine, loaded.tokenizer,
+        Limits(max_best_of=cfg.max_best_of, max_stop_sequences=cfg.max_stop_sequences,
+               max_top_n_tokens=cfg.max_top_n_tokens, max_input_tokens=cfg.max_input_tokens,
+               max_total_tokens=max_total, disable_grammar_support=cfg.disable_grammar_support),
+        ServerInfo(model_id=cfg.model_id if cfg.model_id else DEFAULT_MODEL_ID, model_sha=source.sha,
+                   max_concurrent_requests=cfg.max_concurrent_requests,
+                   max_client_batch_size=cfg.max_client_batch_size,
+                   validation_workers=cfg.validation_workers, api_key=cfg.api_key,
+                   cors_allow_origin=tuple(cfg.cors_allow_origin or ())),
+        metrics,
+    )
+    torch.set_num_threads(torch.get_num_threads())
+    return Built(api.app, engine, api, cfg, time.perf_counter() - started)
+
+
+def _warm_up(runner: Any) -> None:
+    # One prefill and one decode step: allocates the cache and pages in every weight.
+    seqs, logits = runner.prefill([[0, 1, 2, 3]])
+    runner.decode([int(logits[0][-1].argmax())])
+    for seq in seqs:
+        runner.release(seq)
+
+
+def configure_logging(json_output: bool) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    if json_output:
+        import json
+
+        class JsonFormatter(logging.Formatter):
+            def format(self, record: logging.LogRecord) -> str:
+                return json.dumps({"timestamp": self.formatTime(record), "level": record.levelname,
+                                   "target": record.name, "fields": {"message": record.getMessage()}})
+
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def serve(cfg: Any) -> int:
+    """Run the server in the foreground until SIGTERM/SIGINT; the process's whole life."""
+    import uvicorn
+
+    started = time.perf_counter()
+    configure_logging(bool(cfg.json_output))
+    log.info("Args { %s }", ", ".join(f"{k}: {v!r}" for k, v in cfg.to_dict().items()))
+    built = build(cfg, started=started)
+    cfg = built.config
+    config = uvicorn.Config(built.app, host=cfg.hostname, port=cfg.port, log_level="warning",
+                            access_log=False, timeout_graceful_shutdown=3, log_config=None)
+    server = uvicorn.Server(config)
+
+    original_startup = server.startup
+
+    async def startup(sockets: Any = None) -> None:
+        await original_startup(sockets)
+        if server.started:
+            log.info("Connected: serving on http://%s:%d (ready in %.1f s)", cfg.hostname, cfg.port,
+                     time.perf_counter() - started)
+
+    server.startup = startup  # type: ignore[method-assign]
+    try:
+        server.run()
+    finally:
+        built.engine.stop()
+    return 0 if server.started else 1
