@@ -105,9 +105,10 @@ def _hub_cache_snapshot(model_id: str, revision: str | None, looked: list[str]) 
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    looked.append(f"the Hugging Face cache at {constants.HF_HUB_CACHE} (revision {revision or 'main'})")
+    cache = os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
+    looked.append(f"the Hugging Face cache at {cache} (revision {revision or 'main'})")
     try:
-        snapshot = Path(snapshot_download(model_id, revision=revision, local_files_only=True))
+        snapshot = Path(snapshot_download(model_id, revision=revision, cache_dir=cache, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError):
         return None
     if (snapshot / "config.json").is_file():
@@ -175,12 +176,25 @@ def load_model(source: ModelSource, dtype: str | None = None,
     except Exception as exc:  # transformers raises many kinds; all mean "cannot read this model"
         raise ModelNotFoundError(f"cannot read model {source.describe()}: {exc}") from exc
     model.eval()
+    if source.gguf_file:
+        _forget_gguf_origin(model)
     if tokenizer_config_path:
         _apply_tokenizer_config(tokenizer, Path(tokenizer_config_path))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     torch.set_grad_enabled(False)
     return LoadedModel(source=source, model=model, tokenizer=tokenizer, config=model.config, dtype=target)
+
+
+def _forget_gguf_origin(model: Any) -> None:
+    # transformers dequantizes GGUF tensors to plain float weights but keeps a `gguf`
+    # quantization marker, which makes save_pretrained refuse a model that is no longer quantized.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    if hasattr(model, "is_quantized") and not isinstance(type(model).__dict__.get("is_quantized"), property):
+        model.is_quantized = False
 
 
 def _apply_tokenizer_config(tokenizer: Any, path: Path) -> None:

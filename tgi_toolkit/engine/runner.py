@@ -172,7 +172,7 @@ class LlamaRunner:
         return F.linear(self._rms(h, self.norm), self.lm_head).float()
 
     # -- prefill -----------------------------------------------------------------------------
-    @torch.inference_mode()
+    @torch.no_grad()
     def prefill(self, prompts: list[list[int]], all_logits: list[bool] | None = None
                 ) -> tuple[list[Seq], list[torch.Tensor]]:
         """Run the prompts, store their keys/values; return their seqs and logits.
@@ -222,7 +222,7 @@ class LlamaRunner:
         return out[0].transpose(0, 1).reshape(n, self.heads * self.head_dim)
 
     # -- decode ------------------------------------------------------------------------------
-    @torch.inference_mode()
+    @torch.no_grad()
     def decode(self, tokens: list[int]) -> torch.Tensor:
         """One step for every running sequence, `tokens[i]` being row i's newest token."""
         seqs = self.cache.seqs

@@ -1,0 +1,200 @@
+"""The embedded engine as a user meets it: a real server process, real clients (text-generation,
+huggingface_hub, openai), TGI's routes, validation messages and headers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from huggingface_hub import InferenceClient
+from openai import OpenAI
+from text_generation import AsyncClient, Client
+from text_generation.errors import ValidationError
+
+pytestmark = pytest.mark.slow
+
+QUESTION = "What is the capital of France?"
+
+
+def test_greedy_chat_answers_paris_with_every_client(engine_url):
+    openai = OpenAI(base_url=engine_url + "/v1", api_key="-")
+    reply = openai.chat.completions.create(model="tgi", messages=[{"role": "user", "content": QUESTION}],
+                                           temperature=0, max_tokens=30)
+    assert "Paris" in reply.choices[0].message.content
+    assert reply.usage.completion_tokens >= 1 and reply.usage.prompt_tokens > 5
+
+    hub = InferenceClient(base_url=engine_url)
+    out = hub.chat_completion(messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=30)
+    assert "Paris" in out.choices[0].message.content
+
+    tgi = Client(engine_url)
+    chat = tgi.chat(messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=30)
+    assert "Paris" in chat.choices[0].message.content
+
+
+def test_streamed_tokens_concatenate_to_the_generated_text(engine_url):
+    client = Client(engine_url, timeout=60)
+    prompt = "Write a short poem about the sea:"
+    full = client.generate(prompt, max_new_tokens=40, details=True)
+    streamed = list(client.generate_stream(prompt, max_new_tokens=40, details=True))
+    text = "".join(r.token.text for r in streamed if not r.token.special)
+    assert text == full.generated_text == streamed[-1].generated_text
+    assert [r.token.id for r in streamed] == [t.id for t in full.details.tokens]
+    assert streamed[-1].details.generated_tokens == full.details.generated_tokens
+
+
+def test_openai_stream_matches_non_stream(engine_url):
+    openai = OpenAI(base_url=engine_url + "/v1", api_key="-")
+    kwargs = dict(model="tgi", prompt="The three primary colours are", temperature=0, max_tokens=20)
+    whole = openai.completions.create(**kwargs)
+    chunks = list(openai.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_seeded_sampling_repeats_and_reports_its_seed(engine_url):
+    client = Client(engine_url, timeout=60)
+    kwargs = dict(max_new_tokens=24, do_sample=True, temperature=1.3, top_k=50, top_p=0.95, seed=1234,
+                  details=True)
+    first = client.generate("Once upon a time", **kwargs)
+    again = client.generate("Once upon a time", **kwargs)
+    other = client.generate("Once upon a time", **{**kwargs, "seed": 99})
+    assert first.generated_text == again.generated_text
+    assert first.details.seed == 1234
+    assert other.generated_text != first.generated_text
+    unseeded = client.generate("Once upon a time", max_new_tokens=4, do_sample=True, details=True)
+    assert isinstance(unseeded.details.seed, int)
+
+
+def test_ignore_eos_forces_exactly_max_new_tokens(engine_url):
+    r = httpx.post(engine_url + "/generate", json={
+        "inputs": "Say hi.", "parameters": {"max_new_tokens": 50, "ignore_eos": True, "details": True}}, timeout=60)
+    details = r.json()["details"]
+    assert details["generated_tokens"] == 50 and details["finish_reason"] == "length"
+
+
+def test_stop_sequences_and_details(engine_url):
+    client = Client(engine_url, timeout=60)
+    out = client.generate("Count: 1, 2, 3,", max_new_tokens=20, stop_sequences=["6"], details=True,
+                          decoder_input_details=True, top_n_tokens=3)
+    assert out.details.finish_reason.value == "stop_sequence"
+    assert out.generated_text.endswith("6")
+    assert out.details.prefill[0].logprob is None and out.details.prefill[1].logprob < 0
+    assert all(len(top) == 3 for top in out.details.top_tokens)
+
+
+def test_best_of_returns_the_other_sequences(engine_url):
+    client = Client(engine_url, timeout=60)
+    out = client.generate("Hello", max_new_tokens=5, best_of=2, do_sample=True, details=True)
+    assert len(out.details.best_of_sequences) == 1
+
+
+@pytest.mark.parametrize("parameters,message", [
+    ({"temperature": 0}, "`temperature` must be strictly positive"),
+    ({"repetition_penalty": 0}, "`repetition_penalty` must be strictly positive"),
+    ({"frequency_penalty": 2.5}, "`frequency_penalty` must be >= -2.0 and <= 2.0"),
+    ({"top_k": 0}, "`top_k` must be strictly positive"),
+    ({"top_p": 1.0}, "`top_p` must be > 0.0 and < 1.0"),
+    ({"top_p": 0}, "`top_p` must be > 0.0 and < 1.0"),
+    ({"typical_p": 1.0}, "`typical_p` must be > 0.0 and < 1.0"),
+    ({"max_new_tokens": 0}, "`max_new_tokens` must be strictly positive"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "`stop` supports up to 4 stop sequences. Given: 5"),
+    ({"top_n_tokens": 6}, "`top_n_tokens` must be >= 0 and <= 5. Given: 6"),
+    ({"truncate": 0}, "`truncate` must be strictly positive and less than 1000. Given: 0"),
+    ({"truncate": 1001}, "`truncate` must be strictly positive and less than 1000. Given: 1001"),
+    ({"best_of": 2}, "you must use sampling when `best_of` is > 1"),
+    ({"best_of": 3, "do_sample": True}, "`best_of` must be > 0 and <= 2. Given: 3"),
+    ({"best_of": 2, "do_sample": True, "seed": 1}, "`seed` must not be set when `best_of` > 1"),
+    ({"max_new_tokens": 1200}, "`inputs` tokens + `max_new_tokens` must be <= 1200. Given: 2 `inputs` tokens "
+                               "and 1200 `max_new_tokens`"),
+])
+def test_validation_rules_answer_422_with_tgis_message(engine_url, parameters, message):
+    r = httpx.post(engine_url + "/generate", json={"inputs": "Hi there", "parameters": parameters}, timeout=30)
+    assert r.status_code == 422
+    assert r.json() == {"error": f"Input validation error: {message}", "error_type": "validation"}
+
+
+def test_input_length_rules(engine_url):
+    long_prompt = " hello" * 1100
+    r = httpx.post(engine_url + "/generate", json={"inputs": long_prompt, "parameters": {"max_new_tokens": 1}})
+    assert r.status_code == 422
+    assert r.json()["error"] == "Input validation error: `inputs` must have less than 1000 tokens. Given: 1100"
+    r = httpx.post(engine_url + "/generate", json={"inputs": "", "parameters": {}})
+    assert r.status_code == 422 and r.json()["error"] == "Input validation error: `inputs` cannot be empty"
+    truncated = httpx.post(engine_url + "/generate", json={
+        "inputs": long_prompt, "parameters": {"max_new_tokens": 1, "truncate": 10, "details": True}}, timeout=60)
+    assert truncated.status_code == 200
+    assert truncated.headers["x-prompt-tokens"] == "10"
+
+
+def test_client_library_raises_validation_error(engine_url):
+    with pytest.raises(ValidationError, match="temperature"):
+        Client(engine_url).generate("Hi", temperature=-1.0)
+
+
+def test_stream_errors_arrive_as_events(engine_url):
+    with httpx.stream("POST", engine_url + "/generate_stream",
+                      json={"inputs": "Hi", "parameters": {"top_k": -1}}) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert r.status_code == 200
+    assert lines[0].startswith("data:")
+    assert json.loads(lines[0][5:]) == {"error": "Input validation error: `top_k` must be strictly positive",
+                                        "error_type": "validation"}
+
+
+def test_malformed_json_is_a_4xx(engine_url):
+    r = httpx.post(engine_url + "/generate", content=b"{not json", headers={"content-type": "application/json"})
+    assert 400 <= r.status_code < 500
+    r = httpx.post(engine_url + "/generate", json={"inputs": "x", "parameters": {"temperature": "hot"}})
+    assert r.status_code == 422 and r.json()["error_type"] == "validation"
+
+
+def test_timing_headers_and_compat_route(engine_url):
+    r = httpx.post(engine_url + "/generate", json={"inputs": "Hello", "parameters": {"max_new_tokens": 3}},
+                   timeout=30)
+    for header in ("x-compute-time", "x-queue-time", "x-inference-time", "x-time-per-token", "x-total-time",
+                   "x-validation-time", "x-compute-type"):
+        assert header in r.headers
+    assert r.headers["x-generated-tokens"] == "3"
+    compat = httpx.post(engine_url + "/", json={"inputs": "Hello", "parameters": {"max_new_tokens": 3}},
+                        timeout=30)
+    assert isinstance(compat.json(), list) and compat.json()[0]["generated_text"] == r.json()["generated_text"]
+    with httpx.stream("POST", engine_url + "/", json={"inputs": "Hello", "stream": True,
+                                                      "parameters": {"max_new_tokens": 2}}) as s:
+        events = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")]
+    assert len(events) == 2 and events[-1]["generated_text"] is not None
+
+
+def test_info_tokenize_models_metrics_docs(engine_url):
+    info = httpx.get(engine_url + "/info").json()
+    assert info["model_id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert info["max_input_tokens"] == 1000 and info["max_total_tokens"] == 1200
+    assert info["max_concurrent_requests"] == 64 and info["max_best_of"] == 2
+    tokens = httpx.post(engine_url + "/tokenize", json={"inputs": "Hello world"}).json()
+    assert [t["text"] for t in tokens] == ["Hello", " world"]
+    assert tokens[1]["start"] == 5 and tokens[1]["stop"] == 11
+    models = httpx.get(engine_url + "/v1/models").json()
+    assert models["data"][0]["id"] == info["model_id"]
+    metrics = httpx.get(engine_url + "/metrics").text
+    for name in ("tgi_request_count", "tgi_batch_current_size", "tgi_queue_size", "tgi_batch_max_total_tokens",
+                 "tgi_batch_current_max_tokens", "tgi_request_queue_duration_bucket",
+                 "tgi_batch_forward_duration_bucket"):
+        assert name in metrics
+    assert httpx.get(engine_url + "/docs").status_code == 200
+    spec = httpx.get(engine_url + "/api-doc/openapi.json").json()
+    assert "/generate_stream" in spec["paths"]
+
+
+async def test_async_client_streams_concurrently(engine_url):
+    client = AsyncClient(engine_url, timeout=120)
+
+    async def one(i: int) -> int:
+        n = 0
+        async for _ in client.generate_stream(f"Story number {i}:", max_new_tokens=12):
+            n += 1
+        return n
+
+    counts = await asyncio.gather(*(one(i) for i in range(6)))
+    assert all(1 <= n <= 12 for n in counts)

@@ -1,0 +1,124 @@
+"""Where models come from, and that the runner's continuous batching is exact."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from tgi_toolkit.engine.model import (
+    DEFAULT_MODEL_ID,
+    ModelNotFoundError,
+    bundled_gguf_path,
+    load_model,
+    resolve_model,
+)
+from tgi_toolkit.engine.runner import LlamaRunner
+
+
+def test_default_model_resolves_to_the_bundled_gguf():
+    source = resolve_model(DEFAULT_MODEL_ID)
+    assert source.kind == "bundled" and source.gguf_file.endswith(".gguf")
+    assert (source.path / source.gguf_file) == bundled_gguf_path()
+
+
+def test_gguf_path_and_gguf_directory(tmp_path):
+    gguf = bundled_gguf_path()
+    assert resolve_model(str(gguf)).kind == "gguf"
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.gguf").symlink_to(gguf)
+    source = resolve_model(str(folder))
+    assert source.kind == "gguf" and source.gguf_file == "model.gguf"
+
+
+def test_directory_without_weights_is_refused(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="neither a config.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_unknown_hub_id_names_the_cache_it_looked_in(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model("org/missing")
+    assert str(tmp_path) in str(err.value) and "does not download" in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_model(resolve_model(DEFAULT_MODEL_ID), dtype="float32")
+
+
+def greedy_alone(runner: LlamaRunner, prompt: list[int], n: int) -> list[int]:
+    seqs, logits = runner.prefill([prompt])
+    out = [int(logits[0][-1].argmax())]
+    for _ in range(n - 1):
+        out.append(int(runner.decode([out[-1]])[0].argmax()))
+    runner.release(seqs[0])
+    return out
+
+
+@pytest.mark.slow
+def test_requests_batched_together_equal_requests_run_alone(loaded):
+    """Continuous batching is exact: joining, leaving and row moves change no token (float32)."""
+    tok = loaded.tokenizer
+    runner = LlamaRunner(loaded.model, max_rows=8, max_positions=512)
+    prompts = [tok.encode(t) for t in ("The capital of France is", "def fibonacci(n):",
+                                        "Once upon a time, in a land far away, there lived a",
+                                        "1, 2, 3, 4,")]
+    lengths = [12, 5, 16, 9]  # different lengths: rows leave at different steps and are compacted
+    alone = [greedy_alone(runner, p, n) for p, n in zip(prompts, lengths, strict=True)]
+
+    # Two start together; two more join at steps 2 and 4 (prefilled while the others wait).
+    out: dict[int, list[int]] = {}
+    seqs: dict[int, object] = {}
+
+    def join(ids: list[int]) -> None:
+        new, logits = runner.prefill([prompts[i] for i in ids])
+        for i, seq, lg in zip(ids, new, logits, strict=True):
+            seqs[i], out[i] = seq, [int(lg[-1].argmax())]
+
+    join([0, 1])
+    step = 0
+    while any(len(out.get(i, [])) < lengths[i] for i in range(4)):
+        step += 1
+        if step == 2:
+            join([2])
+        if step == 4:
+            join([3])
+        for i in [i for i in list(seqs) if len(out[i]) >= lengths[i]]:
+            runner.release(seqs.pop(i))
+        order = sorted(seqs, key=lambda i: seqs[i].row)
+        if not order:
+            break
+        logits = runner.decode([out[i][-1] for i in order])
+        for row, i in enumerate(order):
+            out[i].append(int(logits[row].argmax()))
+    assert [out[i][: lengths[i]] for i in range(4)] == alone
+
+
+@pytest.mark.slow
+def test_save_pretrained_directory_and_hub_cache_load_the_same_model(loaded, tmp_path, monkeypatch):
+    folder = tmp_path / "saved"
+    loaded.model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    assert resolve_model(str(folder)).kind == "directory"
+
+    # A hub cache laid out as huggingface_hub writes it: refs/main -> snapshots/<sha>/
+    cache = tmp_path / "hub"
+    repo = cache / "models--acme--smol"
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    shutil.copytree(folder, repo / "snapshots" / sha)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    source = resolve_model("acme/smol")
+    assert source.kind == "hub-cache" and source.sha == sha
+
+    reloaded = load_model(source, dtype="float32")
+    prompt = loaded.tokenizer.encode("The capital of France is")
+    a = LlamaRunner(loaded.model, 2, 128)
+    b = LlamaRunner(reloaded.model, 2, 128)
+    assert greedy_alone(a, prompt, 8) == greedy_alone(b, prompt, 8)
+    assert torch.equal(reloaded.model.lm_head.weight, loaded.model.lm_head.weight)

@@ -1,0 +1,108 @@
+"""The engine process's own behaviour: start-up errors, concurrency slots, auth, shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import engine_process, free_port
+
+pytestmark = pytest.mark.slow
+
+
+def run_engine(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tgi_toolkit.engine", "--port", str(free_port()), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_missing_model_fails_before_the_port_opens_naming_what_was_looked_for(tmp_path):
+    missing = tmp_path / "no-such-model"
+    done = run_engine("--model-id", str(missing))
+    assert done.returncode != 0
+    assert f"model {str(missing)!r} not found" in done.stderr
+    assert "local path" in done.stderr
+    hub = run_engine("--model-id", "some-org/not-cached-model", timeout=120)
+    assert hub.returncode != 0
+    assert "Hugging Face cache" in hub.stderr and "not found" in hub.stderr
+
+
+def test_unreadable_model_is_a_clear_error(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a gguf file")
+    done = run_engine("--model-id", str(broken))
+    assert done.returncode != 0
+    assert "cannot read model" in done.stderr and "broken.gguf" in done.stderr
+
+
+@pytest.mark.parametrize("args,phrase", [
+    (["--num-shard", "2"], "runs the model in one process"),
+    (["--quantize", "gptq"], "GPTQ checkpoints need GPU kernels"),
+])
+def test_flags_that_cannot_apply_are_refused_with_a_sentence(args, phrase):
+    done = run_engine(*args)
+    assert done.returncode == 2
+    assert phrase in done.stderr
+
+
+def test_concurrency_slots_disconnects_api_key_and_sigterm(tmp_path):
+    with engine_process("--max-concurrent-requests", "2", "--api-key", "s3cret", "--max-total-tokens", "512",
+                        tmp=tmp_path) as eng:
+        auth = {"Authorization": "Bearer s3cret"}
+        body = {"inputs": "Tell me a long story.", "parameters": {"max_new_tokens": 200, "ignore_eos": True}}
+
+        # --api-key: POST routes need the bearer token, GET routes do not.
+        assert httpx.post(eng.url + "/generate", json=body).status_code == 401
+        assert httpx.post(eng.url + "/generate", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert httpx.get(eng.url + "/health").status_code == 200
+        assert httpx.get(eng.url + "/info").status_code == 200
+
+        # Two streams hold both slots; a third request gets 429 overloaded.
+        streams, started = [], threading.Barrier(3)
+
+        def hold(i: int) -> None:
+            with httpx.stream("POST", eng.url + "/generate_stream", json=body, headers=auth, timeout=120) as r:
+                lines = r.iter_lines()
+                next(line for line in lines if line.startswith("data:"))
+                started.wait(60)
+                streams.append(i)
+                time.sleep(1.0)
+            # leaving the `with` closes the connection mid-stream: the slot must come back
+
+        threads = [threading.Thread(target=hold, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        started.wait(60)
+        third = httpx.post(eng.url + "/generate", json=body, headers=auth, timeout=60)
+        assert third.status_code == 429
+        assert third.json() == {"error": "Model is overloaded", "error_type": "overloaded"}
+        for t in threads:
+            t.join(60)
+        assert sorted(streams) == [0, 1]
+
+        # Both clients went away mid-stream: their slots and batch rows are free again.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            metrics = httpx.get(eng.url + "/metrics").text
+            if "tgi_batch_current_size 0.0" in metrics:
+                break
+            time.sleep(0.2)
+        assert "tgi_batch_current_size 0.0" in metrics
+        small = {"inputs": "Hi", "parameters": {"max_new_tokens": 2}}
+        results = [httpx.post(eng.url + "/generate", json=small, headers=auth, timeout=60) for _ in range(2)]
+        assert [r.status_code for r in results] == [200, 200]
+
+        # SIGTERM stops the server cleanly within a few seconds.
+        began = time.monotonic()
+        os.killpg(eng.proc.pid, signal.SIGTERM)
+        eng.proc.wait(15)
+        assert time.monotonic() - began < 10
+        assert eng.proc.returncode == 0
+    log = eng.log()
+    assert "Connected" in log and "Setting max batch total tokens to" in log
