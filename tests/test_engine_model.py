@@ -122,3 +122,15 @@ def test_save_pretrained_directory_and_hub_cache_load_the_same_model(loaded, tmp
     b = LlamaRunner(reloaded.model, 2, 128)
     assert greedy_alone(a, prompt, 8) == greedy_alone(b, prompt, 8)
     assert torch.equal(reloaded.model.lm_head.weight, loaded.model.lm_head.weight)
+
+
+@pytest.mark.slow
+def test_gguf_is_converted_once_and_reloaded_from_safetensors(loaded, tmp_path, monkeypatch):
+    monkeypatch.setenv("TGI_TOOLKIT_CACHE", str(tmp_path))
+    first = load_model(resolve_model(DEFAULT_MODEL_ID), dtype="float32")
+    entries = list((tmp_path / "gguf").iterdir())
+    assert len(entries) == 1 and (entries[0] / "model.safetensors").is_file()
+    second = load_model(resolve_model(DEFAULT_MODEL_ID), dtype="float32")
+    assert torch.equal(first.model.lm_head.weight, second.model.lm_head.weight)
+    assert first.tokenizer.encode("Hello world") == second.tokenizer.encode("Hello world")
+    assert second.tokenizer.chat_template == loaded.tokenizer.chat_template

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,28 +163,68 @@ def load_model(source: ModelSource, dtype: str | None = None,
                tokenizer_config_path: str | None = None) -> LoadedModel:
     """Load tokenizer and weights from a resolved source; errors name the files involved."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     # No hub calls, ever: a missing file must fail here with our message, not hang on the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    kwargs: dict[str, Any] = {}
-    if source.gguf_file:
-        kwargs["gguf_file"] = source.gguf_file
     target = torch_dtype(dtype)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source.path, dtype=target, **kwargs)
+        if source.gguf_file:
+            tokenizer, model = _load_gguf(source, target)
+        else:
+            tokenizer, model = _load_pretrained(source.path, target)
     except Exception as exc:  # transformers raises many kinds; all mean "cannot read this model"
         raise ModelNotFoundError(f"cannot read model {source.describe()}: {exc}") from exc
     model.eval()
-    if source.gguf_file:
-        _forget_gguf_origin(model)
     if tokenizer_config_path:
         _apply_tokenizer_config(tokenizer, Path(tokenizer_config_path))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     torch.set_grad_enabled(False)
     return LoadedModel(source=source, model=model, tokenizer=tokenizer, config=model.config, dtype=target)
+
+
+def _load_pretrained(path: Path, dtype: Any, **kwargs: Any) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
+    return tokenizer, model
+
+
+def conversion_cache_dir() -> Path:
+    return Path(os.environ.get("TGI_TOOLKIT_CACHE", Path.home() / ".cache" / "tgi_toolkit")) / "gguf"
+
+
+def _load_gguf(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
+    """Load a GGUF file, converted once to safetensors beside the user's cache.
+
+    Reading GGUF with transformers parses and dequantizes every tensor in Python (about 20 s
+    for the default model on two cores); the converted copy loads in well under a second.
+    TGI likewise converts weights to safetensors on first use.
+    """
+    import torch
+
+    gguf = source.path / source.gguf_file
+    stat = gguf.stat()
+    cached = conversion_cache_dir() / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    if (cached / "config.json").is_file():
+        try:
+            return _load_pretrained(cached, dtype)
+        except Exception:  # a damaged cache entry: convert again
+            log.warning("ignoring unreadable converted copy at %s", cached)
+    tokenizer, model = _load_pretrained(source.path, torch.float32, gguf_file=source.gguf_file)
+    _forget_gguf_origin(model)
+    try:
+        tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(cached)
+    except OSError as exc:  # read-only home, full disk, a concurrent conversion: convert again next time
+        shutil.rmtree(tmp, ignore_errors=True)
+        log.warning("could not keep a converted copy of %s: %s", gguf, exc)
+    if dtype != torch.float32:
+        model = model.to(dtype)
+    return tokenizer, model
 
 
 def _forget_gguf_origin(model: Any) -> None:
