@@ -1,28 +1,100 @@
-"""`--quantize` on the embedded engine: which of TGI's methods can run here, and applying them."""
+"""`--quantize` on the embedded engine: TGI's method names, mapped to kernels that run here.
+
+Picked by measurement on the 2-core CPU (benchmarks/quantization.py prints the figures):
+- `bitsandbytes`: bitsandbytes' LLM.int8 (`Linear8bitLt`, outlier threshold 6.0, as TGI uses it);
+- `bitsandbytes-nf4` / `bitsandbytes-fp4`: bitsandbytes' 4-bit `Linear4bit` with that data type;
+- `eetq`: EETQ's scheme, int8 weights with one scale per output channel, on PyTorch's own
+  int8 weight-only matmul (`aten::_weight_int8pack_mm`), the fastest 8-bit path at small batch.
+On CUDA the same names run bitsandbytes' GPU kernels. Checkpoint formats that need GPU kernels
+(AWQ, GPTQ, Marlin, EXL2, compressed-tensors) and fp8 without fp8 hardware are refused with a
+sentence, before the model loads. Embeddings, norms and the LM head stay unquantized, as in TGI.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
-# TGI's quantization names and why the CPU engine cannot run them (yet).
+import torch
+
+_GPU_ONLY = "checkpoints need GPU kernels; on the CPU the engine runs bitsandbytes, bitsandbytes-nf4, " \
+            "bitsandbytes-fp4 or eetq."
 _CANNOT = {
-    "awq": "AWQ checkpoints need GPU kernels; the embedded engine runs unquantized or 8-/4-bit weights on the CPU.",
-    "gptq": "GPTQ checkpoints need GPU kernels; the embedded engine runs unquantized or 8-/4-bit weights on the CPU.",
-    "marlin": "Marlin kernels are CUDA-only.",
-    "exl2": "ExLlamaV2 kernels are CUDA-only.",
-    "compressed-tensors": "compressed-tensors checkpoints need GPU kernels.",
-    "fp8": "fp8 matmuls need a GPU with fp8 support (Hopper/Ada); this CPU has none.",
+    "awq": f"AWQ {_GPU_ONLY}",
+    "gptq": f"GPTQ {_GPU_ONLY}",
+    "marlin": f"Marlin {_GPU_ONLY}",
+    "exl2": f"ExLlamaV2 {_GPU_ONLY}",
+    "compressed-tensors": f"compressed-tensors {_GPU_ONLY}",
 }
+BITSANDBYTES = ("bitsandbytes", "bitsandbytes-nf4", "bitsandbytes-fp4")
+SUPPORTED = (*BITSANDBYTES, "eetq")
 
 
 def refusal(method: str) -> str | None:
-    """A sentence saying why `method` cannot run on this engine, or None when it can."""
+    """A sentence saying why `method` cannot run on this engine and machine, or None when it can."""
     if method in _CANNOT:
         return _CANNOT[method]
-    return f"{method} is not available on the embedded engine yet."
+    if method == "fp8":
+        if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9):
+            return "fp8 weights are not implemented by the embedded engine; use the tgi or vllm backend."
+        return "fp8 matmuls need a GPU with fp8 support (Ada or Hopper); this machine has none."
+    if method in BITSANDBYTES and importlib.util.find_spec("bitsandbytes") is None:
+        return "needs the bitsandbytes package: pip install 'tgi_toolkit[quantize]'."
+    if method not in SUPPORTED:
+        return f"unknown method; the embedded engine runs {', '.join(SUPPORTED)}."
+    return None
 
 
-def quantize_model(model: Any, method: str) -> None:
+class Int8PerChannelLinear(torch.nn.Module):
+    """EETQ-style weight-only int8: `y = x @ (q * scale).T`, with PyTorch's int8-weight kernel."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach().float()
+        scale = weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+        self.register_buffer("qweight", torch.round(weight / scale[:, None]).to(torch.int8))
+        # The kernel takes activations and scales in bfloat16 (computes in float32 inside).
+        self.register_buffer("scale", scale.to(torch.bfloat16))
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach(), requires_grad=False)
+        self.out_dtype = linear.weight.dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = torch._weight_int8pack_mm(x.reshape(-1, shape[-1]).to(torch.bfloat16), self.qweight, self.scale)
+        y = y.to(self.out_dtype).reshape(*shape[:-1], -1)
+        return y if self.bias is None else y + self.bias
+
+
+def _bitsandbytes(linear: torch.nn.Linear, method: str) -> torch.nn.Module:
+    import bitsandbytes as bnb
+
+    weight = linear.weight.detach().float()
+    device = linear.weight.device
+    if method == "bitsandbytes":
+        module = bnb.nn.Linear8bitLt(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                                     has_fp16_weights=False, threshold=6.0)
+        module.weight = bnb.nn.Int8Params(weight, requires_grad=False, has_fp16_weights=False)
+    else:
+        quant_type = method.rsplit("-", 1)[1]
+        module = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                                   compute_dtype=linear.weight.dtype, quant_type=quant_type)
+        module.weight = bnb.nn.Params4bit(weight, requires_grad=False, quant_type=quant_type)
+    if linear.bias is not None:
+        module.bias = torch.nn.Parameter(linear.bias.detach(), requires_grad=False)
+    return module.to(device)  # bitsandbytes quantizes when the weight is moved to its device
+
+
+def quantize_linear(linear: torch.nn.Linear, method: str) -> torch.nn.Module:
     reason = refusal(method)
     if reason:
         raise ValueError(f"--quantize {method}: {reason}")
+    if method == "eetq":
+        return Int8PerChannelLinear(linear)
+    return _bitsandbytes(linear, method)
+
+
+def quantize_runner(runner: Any, method: str) -> None:
+    """Replace every linear layer of the runner's decoder layers by its quantized form."""
+    for layer in runner.layers:
+        for name, module in layer.linears().items():
+            setattr(layer, name, quantize_linear(module, method))

@@ -36,12 +36,23 @@ class Seq:
 @dataclass
 class _Layer:
     input_norm: torch.Tensor
-    qkv: torch.Tensor
-    qkv_bias: torch.Tensor | None
-    o: torch.Tensor
+    qkv: torch.nn.Module  # linear layers: plain, or quantized by `quantization.quantize_runner`
+    o: torch.nn.Module
     post_norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
+    gate_up: torch.nn.Module
+    down: torch.nn.Module
+
+    def linears(self) -> dict[str, torch.nn.Module]:
+        return {"qkv": self.qkv, "o": self.o, "gate_up": self.gate_up, "down": self.down}
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Linear:
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
+                             dtype=weight.dtype, device="meta")
+    linear.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
+    if bias is not None:
+        linear.bias = torch.nn.Parameter(bias.contiguous(), requires_grad=False)
+    return linear
 
 
 class SlotCache:
@@ -134,13 +145,25 @@ class LlamaRunner:
     def _fuse(layer: Any) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         # One GEMM for q, k and v, one for gate and up: fewer, larger calls matter most at batch 1.
-        qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).contiguous()
+        qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
         bias = None
         if attn.q_proj.bias is not None:
-            bias = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]).contiguous()
-        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).contiguous()
-        return _Layer(layer.input_layernorm.weight, qkv, bias, attn.o_proj.weight,
-                      layer.post_attention_layernorm.weight, gate_up, mlp.down_proj.weight)
+            bias = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        return _Layer(layer.input_layernorm.weight, _linear(qkv, bias), attn.o_proj,
+                      layer.post_attention_layernorm.weight, _linear(gate_up), mlp.down_proj)
+
+    def weight_bytes(self) -> int:
+        """Bytes of every weight the forward pass reads (embeddings and lm_head counted once if tied)."""
+        seen: dict[int, int] = {}
+        tensors = [self.embed, self.norm, self.lm_head]
+        for layer in self.layers:
+            tensors += [layer.input_norm, layer.post_norm]
+            for module in layer.linears().values():
+                tensors += list(module.parameters()) + list(module.buffers())
+        for t in tensors:
+            seen[t.data_ptr()] = t.numel() * t.element_size()
+        return sum(seen.values())
 
     # -- helpers ---------------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -154,12 +177,12 @@ class LlamaRunner:
 
     def _mlp(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
         x = self._rms(h, layer.post_norm)
-        gate, up = F.linear(x, layer.gate_up).chunk(2, dim=-1)
-        return h + F.linear(F.silu(gate) * up, layer.down)
+        gate, up = layer.gate_up(x).chunk(2, dim=-1)
+        return h + layer.down(F.silu(gate) * up)
 
     def _qkv(self, layer: _Layer, h: torch.Tensor, pos: torch.Tensor):
         x = self._rms(h, layer.input_norm)
-        qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+        qkv = layer.qkv(x)
         n = h.shape[0]
         q, k, v = qkv.split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
                              self.kv_heads * self.head_dim], dim=-1)
@@ -199,7 +222,7 @@ class LlamaRunner:
                 outs.append(self._causal_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), n))
                 start += n
             attn = torch.cat(outs, dim=0)
-            h = h + F.linear(attn, layer.o)
+            h = h + layer.o(attn)
             h = self._mlp(layer, h)
         logits = []
         start = 0
@@ -248,7 +271,7 @@ class LlamaRunner:
             # key/value head become `rep` query positions of that head.
             qg = q.view(b, self.kv_heads, rep, self.head_dim)
             attn = F.scaled_dot_product_attention(qg, kc[:b, :, :span], vc[:b, :, :span], attn_mask=mask)
-            h = h + F.linear(attn.reshape(b, self.heads * self.head_dim), layer.o)
+            h = h + layer.o(attn.reshape(b, self.heads * self.head_dim))
             h = self._mlp(layer, h)
         for seq in seqs:
             seq.length += 1

@@ -95,15 +95,19 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     source = resolve_model(cfg.model_id, cfg.revision)
     log.info("Loading %s", source.describe())
     loaded = load_model(source, dtype=cfg.dtype, tokenizer_config_path=cfg.tokenizer_config_path)
-    if cfg.quantize:
-        from tgi_toolkit.engine.quantization import quantize_model
-
-        quantize_model(loaded.model, cfg.quantize)
     cfg = cfg.resolved(loaded.max_position_embeddings)
 
     max_total = cfg.max_total_tokens
     rows = cfg.max_batch_size or cfg.max_concurrent_requests
     runner = LlamaRunner(loaded.model, max_rows=rows, max_positions=max_total + 1)
+    if cfg.quantize:
+        from tgi_toolkit.engine.quantization import quantize_runner
+
+        quantize_runner(runner, cfg.quantize)
+    # The runner holds its own (fused, maybe quantized) copies of the decoder weights.
+    loaded.model.model.layers = torch.nn.ModuleList()
+    log.info("Weights: %.1f MiB (%s%s)", runner.weight_bytes() / 2**20, runner.dtype,
+             f", {cfg.quantize}" if cfg.quantize else "")
     batch_total = cfg.max_batch_total_tokens
     if batch_total is None:
         fraction = getattr(cfg, "cuda_memory_fraction", 1.0) or 1.0
