@@ -46,8 +46,31 @@ class _Layer:
         return {"qkv": self.qkv, "o": self.o, "gate_up": self.gate_up, "down": self.down}
 
 
+SKINNY_ROWS = 32
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear`, fast for the few-row inputs of decode steps.
+
+    For a handful of rows, MKL's `x @ W.T` kernels ran 1.5-3x slower on the 2-core CPU than the
+    same product computed as `(W @ x.T).T`, which streams the weight rows once; one row is
+    computed as two, which takes that same kernel.
+    """
+    rows = x.shape[0]
+    if x.dim() != 2 or rows > SKINNY_ROWS or x.device.type != "cpu":
+        return F.linear(x, weight, bias)
+    xt = x.T if rows > 1 else torch.cat([x, x]).T
+    y = torch.mm(weight, xt).T[:rows].contiguous()
+    return y if bias is None else y + bias
+
+
+class SkinnyLinear(torch.nn.Linear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)
+
+
 def _linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Linear:
-    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
+    linear = SkinnyLinear(weight.shape[1], weight.shape[0], bias=bias is not None,
                              dtype=weight.dtype, device="meta")
     linear.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
     if bias is not None:
@@ -150,8 +173,8 @@ class LlamaRunner:
         if attn.q_proj.bias is not None:
             bias = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
         gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        return _Layer(layer.input_layernorm.weight, _linear(qkv, bias), attn.o_proj,
-                      layer.post_attention_layernorm.weight, _linear(gate_up), mlp.down_proj)
+        return _Layer(layer.input_layernorm.weight, _linear(qkv, bias), _linear(attn.o_proj.weight),
+                      layer.post_attention_layernorm.weight, _linear(gate_up), _linear(mlp.down_proj.weight))
 
     def weight_bytes(self) -> int:
         """Bytes of every weight the forward pass reads (embeddings and lm_head counted once if tied)."""
@@ -192,7 +215,7 @@ class LlamaRunner:
         return q, k, v.view(n, self.kv_heads, self.head_dim)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(self._rms(h, self.norm), self.lm_head).float()
+        return linear(self._rms(h, self.norm), self.lm_head).float()
 
     # -- prefill -----------------------------------------------------------------------------
     @torch.no_grad()
