@@ -40,6 +40,8 @@ class ServerInfo:
     validation_workers: int
     api_key: str | None = None
     cors_allow_origin: tuple[str, ...] = ()
+    model_dtype: str = "float32"
+    quantize: str | None = None
 
 
 class ApiError(Exception):
@@ -424,6 +426,8 @@ class Api:
     def info_payload(self) -> dict[str, Any]:
         return {
             "model_id": self.info.model_id, "model_sha": self.info.model_sha,
+            # model_dtype and model_device_type are in TGI's /info up to 2.x; kept for provenance.
+            "model_dtype": self.info.model_dtype, "model_device_type": "cpu",
             "model_pipeline_tag": "text-generation",
             "max_concurrent_requests": self.info.max_concurrent_requests,
             "max_best_of": self.limits.max_best_of, "max_stop_sequences": self.limits.max_stop_sequences,
@@ -436,6 +440,10 @@ class Api:
             "engine": f"tgi_toolkit-embedded {__version__}",
             "max_batch_total_tokens": self.engine.limits.max_batch_total_tokens,
             "max_batch_prefill_tokens": self.engine.limits.max_batch_prefill_tokens,
+            "max_batch_size": self.engine.limits.max_batch_size,
+            "waiting_served_ratio": self.engine.limits.waiting_served_ratio,
+            "max_waiting_tokens": self.engine.limits.max_waiting_tokens,
+            "quantize": self.info.quantize,
         }
 
     def _build(self) -> FastAPI:

@@ -137,7 +137,8 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
                    max_concurrent_requests=cfg.max_concurrent_requests,
                    max_client_batch_size=cfg.max_client_batch_size,
                    validation_workers=cfg.validation_workers, api_key=cfg.api_key,
-                   cors_allow_origin=tuple(cfg.cors_allow_origin or ())),
+                   cors_allow_origin=tuple(cfg.cors_allow_origin or ()),
+                   model_dtype=str(loaded.dtype).removeprefix("torch."), quantize=cfg.quantize),
         metrics,
     )
     torch.set_num_threads(torch.get_num_threads())
