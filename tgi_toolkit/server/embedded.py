@@ -1,0 +1,17 @@
+"""The embedded engine: `python -m tgi_toolkit.engine` with the launcher's flags, on the CPU."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tgi_toolkit.server.tgi import TgiBackend, launcher_argv
+
+
+class EmbeddedBackend(TgiBackend):
+    name = "embedded"
+    executable = None  # this interpreter
+    default_health_timeout = 300.0  # the first start converts the bundled GGUF model once
+
+    def command(self, config: Any, host: str, port: int, env: dict[str, str]) -> list[str]:
+        return [sys.executable, "-m", "tgi_toolkit.engine", *launcher_argv(config, host, port)]

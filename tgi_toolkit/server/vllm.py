@@ -1,0 +1,49 @@
+"""`vllm serve` on PATH, given the same intent through `tgi_toolkit.config.to_vllm_args`."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any
+
+from tgi_toolkit.server.base import Backend
+from tgi_toolkit.server.tgi import set_flag
+
+
+class VllmBackend(Backend):
+    name = "vllm"
+    executable = "vllm"
+    fact_patterns = {
+        # vLLM's engine logs its KV-cache capacity in tokens ("GPU KV cache size: 1,234,560 tokens";
+        # the CPU backend words it the same way): the counterpart of TGI's max batch total tokens.
+        "kv_cache_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
+        "max_concurrency": re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+        "version": re.compile(r"vLLM API server version (\S+)"),
+    }
+    ready_pattern = re.compile(r"Application startup complete|Uvicorn running on")
+
+    def __init__(self) -> None:
+        self.unmapped: list[str] = []
+
+    def command(self, config: Any, host: str, port: int, env: dict[str, str]) -> list[str]:
+        from tgi_toolkit.config import to_vllm_args
+
+        rendered = to_vllm_args(config)
+        self.unmapped = [str(item) for item in (rendered.unmapped or [])]
+        if self.unmapped:
+            warnings.warn("vLLM has no equivalent for these launcher settings (not applied): "
+                          + "; ".join(self.unmapped), stacklevel=4)
+        argv = list(rendered.argv)
+        return set_flag(set_flag(argv, "--host", host), "--port", str(port))
+
+    def info(self, client: Any) -> dict[str, Any]:
+        """vLLM has no /info: the same keys, read from /v1/models and /version."""
+        response = client.get("/v1/models")
+        response.raise_for_status()
+        model = (response.json().get("data") or [{}])[0]
+        version = None
+        answer = client.get("/version")
+        if answer.status_code == 200:
+            version = answer.json().get("version")
+        return {"model_id": model.get("root") or model.get("id"), "served_model_name": model.get("id"),
+                "max_total_tokens": model.get("max_model_len"), "router": "vllm", "version": version}
