@@ -143,8 +143,9 @@ def to_vllm_args(cfg: LauncherConfig) -> VllmArgs:
     if "cuda_memory_fraction" in changed:
         opts["gpu_memory_utilization"] = cfg.cuda_memory_fraction
     else:
-        out.notes["cuda_memory_fraction"] = ("left at vLLM's default --gpu-memory-utilization (0.9): TGI's 1.0 "
-                                             "already leaves room that vLLM would not")
+        out.notes["cuda_memory_fraction"] = ("TGI's default 1.0 is not passed on: vLLM keeps its own default "
+                                             "--gpu-memory-utilization (0.9), since 1.0 would leave it no room "
+                                             "outside its KV-cache pool")
     put("num_shard", "tensor_parallel_size", cfg.num_shard)
     put("revision", "revision", cfg.revision)
     put("trust_remote_code", "trust_remote_code", cfg.trust_remote_code)
