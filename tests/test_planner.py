@@ -1,0 +1,365 @@
+"""Capacity planner: the memory arithmetic on several architectures, log parsing, CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tgi_toolkit.planner import (
+    KNOWN_GPUS,
+    ModelShape,
+    compare,
+    kv_bytes_per_token,
+    kv_cache_tokens,
+    parse_reported_capacity,
+    parse_size,
+    plan,
+    plan_embedded,
+    resolve_gpu,
+)
+
+CONFIGS = Path(__file__).parent / "data" / "configs"
+LLAMA2 = CONFIGS / "llama-2-7b.json"
+LLAMA3 = CONFIGS / "llama-3-8b.json"
+FALCON = CONFIGS / "falcon-7b.json"
+MISTRAL = CONFIGS / "mistral-7b.json"
+MIXTRAL = CONFIGS / "mixtral-8x7b.json"
+SMOLLM2 = CONFIGS / "smollm2-135m.json"
+GiB = 2**30
+
+
+def config(path: Path, **changes) -> dict:
+    return {**json.loads(path.read_text()), **changes}
+
+
+# -- parameters and KV bytes ------------------------------------------------------------------
+
+# Parameter counts published with the checkpoints (safetensors metadata on the model pages).
+@pytest.mark.parametrize("path, published", [
+    (LLAMA2, 6_738_415_616),       # "7B", multi-head attention
+    (LLAMA3, 8_030_261_248),       # "8B", grouped-query attention
+    (FALCON, 6_921_720_704),       # "7B", multi-query attention, parallel attention/MLP, plain MLP
+    (MISTRAL, 7_241_732_096),      # "7.2B", sliding window
+    (MIXTRAL, 46_702_792_704),     # "46.7B", 8 experts
+    (SMOLLM2, 134_515_008),        # "135M", tied embeddings
+])
+def test_parameter_count_matches_published_size(path, published):
+    assert ModelShape.from_config(path).parameters() == pytest.approx(published, rel=1e-3)
+
+
+def test_mixture_of_experts_active_parameters():
+    shape = ModelShape.from_config(MIXTRAL)
+    # Mixtral's model card: 12.9B parameters used per token (2 of 8 experts).
+    assert shape.active_parameters() == pytest.approx(12.9e9, rel=0.01)
+    assert shape.parameter_breakdown()["router"] == 32 * 4096 * 8
+
+
+@pytest.mark.parametrize("path, dtype, kv_dtype, expected", [
+    (LLAMA2, "float16", None, 2 * 32 * 32 * 128 * 2),  # 524,288: every head cached
+    (LLAMA3, "bfloat16", None, 131_072),                # 8 KV heads for 32 query heads
+    (FALCON, "bfloat16", None, 2 * 32 * 1 * 64 * 2),   # one KV head
+    (MISTRAL, "bfloat16", None, 131_072),
+    (MIXTRAL, "bfloat16", None, 131_072),               # experts do not touch the cache
+    (SMOLLM2, "bfloat16", None, 23_040),                # CPU-PERF.md: 2 x 30 x 3 x 64 x 2
+    (SMOLLM2, "float32", None, 46_080),
+    (LLAMA3, "bfloat16", "fp8_e4m3fn", 65_536),          # fp8 cache: 1 byte per element
+])
+def test_kv_bytes_per_token(path, dtype, kv_dtype, expected):
+    shape = ModelShape.from_config(path)
+    assert kv_bytes_per_token(shape, dtype, kv_dtype) == expected
+    assert plan(path, "H100-80GB", dtype=dtype, kv_cache_dtype=kv_dtype).kv_bytes_per_token == expected
+
+
+def test_attention_kinds_are_read_from_each_configs_own_fields():
+    assert ModelShape.from_config(LLAMA2).num_kv_heads == 32
+    assert ModelShape.from_config(LLAMA3).num_kv_heads == 8
+    assert ModelShape.from_config(FALCON).num_kv_heads == 1  # multi_query: true
+    assert ModelShape.from_config(config(FALCON, new_decoder_architecture=True, num_kv_heads=8)).num_kv_heads == 8
+    assert ModelShape.from_config({"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257,
+                                   "model_type": "gpt2", "n_positions": 1024}).parameters() == \
+        pytest.approx(124.4e6, rel=0.005)  # GPT-2 small, learned positions and biases
+
+
+def test_model_config_as_dict_directory_and_transformers_config(tmp_path):
+    expected = ModelShape.from_config(SMOLLM2).parameters()
+    shutil.copy(SMOLLM2, tmp_path / "config.json")
+    assert ModelShape.from_config(tmp_path).parameters() == expected
+    assert ModelShape.from_config(str(tmp_path / "config.json")).parameters() == expected
+    assert ModelShape.from_config(json.loads(SMOLLM2.read_text())).parameters() == expected
+    from transformers import LlamaConfig
+
+    assert ModelShape.from_config(LlamaConfig(**json.loads(SMOLLM2.read_text()))).parameters() == expected
+    with pytest.raises(ValueError, match="model_config"):
+        ModelShape.from_config(tmp_path / "missing")
+
+
+# -- weights and quantization --------------------------------------------------------------------
+
+def test_quantized_weight_memory():
+    bf16 = plan(LLAMA2, "A100-80GB").weight_bytes
+    assert bf16 == 6_738_415_616 * 2
+    ratios = {q: plan(LLAMA2, "A100-80GB", quantize=q).weight_bytes / bf16
+              for q in ("eetq", "bitsandbytes", "fp8", "gptq", "awq", "bitsandbytes-nf4")}
+    # 8-bit methods halve the linear weights; embeddings and lm_head (3.9% of Llama-2-7B) stay 2 B.
+    for q in ("eetq", "bitsandbytes", "fp8"):
+        assert 0.51 < ratios[q] < 0.53, (q, ratios[q])
+    # 4-bit: 0.25 of the linear weights plus group scales, zeros or absmax.
+    for q in ("gptq", "awq", "bitsandbytes-nf4"):
+        assert 0.28 < ratios[q] < 0.30, (q, ratios[q])
+    # TheBloke/Llama-2-7B-GPTQ (4 bits, group 128): a 3.90 GB model.safetensors.
+    assert plan(LLAMA2, "A100-80GB", quantize="gptq").weight_bytes == pytest.approx(3.90e9, rel=0.01)
+    assert ratios["gptq"] > plan(LLAMA2, "A100-80GB", quantize="marlin").weight_bytes / bf16  # no zero points
+    assert plan(LLAMA2, "A100-80GB", dtype="float32").weight_bytes == 2 * bf16
+
+
+def test_checkpoint_quantization_config_is_honoured_like_tgi_does():
+    gptq4 = config(LLAMA2, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128})
+    gptq8 = config(LLAMA2, quantization_config={"quant_method": "gptq", "bits": 8, "group_size": 128})
+    # TGI's launcher takes the method from config.json when --quantize is not given.
+    auto = plan(gptq4, "A10G")
+    assert auto.quantize == "gptq"
+    assert auto.weight_bytes == plan(LLAMA2, "A10G", quantize="gptq").weight_bytes
+    assert plan(gptq8, "A10G").weight_bytes > 1.7 * auto.weight_bytes
+    assert not any("already quantized" in w for w in auto.warnings)
+    assert any("already quantized" in w for w in plan(LLAMA2, "A10G", quantize="awq").warnings)
+    assert auto.cuda_graphs  # GPTQ kernels run in CUDA graphs
+    assert plan(LLAMA2, "A100-80GB", quantize="bitsandbytes").cuda_graphs == []  # the launcher turns them off
+
+
+# -- budget, sharding, sliding window, fitting ----------------------------------------------------
+
+def test_budget_arithmetic_is_tgis_warmup_formula():
+    p = plan(LLAMA3, "A100-80GB", memory_fraction=0.8, overhead_bytes=GiB)
+    usable = int(81_920 * 2**20 * 0.8 * 0.90)
+    assert p.usable_bytes == usable
+    assert p.kv_budget_bytes == usable - p.weight_bytes - GiB - p.activation_bytes
+    assert p.max_batch_total_tokens == p.kv_budget_bytes // 131_072
+    assert p.activation_bytes == p.max_batch_prefill_tokens * 2 * (4 * 4096 + 4096 + 2 * 1024 + 3 * 14336)
+    # Paged attention allocates 16-token blocks.
+    paged = plan(LLAMA3, "A100-80GB", memory_fraction=0.8, overhead_bytes=GiB, block_size=16)
+    assert paged.max_batch_total_tokens == p.max_batch_total_tokens // 16 * 16
+
+
+def test_sharding_splits_weights_and_kv_heads():
+    one = plan(LLAMA3, "A100-80GB")
+    two = plan(LLAMA3, "A100-80GB", num_shard=2)
+    eight = plan(LLAMA3, "A100-80GB", num_shard=8)
+    assert two.kv_bytes_per_token == 65_536 and eight.kv_bytes_per_token == 16_384
+    assert two.weight_bytes_per_shard == one.weight_bytes // 2
+    assert two.max_batch_total_tokens > 2 * one.max_batch_total_tokens  # half the KV per token, more room
+    # Multi-query: the single KV head is copied on every shard, so KV per token does not shrink.
+    assert plan(FALCON, "A100-80GB", num_shard=2).kv_bytes_per_token == 8_192
+    assert "--num-shard 2" in two.command_line()
+    with pytest.raises(ValueError, match="exl2"):
+        plan(LLAMA3, "A100-80GB", quantize="exl2", num_shard=2)
+
+
+def test_sliding_window_caps_the_tokens_a_request_reserves():
+    long_requests = dict(prompt_tokens=8000, output_tokens=1000)
+    windowed = plan(MISTRAL, "A100-80GB", **long_requests)
+    full = plan(config(MISTRAL, sliding_window=None), "A100-80GB", **long_requests)
+    assert windowed.sliding_window == 4096 and full.sliding_window is None
+    assert windowed.max_batch_total_tokens == full.max_batch_total_tokens
+    assert windowed.tokens_per_request == 4096 and full.tokens_per_request == 9000
+    assert windowed.concurrent_users == windowed.max_batch_total_tokens // 4096
+    assert windowed.concurrent_users > 2 * full.concurrent_users
+    short = plan(MISTRAL, "A100-80GB", prompt_tokens=1000, output_tokens=500)
+    assert short.tokens_per_request == 1500  # below the window: no cap
+    # Qwen2-style configs carry a window they do not use.
+    assert ModelShape.from_config(config(MISTRAL, use_sliding_window=False)).sliding_window is None
+
+
+def test_workload_sets_users_and_recommendations():
+    p = plan(LLAMA3, "A100-80GB", prompt_tokens=1000, output_tokens=500)
+    assert (p.max_input_tokens, p.max_total_tokens) == (1000, 1500)
+    assert p.concurrent_users == p.max_batch_total_tokens // 1500 == p.max_batch_size
+    assert p.max_batch_prefill_tokens == 4096  # TGI's default, >= max_input_tokens
+    assert p.cuda_graphs == [1, 2, 4, 8, 16, 32]
+    assert p.fits and not p.suggestions
+    # Without a workload: TGI's defaults, min(max_position_embeddings, 4096).
+    d = plan(LLAMA2, "L4", quantize="eetq")
+    assert (d.max_input_tokens, d.max_total_tokens) == (4095, 4096)
+    assert d.concurrent_users == d.max_batch_total_tokens // 4096
+    assert d.cuda_graphs == [g for g in (1, 2, 4, 8, 16, 32) if g <= d.concurrent_users]
+    assert plan(FALCON, "A100-80GB").max_total_tokens == 2048  # Falcon's context
+    with pytest.raises(ValueError, match="prompt_tokens and output_tokens"):
+        plan(LLAMA3, "A100-80GB", prompt_tokens=100)
+    with pytest.raises(ValueError, match="max_input_tokens"):
+        plan(LLAMA3, "A100-80GB", max_input_tokens=2000, max_total_tokens=2000)
+
+
+def test_weights_that_do_not_fit_are_flagged_with_alternatives():
+    p = plan(MIXTRAL, "A100-80GB")  # 87 GiB of bf16 weights on one 80 GB card
+    assert not p.fits and p.max_batch_total_tokens == 0 and p.max_batch_size is None
+    assert any("do not fit" in w for w in p.warnings)
+    assert any(s.startswith("--quantize") for s in p.suggestions)
+    assert any(s.startswith("--num-shard 2") for s in p.suggestions)
+    assert plan(MIXTRAL, "A100-80GB", num_shard=2).fits
+    # Llama-2-7B in fp16 on a 16 GB T4: 12.6 GiB of weights leave too little for one 4096-token request.
+    t4 = plan(LLAMA2, "T4", dtype="float16")
+    assert not t4.fits and t4.suggestions
+    assert any("lower max_total_tokens" in w or "do not fit" in w for w in t4.warnings)
+    assert "### What would fit" in t4.explain()
+    assert any("bfloat16" in w for w in plan(SMOLLM2, "T4").warnings)  # T4 has no native bf16
+
+
+def test_explain_shows_the_arithmetic():
+    text = plan(LLAMA2, "A100-80GB", dtype="float16", prompt_tokens=1000, output_tokens=500).explain()
+    for fragment in ("6,738,415,616", "2 (K, V) x 32 layers x 32 KV heads x 128 head dim x 2 B", "524,288 B",
+                     "x 0.9 wiggle room", "max_batch_total_tokens = floor(", "floor(", "--max-batch-total-tokens",
+                     "text-generation-launcher"):
+        assert fragment in text, fragment
+
+
+# -- GPUs and sizes ---------------------------------------------------------------------------
+
+def test_gpu_names_and_sizes():
+    assert resolve_gpu("a100 80gb") is KNOWN_GPUS["A100-80GB"]
+    assert resolve_gpu("NVIDIA H100 80GB HBM3") is KNOWN_GPUS["H100-80GB"]
+    assert resolve_gpu("nvidia-l4") is KNOWN_GPUS["L4"]
+    assert resolve_gpu("rtx_4090") is KNOWN_GPUS["RTX-4090"]
+    assert resolve_gpu("24GiB").memory_bytes == 24 * GiB
+    assert resolve_gpu("80GB").memory_bytes == 80 * 10**9
+    assert resolve_gpu(16 * GiB).memory_bytes == 16 * GiB
+    assert parse_size("512 MiB") == 512 * 2**20
+    with pytest.raises(ValueError, match="gpu .*A100-80GB.*H100-80GB"):
+        resolve_gpu("A6000-ultra")
+    with pytest.raises(ValueError, match="--overhead"):
+        parse_size("lots", field="--overhead")
+
+
+# -- what servers report --------------------------------------------------------------------
+
+def test_vllm_cpu_figure_from_cpu_perf_is_reproduced():
+    # CPU-PERF.md: vLLM's CPU backend reported 93,184 tokens for VLLM_CPU_KVCACHE_SPACE=2 GiB, bf16.
+    # 2 GiB / 23,040 B = 93,206.8 tokens; vLLM's CPU backend allocates 128-token blocks: 728 x 128.
+    assert kv_cache_tokens(SMOLLM2, 2 * GiB, dtype="bfloat16", block_size=128) == 93_184
+    assert kv_cache_tokens(SMOLLM2, 2 * GiB, dtype="bfloat16", block_size=16) == 93_200  # 16 would not match
+    assert compare(93_184, parse_reported_capacity(
+        "INFO 11-22 10:12:01 [kv_cache_utils.py:1087] GPU KV cache size: 93,184 tokens")) == 0.0
+
+
+def test_embedded_engine_prediction_mirrors_its_code():
+    torch = pytest.importorskip("torch")
+    from tgi_toolkit.engine.runner import SlotCache
+    from tgi_toolkit.engine.serve import DEFAULT_KV_CACHE_BYTES
+
+    shape = ModelShape.from_config(SMOLLM2)
+    for dtype in ("float32", "bfloat16"):
+        cache = SlotCache(shape.num_layers, shape.num_kv_heads, shape.head_dim, getattr(torch, dtype), 1, 1)
+        assert cache.bytes_per_token() == kv_bytes_per_token(shape, dtype)
+    assert DEFAULT_KV_CACHE_BYTES == 2 * GiB
+    p = plan_embedded(SMOLLM2, dtype="float32")
+    assert p.kv_bytes_per_token == 46_080 and p.max_batch_total_tokens == 46_603
+    assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.5).max_batch_total_tokens == 23_301
+    # Never below max_total_tokens, as the engine raises it.
+    assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.01, max_total_tokens=2048,
+                         max_input_tokens=2000).max_batch_total_tokens == 2048
+    assert p.cuda_graphs == [] and p.command_line().startswith("tgi-toolkit serve")
+    assert "--dtype float32" in p.command_line()
+
+
+def test_parse_tgi_log_lines():
+    compact = (
+        "\x1b[2m2024-08-16T12:08:30.101Z\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2mtext_generation_launcher\x1b[0m: "
+        "Default `max_batch_prefill_tokens` to 4096\n"
+        "2024-08-16T12:08:41.202Z  INFO text_generation_launcher: KV-cache blocks: 455003, size: 1\n"
+        "2024-08-16T12:08:41.889Z  INFO text_generation_router_v3: backends/v3/src/lib.rs:137: "
+        "Setting max batch total tokens to 455003\n"
+        "2024-08-16T12:08:42.001Z  INFO text_generation_router::server: router/src/server.rs:2404: Connected\n"
+    )
+    found = parse_reported_capacity(compact)
+    assert found == {"max_batch_prefill_tokens": 4096, "num_blocks": 455003, "block_size": 1,
+                     "max_batch_total_tokens": 455003, "server": "tgi", "tokens": 455003}
+    as_json = json.dumps({"timestamp": "2024-08-16T12:08:41.889Z", "level": "INFO",
+                          "fields": {"message": "Setting max batch total tokens to 1048576"},
+                          "target": "text_generation_router_v3"})
+    assert parse_reported_capacity(as_json)["tokens"] == 1_048_576
+    # A restart logs it again: the last one counts.
+    assert parse_reported_capacity(compact + as_json)["max_batch_total_tokens"] == 1_048_576
+    assert parse_reported_capacity("nothing here") == {}
+
+
+def test_parse_vllm_log_lines():
+    v1 = (
+        "(EngineCore_DP0 pid=4242) INFO 11-22 10:11:58 [gpu_model_runner.py:2653] Model loading took 14.9889 GiB "
+        "memory and 4.21 seconds\n"
+        "(EngineCore_DP0 pid=4242) INFO 11-22 10:12:01 [gpu_worker.py:298] Available KV cache memory: 53.62 GiB\n"
+        "(EngineCore_DP0 pid=4242) INFO 11-22 10:12:01 [kv_cache_utils.py:1087] GPU KV cache size: 439,232 tokens\n"
+        "(EngineCore_DP0 pid=4242) INFO 11-22 10:12:01 [kv_cache_utils.py:1091] Maximum concurrency for 8,192 "
+        "tokens per request: 53.62x\n"
+    )
+    found = parse_reported_capacity(v1)
+    assert found["kv_cache_tokens"] == found["tokens"] == 439_232 and found["server"] == "vllm"
+    assert found["max_concurrency"] == 53.62 and found["max_concurrency_tokens"] == 8192
+    assert found["kv_cache_bytes"] == int(53.62 * GiB)
+    assert found["weight_bytes"] == int(14.9889 * GiB)
+    v0 = "INFO 07-05 15:07:40 gpu_executor.py:83] # GPU blocks: 7281, # CPU blocks: 512\n"
+    assert parse_reported_capacity(v0)["kv_cache_tokens"] == 7281 * 16
+    cpu = "INFO 07-05 15:07:40 cpu_executor.py:72] # CPU blocks: 728\n"
+    assert parse_reported_capacity(cpu, block_size=128)["kv_cache_tokens"] == 93_184
+
+
+def test_compare_is_the_relative_error():
+    p = plan(LLAMA3, "A100-80GB")
+    assert compare(p, p.max_batch_total_tokens) == 0.0
+    assert compare(110, 100) == pytest.approx(0.10)
+    assert compare(p, {"max_batch_total_tokens": p.max_batch_total_tokens * 2}) == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match="reported"):
+        compare(p, {"num_blocks": 3})
+
+
+def test_vllm_prediction_against_a_published_estimate():
+    # Seed 001: happy_vllm estimated ~100k KV tokens for CodeLlama-7b-Instruct (Llama-2-7B's shape,
+    # 16k context) under vLLM 0.4.3 on an A100-80GB: gpu_memory_utilization 0.9, block 16, a profiling
+    # prefill of max_model_len tokens. An estimate read off a benchmark, so only the ballpark is checked.
+    codellama = config(LLAMA2, vocab_size=32016, max_position_embeddings=16384, rope_theta=1e6)
+    p = plan(codellama, "A100-80GB", memory_fraction=0.9, wiggle_room=1.0, block_size=16,
+             max_total_tokens=16384, max_input_tokens=16383, max_batch_prefill_tokens=16384)
+    assert compare(p, 100_000) == pytest.approx(0.0, abs=0.20)
+
+
+# -- CLI ------------------------------------------------------------------------------------
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    from tgi_toolkit.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["plan", *argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_cli_prints_the_plan_and_the_launcher_command():
+    rc, out, _ = run_cli("--model", str(LLAMA3), "--gpu", "A100-80GB", "--prompt-tokens", "1000",
+                         "--output-tokens", "500")
+    expected = plan(LLAMA3, "A100-80GB", prompt_tokens=1000, output_tokens=500)
+    assert rc == 0
+    assert f"--max-batch-total-tokens {expected.max_batch_total_tokens}" in out
+    assert "text-generation-launcher --model-id meta-llama/Meta-Llama-3-8B" in out
+    assert "131,072 B" in out
+
+
+def test_cli_json_and_options(tmp_path):
+    shutil.copy(SMOLLM2, tmp_path / "config.json")
+    rc, out, _ = run_cli("--model", str(tmp_path), "--gpu", "24GiB", "--num-shard", "1", "--kv-cache-dtype",
+                         "fp8_e5m2", "--memory-fraction", "0.5", "--quantize", "eetq", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["kv_bytes_per_token"] == 11_520 and data["quantize"] == "eetq"
+    assert data["memory_fraction"] == 0.5 and data["gpu_memory_bytes"] == 24 * GiB
+    rc, out, _ = run_cli("--model", str(SMOLLM2), "--gpu", "embedded", "--dtype", "float32", "--json")
+    assert rc == 0 and json.loads(out)["max_batch_total_tokens"] == 46_603
+
+
+def test_cli_errors_name_the_field():
+    rc, _, err = run_cli("--model", str(LLAMA3), "--gpu", "TPU-v5")
+    assert rc == 2 and "gpu 'TPU-v5' is not known" in err and "A100-80GB" in err
+    rc, _, err = run_cli("--model", "/nonexistent/dir", "--gpu", "L4")
+    assert rc == 2 and "model_config" in err
+    rc, out, _ = run_cli("--model", str(MIXTRAL), "--gpu", "L4")
+    assert rc == 1 and "do not fit" in out  # exit status 1: the plan does not fit

@@ -1,0 +1,34 @@
+"""Capacity planner: predict a server's KV-cache capacity and launcher settings before launching it.
+
+    >>> from tgi_toolkit.planner import plan
+    >>> p = plan("config.json", "A100-80GB", prompt_tokens=1000, output_tokens=500)
+    >>> print(p.explain())
+
+Then confirm by measuring: `parse_reported_capacity(server_log)` reads what TGI, vLLM or the
+embedded engine reported, and `compare(p, reported)` gives the relative error.
+"""
+
+from __future__ import annotations
+
+from tgi_toolkit.planner.capacity import (
+    TGI_WIGGLE_ROOM,
+    Plan,
+    activation_bytes_per_token,
+    kv_bytes_per_token,
+    kv_cache_tokens,
+    plan,
+    plan_embedded,
+    weight_bytes,
+)
+from tgi_toolkit.planner.cli import add_parser
+from tgi_toolkit.planner.dtypes import QUANT_SCHEMES, QuantScheme
+from tgi_toolkit.planner.gpus import KNOWN_GPUS, Gpu, parse_size, resolve_gpu
+from tgi_toolkit.planner.reported import compare, parse_reported_capacity
+from tgi_toolkit.planner.shape import ModelShape, load_config
+
+__all__ = [
+    "KNOWN_GPUS", "QUANT_SCHEMES", "TGI_WIGGLE_ROOM", "Gpu", "ModelShape", "Plan", "QuantScheme",
+    "activation_bytes_per_token", "add_parser", "compare", "kv_bytes_per_token", "kv_cache_tokens",
+    "load_config", "parse_reported_capacity", "parse_size", "plan", "plan_embedded", "resolve_gpu",
+    "weight_bytes",
+]

@@ -1,0 +1,537 @@
+"""The capacity plan: weights, KV cache per token, the token budget that fits, and launcher settings.
+
+How TGI sizes its KV cache (server/text_generation_server/models/flash_causal_lm.py, `warmup`): it
+loads the weights, runs one prefill of `max_batch_prefill_tokens`, then measures free memory as
+`free - (1 - cuda_memory_fraction * TGI_WIGGLE_ROOM) * total` (TGI_WIGGLE_ROOM = 0.90) and fills it
+with KV blocks; CUDA graphs and allocator fragmentation later live in the 10% left over. The router
+then logs "Setting max batch total tokens to <blocks x block size>". The planner reproduces that
+sum from the config alone:
+
+    KV budget = memory x memory_fraction x wiggle_room - weights/shard - fixed reserve - prefill activations
+
+The fixed reserve (default 1 GiB) stands for what torch does not account as tensors: the CUDA
+context (~0.5 GiB on recent cards), cuBLAS workspaces and, with shards, NCCL buffers. Prefill
+activations are estimated as `max_batch_prefill_tokens x dtype bytes x (4 x hidden + q/k/v widths +
+gated-MLP widths)`: the residual stream, its normalised copy, the attention and MLP outputs and the
+widest intermediates alive at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tgi_toolkit.planner.dtypes import canonical_dtype, dtype_bytes, kv_dtype_bytes, quant_scheme
+from tgi_toolkit.planner.gpus import GiB, Gpu, resolve_gpu
+from tgi_toolkit.planner.shape import ModelShape
+
+TGI_WIGGLE_ROOM = 0.90
+DEFAULT_OVERHEAD_BYTES = 1 * GiB
+TGI_DEFAULT_CUDA_GRAPHS = (1, 2, 4, 8, 16, 32)
+TGI_DEFAULT_MAX_TOTAL_TOKENS = 4096  # default max_total_tokens is min(max_position_embeddings, 4096)
+TGI_DEFAULT_PREFILL_TOKENS = 4096
+TGI_DEFAULT_MAX_CONCURRENT_REQUESTS = 128
+# Methods whose kernels TGI cannot capture in CUDA graphs (the launcher turns them off).
+_NO_CUDA_GRAPHS = {"bitsandbytes", "bitsandbytes-nf4", "bitsandbytes-fp4", "exl2"}
+_SUGGESTED_QUANTIZATION = ("fp8", "eetq", "awq", "bitsandbytes-nf4")
+
+
+def _n(value: float) -> str:
+    return f"{int(value):,}"
+
+
+def _gib(value: float) -> str:
+    return f"{value / GiB:,.2f} GiB"
+
+
+@dataclass
+class Plan:
+    """Every number of a capacity plan; `explain()` shows how each was reached."""
+
+    model: str
+    architecture: str
+    gpu: str
+    gpu_memory_bytes: int
+    dtype: str
+    quantize: str | None
+    kv_cache_dtype: str | None
+    num_shard: int
+    memory_fraction: float
+    wiggle_room: float
+    block_size: int
+    parameters: int
+    active_parameters: int
+    parameter_breakdown: dict[str, int]
+    weight_bytes: int
+    weight_bytes_per_shard: int
+    kv_heads_per_shard: int
+    kv_bytes_per_token: int  # on one shard; each shard holds its heads' share of every token
+    usable_bytes: int
+    overhead_bytes: int
+    activation_bytes: int
+    kv_budget_bytes: int
+    max_batch_total_tokens: int
+    sliding_window: int | None
+    prompt_tokens: int | None
+    output_tokens: int | None
+    tokens_per_request: int  # KV tokens one request reserves (window-capped, block-padded)
+    concurrent_users: int
+    max_input_tokens: int
+    max_total_tokens: int
+    max_batch_prefill_tokens: int
+    max_batch_size: int | None
+    cuda_graphs: list[int]
+    fits: bool
+    steps: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+    server: str = "tgi"
+
+    # -- outputs ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def launcher_args(self) -> list[str]:
+        """The recommended `text-generation-launcher` flags."""
+        args = []
+        if self.quantize:
+            args += ["--quantize", self.quantize]
+        if self._dtype_flag():
+            args += ["--dtype", self.dtype]
+        if self.kv_cache_dtype:
+            args += ["--kv-cache-dtype", self.kv_cache_dtype]
+        if self.num_shard > 1:
+            args += ["--num-shard", str(self.num_shard)]
+        if self.memory_fraction != 1.0:
+            args += ["--cuda-memory-fraction", f"{self.memory_fraction:g}"]
+        args += ["--max-input-tokens", str(self.max_input_tokens),
+                 "--max-total-tokens", str(self.max_total_tokens),
+                 "--max-batch-prefill-tokens", str(self.max_batch_prefill_tokens),
+                 "--max-batch-total-tokens", str(self.max_batch_total_tokens)]
+        if self.max_batch_size:
+            args += ["--max-batch-size", str(self.max_batch_size)]
+            if self.max_batch_size > TGI_DEFAULT_MAX_CONCURRENT_REQUESTS:
+                args += ["--max-concurrent-requests", str(self.max_batch_size)]
+        if self.server == "tgi":
+            args += ["--cuda-graphs", ",".join(map(str, self.cuda_graphs)) if self.cuda_graphs else "0"]
+        return args
+
+    def _dtype_flag(self) -> bool:
+        # The launcher refuses --dtype with quantizations other than bitsandbytes, and takes no float32.
+        if self.quantize and not self.quantize.startswith("bitsandbytes"):
+            return False
+        return self.server != "tgi" or self.dtype in ("float16", "bfloat16")
+
+    def command_line(self, model_id: str | None = None) -> str:
+        program = "tgi-toolkit serve" if self.server == "embedded" else "text-generation-launcher"
+        model = model_id or self.model
+        head = [program] + (["--model-id", model] if model else [])
+        return " ".join(head + self.launcher_args())
+
+    def to_launcher_config(self, model_id: str | None = None, **overrides: Any) -> Any:
+        """A `tgi_toolkit.config.LauncherConfig` holding the recommended settings."""
+        from tgi_toolkit.config import LauncherConfig
+
+        values: dict[str, Any] = dict(
+            max_input_tokens=self.max_input_tokens, max_total_tokens=self.max_total_tokens,
+            max_batch_prefill_tokens=self.max_batch_prefill_tokens,
+            max_batch_total_tokens=self.max_batch_total_tokens, max_batch_size=self.max_batch_size,
+            quantize=self.quantize, num_shard=self.num_shard if self.num_shard > 1 else None,
+            cuda_memory_fraction=self.memory_fraction,
+        )
+        if self.server == "tgi":
+            values["cuda_graphs"] = list(self.cuda_graphs) or [0]
+        if self.kv_cache_dtype:
+            values["kv_cache_dtype"] = self.kv_cache_dtype
+        if self._dtype_flag():
+            values["dtype"] = self.dtype
+        if self.max_batch_size and self.max_batch_size > TGI_DEFAULT_MAX_CONCURRENT_REQUESTS:
+            values["max_concurrent_requests"] = self.max_batch_size
+        model = model_id or self.model
+        if model:
+            values["model_id"] = model
+        values.update(overrides)
+        return LauncherConfig(**values)
+
+    def explain(self) -> str:
+        title = f"Capacity plan: {self.model or self.architecture} on {self.gpu}"
+        if self.num_shard > 1:
+            title += f" x {self.num_shard} shards"
+        lines = [f"## {title}", ""]
+        lines += [f"{i}. {step}" for i, step in enumerate(self.steps, 1)]
+        lines += ["", "### Recommended launcher settings", ""]
+        recs = [("max-input-tokens", self.max_input_tokens), ("max-total-tokens", self.max_total_tokens),
+                ("max-batch-prefill-tokens", self.max_batch_prefill_tokens),
+                ("max-batch-total-tokens", self.max_batch_total_tokens),
+                ("max-batch-size", self.max_batch_size)]
+        lines += [f"- `--{k}` {_n(v) if v is not None else '(unset)'}" for k, v in recs]
+        if self.server == "tgi":
+            lines.append(f"- `--cuda-graphs` {','.join(map(str, self.cuda_graphs)) or '0 (off)'}")
+        lines += ["", "```", self.command_line(), "```"]
+        if self.warnings:
+            lines += ["", "### Warnings", ""] + [f"- {w}" for w in self.warnings]
+        if self.suggestions:
+            lines += ["", "### What would fit", ""] + [f"- {s}" for s in self.suggestions]
+        return "\n".join(lines)
+
+    def _repr_markdown_(self) -> str:
+        return self.explain()
+
+    def __str__(self) -> str:
+        return self.explain()
+
+
+# -- the arithmetic ----------------------------------------------------------------------------
+def weight_bytes(shape: ModelShape, dtype: str, quantize: str | None = None) -> tuple[int, str]:
+    """Bytes of all weights, and the sentence that shows the sum."""
+    scheme = quant_scheme(quantize, shape.quantization_config)
+    parts = shape.parameter_breakdown()
+    total = sum(parts.values())
+    act = dtype_bytes(dtype)
+    if scheme is None:
+        return total * act, f"{_n(total)} parameters x {act} B ({canonical_dtype(dtype)}) = {_gib(total * act)}"
+    packed = parts["attention"] + parts["mlp"]
+    rest = total - packed
+    bits = scheme.bits_per_weight(shape.hidden_size)
+    nbytes = math.ceil(packed * bits / 8) + rest * act
+    return nbytes, (f"{_n(packed)} linear weights x {bits:.3f} bits ({scheme.name}: {scheme.note}) "
+                    f"+ {_n(rest)} embeddings/norms/biases x {act} B = {_gib(nbytes)}")
+
+
+def kv_heads_per_shard(shape: ModelShape, num_shard: int) -> int:
+    # TGI splits KV heads across shards; with fewer heads than shards each shard keeps a copy of one.
+    return max(1, shape.num_kv_heads // num_shard)
+
+
+def kv_bytes_per_token(shape: ModelShape, dtype: str, kv_cache_dtype: str | None = None, num_shard: int = 1) -> int:
+    """2 (K and V) x layers x KV heads on one shard x head dim x bytes per element."""
+    return 2 * shape.num_layers * kv_heads_per_shard(shape, num_shard) * shape.head_dim * \
+        kv_dtype_bytes(kv_cache_dtype, dtype)
+
+
+def kv_cache_tokens(model_config: Any, kv_cache_bytes: int, *, dtype: str = "bfloat16",
+                    kv_cache_dtype: str | None = None, num_shard: int = 1, block_size: int = 1) -> int:
+    """Tokens a KV space of `kv_cache_bytes` holds, in whole blocks of `block_size` tokens.
+
+    vLLM reports exactly this as "GPU KV cache size: N tokens" (its CPU backend: VLLM_CPU_KVCACHE_SPACE
+    bytes, block size 128; on GPUs the space left after profiling, block size 16).
+    """
+    shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
+    per_block = kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard) * block_size
+    return int(kv_cache_bytes) // per_block * block_size
+
+
+def activation_bytes_per_token(shape: ModelShape, dtype: str, num_shard: int = 1) -> int:
+    act = dtype_bytes(dtype)
+    if shape.num_experts:
+        inner = shape.experts_per_token * shape.expert_intermediate_size + shape.shared_intermediate_size
+    else:
+        inner = shape.intermediate_size
+    mlp = (3 if shape.gated_mlp else 2) * inner
+    width = 4 * shape.hidden_size + (shape.q_dim + 2 * shape.kv_dim + mlp) // num_shard
+    return act * width
+
+
+def _padded(tokens: int, block: int) -> int:
+    return -(-tokens // block) * block
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+
+
+@dataclass
+class _Lengths:
+    max_input: int
+    max_total: int
+    prefill: int
+    prompt: int | None
+    output: int | None
+    notes: list[str]
+
+
+def _lengths(shape: ModelShape, prompt_tokens: int | None, output_tokens: int | None, max_input_tokens: int | None,
+             max_total_tokens: int | None, max_batch_prefill_tokens: int | None) -> _Lengths:
+    for name, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens),
+                        ("max_input_tokens", max_input_tokens), ("max_total_tokens", max_total_tokens),
+                        ("max_batch_prefill_tokens", max_batch_prefill_tokens)):
+        _check_positive(name, value)
+    if (prompt_tokens is None) != (output_tokens is None):
+        raise ValueError("prompt_tokens and output_tokens describe one workload: give both or neither")
+    notes = []
+    max_pos = shape.max_position_embeddings
+    if prompt_tokens is not None and output_tokens is not None:
+        total = max_total_tokens or prompt_tokens + output_tokens
+        max_input = max_input_tokens or min(prompt_tokens, total - 1)
+        notes.append(f"max_total_tokens {_n(total)} and max_input_tokens {_n(max_input)} "
+                     + ("as given" if max_total_tokens and max_input_tokens else
+                        f"from the workload ({_n(prompt_tokens)} prompt + {_n(output_tokens)} output tokens)"))
+        if prompt_tokens + output_tokens > total:
+            raise ValueError(f"max_total_tokens ({total}) is below the workload's prompt_tokens + output_tokens "
+                             f"({prompt_tokens + output_tokens})")
+        if prompt_tokens > max_input:
+            raise ValueError(f"max_input_tokens ({max_input}) is below the workload's prompt_tokens ({prompt_tokens})")
+    else:
+        default_total = min(max_pos or TGI_DEFAULT_MAX_TOTAL_TOKENS, TGI_DEFAULT_MAX_TOTAL_TOKENS)
+        total = max_total_tokens or (max_input_tokens + 1 if max_input_tokens else default_total)
+        max_input = max_input_tokens or total - 1
+        if not (max_total_tokens or max_input_tokens):
+            notes.append(f"max_total_tokens = min(max_position_embeddings {_n(max_pos) if max_pos else '?'}, "
+                         f"{TGI_DEFAULT_MAX_TOTAL_TOKENS}) = {_n(total)} and max_input_tokens = {_n(max_input)} "
+                         "(TGI's defaults; no workload given)")
+    if max_input >= total:
+        raise ValueError(f"max_input_tokens ({max_input}) must be < max_total_tokens ({total})")
+    if max_pos and total > max_pos:
+        notes.append(f"warning: max_total_tokens {_n(total)} exceeds the model's max_position_embeddings {_n(max_pos)}")
+    default_prefill = min(TGI_DEFAULT_PREFILL_TOKENS, max_pos or TGI_DEFAULT_PREFILL_TOKENS)
+    prefill = max_batch_prefill_tokens or max(max_input, default_prefill)
+    if prefill < max_input:
+        raise ValueError(f"max_batch_prefill_tokens ({prefill}) must be >= max_input_tokens ({max_input})")
+    return _Lengths(max_input, total, prefill, prompt_tokens, output_tokens, notes)
+
+
+def _finish(shape: ModelShape, *, server: str, model: str, gpu: str, gpu_memory: int, dtype: str,
+            quantize: str | None, kv_cache_dtype: str | None, num_shard: int, memory_fraction: float,
+            wiggle_room: float, block_size: int, lengths: _Lengths, weights: int, weights_note: str,
+            usable: int, overhead: int, activation: int, budget: int, tokens: int, steps: list[str],
+            warnings: list[str]) -> Plan:
+    """Requests that fit in `tokens`, and the launcher settings that follow; shared by every plan."""
+    kv_heads = kv_heads_per_shard(shape, num_shard)
+    per_token = kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard)
+    request = (lengths.prompt + lengths.output) if lengths.prompt is not None else lengths.max_total
+    reserved = min(request, shape.sliding_window) if shape.sliding_window else request
+    reserved = _padded(reserved, block_size)
+    users = tokens // reserved if reserved else 0
+    what = (f"{_n(lengths.prompt)} prompt + {_n(lengths.output)} output = {_n(request)} tokens per request"
+            if lengths.prompt is not None else f"a request of max_total_tokens = {_n(request)} tokens (worst case)")
+    if shape.sliding_window and request > shape.sliding_window:
+        what += f", capped at the sliding window {_n(shape.sliding_window)}"
+    if block_size > 1 and reserved != min(request, shape.sliding_window or request):
+        what += f", padded to whole {block_size}-token blocks = {_n(reserved)}"
+    steps.append(f"Concurrent users: {what}; floor({_n(tokens)} / {_n(reserved)}) = **{_n(users)}**")
+
+    weights_fit = budget > 0
+    fits = weights_fit and users >= 1
+    prefill = lengths.prefill
+    if fits and tokens < prefill:
+        steps.append(f"max_batch_prefill_tokens {_n(prefill)} capped at max_batch_total_tokens {_n(tokens)}")
+        prefill = max(tokens, lengths.max_input)
+    if fits and tokens < lengths.max_total and not shape.sliding_window:
+        fits = False
+    graphs = []
+    if server == "tgi" and users >= 1 and (quantize or "") not in _NO_CUDA_GRAPHS:
+        graphs = [g for g in TGI_DEFAULT_CUDA_GRAPHS if g <= users]
+    if server == "tgi":
+        why = ("off: TGI cannot capture this quantization's kernels" if (quantize or "") in _NO_CUDA_GRAPHS
+               else f"TGI's default {list(TGI_DEFAULT_CUDA_GRAPHS)} trimmed to sizes <= {_n(users)} users")
+        steps.append(f"CUDA graphs: {graphs or 'none'} ({why})")
+
+    if not weights_fit:
+        warnings.append(f"the weights do not fit: {_gib(weights / num_shard)} per shard against "
+                        f"{_gib(usable - overhead - activation)} left after the reserve; quantize or add shards")
+    elif users < 1:
+        warnings.append(f"one request of {_n(reserved)} tokens needs {_gib(reserved * per_token)} of KV cache, "
+                        f"but only {_gib(max(budget, 0))} is left: lower max_total_tokens, quantize or add shards")
+    elif tokens < lengths.max_total and not shape.sliding_window:
+        warnings.append(f"max_batch_total_tokens {_n(tokens)} is below max_total_tokens {_n(lengths.max_total)}: "
+                        "the launcher refuses that; lower max_total_tokens")
+    if users > TGI_DEFAULT_MAX_CONCURRENT_REQUESTS and server == "tgi":
+        warnings.append(f"{_n(users)} concurrent users exceed TGI's default --max-concurrent-requests "
+                        f"{TGI_DEFAULT_MAX_CONCURRENT_REQUESTS}; raise it too, or the extra clients get 429")
+    warnings += [n.removeprefix("warning: ") for n in lengths.notes if n.startswith("warning: ")]
+    warnings += list(shape.notes)
+
+    return Plan(
+        model=model, architecture=shape.model_type, gpu=gpu, gpu_memory_bytes=gpu_memory, dtype=dtype,
+        quantize=quantize, kv_cache_dtype=kv_cache_dtype, num_shard=num_shard, memory_fraction=memory_fraction,
+        wiggle_room=wiggle_room, block_size=block_size, parameters=shape.parameters(),
+        active_parameters=shape.active_parameters(), parameter_breakdown=shape.parameter_breakdown(),
+        weight_bytes=weights, weight_bytes_per_shard=-(-weights // num_shard), kv_heads_per_shard=kv_heads,
+        kv_bytes_per_token=per_token, usable_bytes=usable, overhead_bytes=overhead, activation_bytes=activation,
+        kv_budget_bytes=budget, max_batch_total_tokens=tokens, sliding_window=shape.sliding_window,
+        prompt_tokens=lengths.prompt, output_tokens=lengths.output, tokens_per_request=reserved,
+        concurrent_users=users, max_input_tokens=lengths.max_input, max_total_tokens=lengths.max_total,
+        max_batch_prefill_tokens=prefill, max_batch_size=users if users >= 1 else None, cuda_graphs=graphs,
+        fits=fits, steps=steps, warnings=warnings, server=server,
+    )
+
+
+def _parameter_step(shape: ModelShape) -> str:
+    parts = {k: v for k, v in shape.parameter_breakdown().items() if v}
+    step = f"Parameters: {' + '.join(f'{k} {_n(v)}' for k, v in parts.items())} = **{_n(sum(parts.values()))}**"
+    if shape.num_experts:
+        step += f" ({_n(shape.active_parameters())} active per token)"
+    return step
+
+
+def _kv_step(shape: ModelShape, dtype: str, kv_cache_dtype: str | None, num_shard: int) -> str:
+    heads = kv_heads_per_shard(shape, num_shard)
+    nbytes = kv_dtype_bytes(kv_cache_dtype, dtype)
+    head_note = f"{shape.num_kv_heads} KV heads" if num_shard == 1 else \
+        f"max(1, {shape.num_kv_heads} KV heads // {num_shard} shards) = {heads}"
+    kv_name = kv_cache_dtype or canonical_dtype(dtype)
+    return (f"KV cache per token: 2 (K, V) x {shape.num_layers} layers x {head_note} x {shape.head_dim} head dim "
+            f"x {nbytes} B ({kv_name}) = **{_n(kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard))} B**"
+            + (" per shard" if num_shard > 1 else ""))
+
+
+def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str = "bfloat16", quantize: str | None = None,
+         kv_cache_dtype: str | None = None, num_shard: int = 1, memory_fraction: float = 1.0,
+         prompt_tokens: int | None = None, output_tokens: int | None = None,
+         max_input_tokens: int | None = None, max_total_tokens: int | None = None,
+         max_batch_prefill_tokens: int | None = None, overhead_bytes: int | None = None,
+         wiggle_room: float = TGI_WIGGLE_ROOM, block_size: int = 1, model_id: str | None = None,
+         _suggest: bool = True) -> Plan:
+    """Plan a TGI deployment of `model_config` on `gpu` before launching it.
+
+    `wiggle_room` is TGI's TGI_WIGGLE_ROOM (0.90). `block_size` is the KV block (TGI: 1 with
+    flashinfer, 16 paged, 256 flashdecoding). To predict vLLM instead, pass
+    `memory_fraction=<gpu_memory_utilization, 0.9>`, `wiggle_room=1.0`, `block_size=16`.
+    """
+    shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
+    card = resolve_gpu(gpu)
+    dtype = canonical_dtype(dtype)
+    kv_dtype_bytes(kv_cache_dtype, dtype)  # validates the name
+    _check_positive("num_shard", num_shard)
+    _check_positive("block_size", block_size)
+    if isinstance(memory_fraction, bool) or not 0 < float(memory_fraction) <= 1:
+        raise ValueError(f"memory_fraction must be in (0, 1]; got {memory_fraction!r}")
+    if not 0 < float(wiggle_room) <= 1:
+        raise ValueError(f"wiggle_room must be in (0, 1]; got {wiggle_room!r}")
+    scheme = quant_scheme(quantize, shape.quantization_config)
+    quantize = scheme.name if scheme else None
+    if quantize == "exl2" and num_shard > 1:
+        raise ValueError("quantize 'exl2' does not support num_shard > 1 (TGI's launcher refuses it)")
+    lengths = _lengths(shape, prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
+                       max_batch_prefill_tokens)
+    model = model_id or shape.name
+
+    warnings: list[str] = []
+    if dtype == "float32":
+        warnings.append("TGI's --dtype takes float16 or bfloat16 only; float32 is planned but cannot be launched")
+    if dtype == "bfloat16" and not card.bf16 and not quantize:
+        warnings.append(f"{card.name} has no native bfloat16; use dtype float16")
+    if (quantize == "fp8" or kv_cache_dtype) and not card.fp8:
+        warnings.append(f"{card.name} has no FP8 tensor cores: fp8 runs through weight-only kernels, slower")
+    if scheme and scheme.needs_prequantized and str((shape.quantization_config or {}).get("quant_method", "")
+                                                    ).lower() != quantize:
+        warnings.append(f"quantize {quantize!r} needs a checkpoint already quantized with it")
+    if shape.num_kv_heads % num_shard and shape.num_kv_heads > num_shard:
+        warnings.append(f"{shape.num_kv_heads} KV heads do not split evenly over {num_shard} shards")
+    if shape.num_heads % num_shard:
+        warnings.append(f"{shape.num_heads} attention heads do not split evenly over {num_shard} shards; "
+                        "TGI will refuse this sharding")
+
+    steps = [f"Model: {shape.describe()}", _parameter_step(shape)]
+    weights, weights_note = weight_bytes(shape, dtype, quantize)
+    per_shard = -(-weights // num_shard)
+    sharded = f"; per shard / {num_shard} = {_gib(per_shard)}" if num_shard > 1 else ""
+    steps.append(f"Weights: {weights_note}{sharded}")
+    steps.append(_kv_step(shape, dtype, kv_cache_dtype, num_shard))
+
+    usable = int(card.memory_bytes * memory_fraction * wiggle_room)
+    steps.append(f"Usable memory per GPU: {_gib(card.memory_bytes)} ({card.name}) x {memory_fraction:g} "
+                 f"memory fraction x {wiggle_room:g} wiggle room = {_gib(usable)}")
+    overhead = DEFAULT_OVERHEAD_BYTES if overhead_bytes is None else int(overhead_bytes)
+    act_per_token = activation_bytes_per_token(shape, dtype, num_shard)
+    activation = lengths.prefill * act_per_token
+    steps.append(f"Reserve: {_gib(overhead)} fixed (CUDA context, workspaces) + prefill activations "
+                 f"{_n(lengths.prefill)} max_batch_prefill_tokens x {_n(act_per_token)} B "
+                 f"= {_gib(overhead + activation)}")
+    budget = usable - per_shard - overhead - activation
+    steps.append(f"KV budget: {_gib(usable)} - {_gib(per_shard)} weights - {_gib(overhead + activation)} reserve "
+                 f"= **{_gib(budget)}**")
+    per_token = kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard)
+    tokens = max(budget, 0) // per_token // block_size * block_size
+    steps.append(f"max_batch_total_tokens = floor({_n(max(budget, 0))} B / {_n(per_token)} B)"
+                 + (f" in whole {block_size}-token blocks" if block_size > 1 else "") + f" = **{_n(tokens)}**")
+    steps += [n for n in lengths.notes if not n.startswith("warning: ")]
+
+    result = _finish(shape, server="tgi", model=model, gpu=card.name, gpu_memory=card.memory_bytes, dtype=dtype,
+                     quantize=quantize, kv_cache_dtype=kv_cache_dtype, num_shard=num_shard,
+                     memory_fraction=float(memory_fraction), wiggle_room=float(wiggle_room), block_size=block_size,
+                     lengths=lengths, weights=weights, weights_note=weights_note, usable=usable, overhead=overhead,
+                     activation=activation, budget=budget, tokens=tokens, steps=steps, warnings=warnings)
+    if not result.fits and _suggest:
+        result.suggestions = _suggestions(shape, card, dtype=dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype,
+                                          num_shard=num_shard, memory_fraction=memory_fraction,
+                                          lengths=lengths, overhead_bytes=overhead_bytes, wiggle_room=wiggle_room,
+                                          block_size=block_size)
+    return result
+
+
+def _suggestions(shape: ModelShape, card: Gpu, *, quantize: str | None, num_shard: int, lengths: _Lengths,
+                 **kwargs: Any) -> list[str]:
+    """Alternatives that fit: a quantization, or more shards (powers of two up to 8)."""
+    common = dict(prompt_tokens=lengths.prompt, output_tokens=lengths.output,
+                  max_input_tokens=lengths.max_input, max_total_tokens=lengths.max_total,
+                  max_batch_prefill_tokens=lengths.prefill, _suggest=False, **kwargs)
+    out = []
+    for method in _SUGGESTED_QUANTIZATION:
+        if method == quantize or (method == "fp8" and not card.fp8):
+            continue
+        alt = plan(shape, card, quantize=method, num_shard=num_shard, **common)
+        if alt.fits:
+            need = " (needs an AWQ checkpoint)" if method == "awq" else ""
+            out.append(f"--quantize {method}{need}: weights {_gib(alt.weight_bytes_per_shard)} per shard, "
+                       f"max_batch_total_tokens {_n(alt.max_batch_total_tokens)}, {_n(alt.concurrent_users)} users")
+            break
+    for shards in (2, 4, 8):
+        if shards <= num_shard or shape.num_heads % shards:
+            continue
+        alt = plan(shape, card, quantize=quantize, num_shard=shards, **common)
+        if alt.fits:
+            out.append(f"--num-shard {shards} ({shards} x {card.name}): weights {_gib(alt.weight_bytes_per_shard)} "
+                       f"per shard, max_batch_total_tokens {_n(alt.max_batch_total_tokens)}, "
+                       f"{_n(alt.concurrent_users)} users")
+            break
+    if not out:
+        out.append("nothing tried fits (4-bit quantization, up to 8 shards); use a larger GPU or a smaller model")
+    return out
+
+
+def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str | None = None,
+                  memory_fraction: float = 1.0, prompt_tokens: int | None = None, output_tokens: int | None = None,
+                  max_input_tokens: int | None = None, max_total_tokens: int | None = None,
+                  max_batch_prefill_tokens: int | None = None, model_id: str | None = None) -> Plan:
+    """Predict what the embedded CPU engine logs as "Setting max batch total tokens to N".
+
+    The engine gives its KV cache a fixed space (tgi_toolkit.engine.serve.DEFAULT_KV_CACHE_BYTES,
+    2 GiB) scaled by --cuda-memory-fraction, divides by its bytes per token (keys and values kept in
+    the model dtype whatever --quantize says) and never goes below max_total_tokens. `dtype` None is
+    the engine's own default on this machine: bfloat16 where the CPU computes in it, else float32.
+    """
+    from tgi_toolkit.engine.model import cpu_has_bf16
+    from tgi_toolkit.engine.serve import DEFAULT_KV_CACHE_BYTES
+
+    shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
+    dtype = canonical_dtype(dtype or ("bfloat16" if cpu_has_bf16() else "float32"))
+    if isinstance(memory_fraction, bool) or not 0 < float(memory_fraction) <= 1:
+        raise ValueError(f"memory_fraction must be in (0, 1]; got {memory_fraction!r}")
+    scheme = quant_scheme(quantize, shape.quantization_config)
+    quantize = scheme.name if scheme else None
+    lengths = _lengths(shape, prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
+                       max_batch_prefill_tokens)
+    steps = [f"Model: {shape.describe()}", _parameter_step(shape)]
+    weights, weights_note = weight_bytes(shape, dtype, quantize)
+    steps.append(f"Weights (in RAM, outside the KV space): {weights_note}")
+    steps.append(_kv_step(shape, dtype, None, 1))
+    per_token = kv_bytes_per_token(shape, dtype)
+    budget = int(DEFAULT_KV_CACHE_BYTES * memory_fraction)
+    # Same expression as the engine (float floor division), so the figure matches to the token.
+    tokens = int(DEFAULT_KV_CACHE_BYTES * memory_fraction // per_token)
+    steps.append(f"KV space: {_gib(DEFAULT_KV_CACHE_BYTES)} (the engine's fixed KV space) x {memory_fraction:g} "
+                 f"cuda_memory_fraction = {_n(budget)} B")
+    line = f"max_batch_total_tokens = floor({_n(budget)} B / {_n(per_token)} B) = {_n(tokens)}"
+    if tokens < lengths.max_total:
+        line += f", raised to max_total_tokens {_n(lengths.max_total)} as the engine does"
+        tokens = lengths.max_total
+    steps.append(line + f" -> **{_n(tokens)}**")
+    steps += [n for n in lengths.notes if not n.startswith("warning: ")]
+    return _finish(shape, server="embedded", model=model_id or shape.name, gpu="embedded CPU engine",
+                   gpu_memory=DEFAULT_KV_CACHE_BYTES, dtype=dtype, quantize=quantize, kv_cache_dtype=None,
+                   num_shard=1, memory_fraction=float(memory_fraction), wiggle_room=1.0, block_size=1,
+                   lengths=lengths, weights=weights, weights_note=weights_note, usable=budget, overhead=0,
+                   activation=0, budget=budget, tokens=tokens, steps=steps, warnings=[])

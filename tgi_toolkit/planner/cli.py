@@ -1,0 +1,63 @@
+"""`tgi-toolkit plan`: the capacity plan for a model on a GPU, with the launcher flags it recommends."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tgi_toolkit.planner.dtypes import QUANT_SCHEMES
+from tgi_toolkit.planner.gpus import KNOWN_GPUS, parse_size
+
+EMBEDDED = ("embedded", "cpu")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "plan", help="predict the KV-cache capacity and launcher settings for a model on a GPU",
+        description="Plan a deployment before launching it: weights, KV cache per token, the "
+                    "max-batch-total-tokens that fits, concurrent users, and recommended launcher flags.")
+    p.add_argument("--model", required=True, metavar="CONFIG_OR_DIR",
+                   help="a config.json, or a model directory holding one")
+    p.add_argument("--gpu", required=True,
+                   help=f"a card ({', '.join(KNOWN_GPUS)}), a memory size ('24GiB', '80GB'), "
+                        "or 'embedded' for this toolkit's CPU engine")
+    p.add_argument("--model-id", help="model id to put in the recommended command line")
+    p.add_argument("--dtype", default=None, help="float16, bfloat16 (default) or float32")
+    p.add_argument("--quantize", choices=sorted(QUANT_SCHEMES))
+    p.add_argument("--kv-cache-dtype", choices=["fp8_e4m3fn", "fp8_e5m2"])
+    p.add_argument("--num-shard", type=int, default=1)
+    p.add_argument("--memory-fraction", "--cuda-memory-fraction", dest="memory_fraction", type=float, default=1.0)
+    p.add_argument("--prompt-tokens", type=int)
+    p.add_argument("--output-tokens", type=int)
+    p.add_argument("--max-input-tokens", type=int)
+    p.add_argument("--max-total-tokens", type=int)
+    p.add_argument("--max-batch-prefill-tokens", type=int)
+    p.add_argument("--overhead", help="fixed reserve per GPU besides weights and activations (default 1GiB)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from tgi_toolkit.planner.capacity import plan, plan_embedded
+
+    common = dict(quantize=args.quantize, memory_fraction=args.memory_fraction, prompt_tokens=args.prompt_tokens,
+                  output_tokens=args.output_tokens, max_input_tokens=args.max_input_tokens,
+                  max_total_tokens=args.max_total_tokens, max_batch_prefill_tokens=args.max_batch_prefill_tokens,
+                  model_id=args.model_id)
+    try:
+        if args.gpu.lower() in EMBEDDED:
+            result = plan_embedded(args.model, dtype=args.dtype, **common)
+        else:
+            overhead = parse_size(args.overhead, field="--overhead") if args.overhead else None
+            result = plan(args.model, args.gpu, dtype=args.dtype or "bfloat16", kv_cache_dtype=args.kv_cache_dtype,
+                          num_shard=args.num_shard, overhead_bytes=overhead, **common)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result.explain())
+    return 0 if result.fits else 1

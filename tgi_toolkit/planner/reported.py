@@ -1,0 +1,106 @@
+"""What servers report about their KV capacity at start-up, and how far a plan was from it.
+
+TGI's router logs "Setting max batch total tokens to N" (and its shards "KV-cache blocks: B, size: S");
+the embedded engine logs the same line. vLLM (V1) logs "GPU KV cache size: N tokens" and
+"Maximum concurrency for T tokens per request: Xx"; vLLM V0 logged "# GPU blocks: B" (later
+"# cuda blocks: B"), and its CPU backend "# CPU blocks: B".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_NUM = r"(\d[\d,_]*)"
+_PATTERNS: dict[str, re.Pattern[str]] = {
+    "max_batch_total_tokens": re.compile(r"Setting max batch total tokens to " + _NUM),
+    "tgi_blocks": re.compile(r"KV-cache blocks: " + _NUM + r", size: " + _NUM),
+    "max_batch_prefill_tokens": re.compile(r"Default `?max_batch_prefill_tokens`? to " + _NUM),
+    "kv_cache_tokens": re.compile(r"KV cache size: " + _NUM + r" tokens"),
+    "max_concurrency": re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: ([\d.]+)x"),
+    "kv_cache_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
+    "device_blocks": re.compile(r"# (?:GPU|gpu|cuda|CUDA|xpu|hpu|tpu|neuron) blocks: " + _NUM),
+    "cpu_blocks": re.compile(r"# CPU blocks: " + _NUM),
+    "vllm_weights_gib": re.compile(r"Model (?:loading|weights) took ([\d.]+) ?GiB"),
+    "engine_weights_mib": re.compile(r"Weights: ([\d.]+) MiB"),
+}
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", "").replace("_", ""))
+
+
+def parse_reported_capacity(log_text: str, *, block_size: int | None = None) -> dict[str, Any]:
+    """The capacity facts found in a server's start-up log; the last occurrence of each wins.
+
+    Keys, each present only when found: `max_batch_total_tokens` (TGI, embedded engine),
+    `kv_cache_tokens` (vLLM; from "# GPU blocks" x `block_size`, default 16, when only blocks are
+    logged), `num_blocks`, `block_size`, `max_batch_prefill_tokens`, `max_concurrency` and
+    `max_concurrency_tokens`, `kv_cache_bytes`, `weight_bytes`; `server` ("tgi" or "vllm") and
+    `tokens`, the headline capacity in tokens.
+    """
+    text = _ANSI.sub("", log_text)
+    found: dict[str, Any] = {}
+    last: dict[str, re.Match[str]] = {}
+    for key, pattern in _PATTERNS.items():
+        for match in pattern.finditer(text):
+            last[key] = match
+    if "max_batch_total_tokens" in last:
+        found["max_batch_total_tokens"] = _int(last["max_batch_total_tokens"].group(1))
+    if "tgi_blocks" in last:
+        found["num_blocks"] = _int(last["tgi_blocks"].group(1))
+        found["block_size"] = _int(last["tgi_blocks"].group(2))
+    if "max_batch_prefill_tokens" in last:
+        found["max_batch_prefill_tokens"] = _int(last["max_batch_prefill_tokens"].group(1))
+    if "kv_cache_tokens" in last:
+        found["kv_cache_tokens"] = _int(last["kv_cache_tokens"].group(1))
+    if "max_concurrency" in last:
+        found["max_concurrency_tokens"] = _int(last["max_concurrency"].group(1))
+        found["max_concurrency"] = float(last["max_concurrency"].group(2))
+    if "kv_cache_gib" in last:
+        found["kv_cache_bytes"] = int(float(last["kv_cache_gib"].group(1)) * 2**30)
+    blocks = last.get("device_blocks") or last.get("cpu_blocks")
+    if blocks is not None and "num_blocks" not in found:
+        found["num_blocks"] = _int(blocks.group(1))
+        found["block_size"] = block_size or 16
+        found.setdefault("kv_cache_tokens", found["num_blocks"] * found["block_size"])
+    if "vllm_weights_gib" in last:
+        found["weight_bytes"] = int(float(last["vllm_weights_gib"].group(1)) * 2**30)
+    elif "engine_weights_mib" in last:
+        found["weight_bytes"] = int(float(last["engine_weights_mib"].group(1)) * 2**20)
+    if "max_batch_total_tokens" in found:
+        found["server"], found["tokens"] = "tgi", found["max_batch_total_tokens"]
+    elif "kv_cache_tokens" in found:
+        found["server"], found["tokens"] = "vllm", found["kv_cache_tokens"]
+    return found
+
+
+def _tokens(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a token count, a Plan or a parsed log; got {value!r}")
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, Mapping):
+        for key in ("tokens", "max_batch_total_tokens", "kv_cache_tokens"):
+            if value.get(key) is not None:
+                return int(value[key])
+        raise ValueError(f"{what} has no tokens, max_batch_total_tokens or kv_cache_tokens")
+    for attr in ("max_batch_total_tokens", "kv_cache_tokens"):
+        if getattr(value, attr, None) is not None:
+            return int(getattr(value, attr))
+    raise ValueError(f"{what} must be a token count, a Plan, a parsed log or a Server; got {type(value).__name__}")
+
+
+def compare(plan: Any, reported: Any) -> float:
+    """Relative error of the plan's max_batch_total_tokens against the reported figure: (plan - reported) / reported.
+
+    `plan` is a Plan or a token count; `reported` a token count, the dict from
+    `parse_reported_capacity` (or a Server's `facts`), or a started Server.
+    """
+    predicted = _tokens(plan, "plan")
+    actual = _tokens(reported, "reported")
+    if actual <= 0:
+        raise ValueError(f"reported tokens must be positive; got {actual}")
+    return (predicted - actual) / actual
