@@ -25,9 +25,9 @@ class ConfigError(ValueError):
 
     def _text(self) -> str:
         if len(self.problems) == 1:
-            return f"invalid launcher configuration: {self.problems[0].message}"
+            return f"invalid launcher configuration: {_line(self.problems[0])}"
         lines = [f"invalid launcher configuration ({len(self.problems)} problems):"]
-        lines += [f"  - {problem.message}" for problem in self.problems]
+        lines += [f"  - {_line(problem)}" for problem in self.problems]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -37,3 +37,8 @@ class ConfigError(ValueError):
     def fields(self) -> set[str]:
         """Every field named by some problem."""
         return {name for problem in self.problems for name in problem.fields}
+
+
+def _line(problem: Problem) -> str:
+    # The message names flags (for the command line); the field names serve Python callers.
+    return f"{problem.message} [{', '.join(problem.fields)}]" if problem.fields else problem.message
