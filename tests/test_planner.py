@@ -261,7 +261,23 @@ def test_embedded_engine_prediction_mirrors_its_code():
     assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.01, max_total_tokens=2048,
                          max_input_tokens=2000).max_batch_total_tokens == 2048
     assert p.cuda_graphs == [] and p.command_line().startswith("tgi-toolkit serve")
-    assert "--dtype float32" in p.command_line()
+    # float32 is the engine's default on CPUs without bf16, not a --dtype value.
+    assert "--dtype" not in p.command_line() and any("float32" in w for w in p.warnings)
+    assert "--dtype bfloat16" in plan_embedded(SMOLLM2, dtype="bfloat16").command_line()
+    assert p.max_batch_prefill_tokens == p.max_input_tokens + 50  # the engine's default
+
+
+@pytest.mark.slow
+def test_embedded_engine_reports_what_was_planned(engine):
+    log = engine.log()
+    reported = parse_reported_capacity(log)
+    dtype = "bfloat16" if "torch.bfloat16" in log else "float16" if "torch.float16" in log else "float32"
+    # The session engine runs with --max-input-tokens 1000 --max-total-tokens 1200 (tests/conftest.py).
+    predicted = plan_embedded(SMOLLM2, dtype=dtype, max_input_tokens=1000, max_total_tokens=1200)
+    assert reported["max_batch_total_tokens"] == predicted.max_batch_total_tokens
+    assert compare(predicted, reported) == 0.0
+    # The engine logs its weights in MiB with one decimal.
+    assert reported["weight_bytes"] == pytest.approx(predicted.weight_bytes, abs=0.05 * 2**20)
 
 
 def test_parse_tgi_log_lines():
@@ -363,3 +379,45 @@ def test_cli_errors_name_the_field():
     assert rc == 2 and "model_config" in err
     rc, out, _ = run_cli("--model", str(MIXTRAL), "--gpu", "L4")
     assert rc == 1 and "do not fit" in out  # exit status 1: the plan does not fit
+
+
+# -- LauncherConfig ------------------------------------------------------------------------------
+
+def test_plan_to_launcher_config():
+    from tgi_toolkit.config import LauncherConfig
+
+    p = plan(LLAMA3, "A100-80GB", prompt_tokens=1000, output_tokens=500, memory_fraction=0.9)
+    cfg = p.to_launcher_config()
+    assert isinstance(cfg, LauncherConfig)
+    assert (cfg.model_id, cfg.max_input_tokens, cfg.max_total_tokens, cfg.max_batch_prefill_tokens,
+            cfg.max_batch_total_tokens, cfg.max_batch_size, cfg.cuda_graphs, cfg.dtype, cfg.cuda_memory_fraction) == (
+        "meta-llama/Meta-Llama-3-8B", 1000, 1500, 4096, p.max_batch_total_tokens, p.concurrent_users,
+        [1, 2, 4, 8, 16, 32], "bfloat16", 0.9)
+    assert cfg.max_concurrent_requests == p.concurrent_users > 128
+    cfg.check()
+    cli = cfg.to_cli()
+    assert cli[cli.index("--max-batch-total-tokens") + 1] == str(p.max_batch_total_tokens)
+    # The launcher refuses --dtype with GPTQ; the plan leaves it out.
+    gptq = plan(LLAMA2, "L4", quantize="gptq", num_shard=1).to_launcher_config(model_id="TheBloke/Llama-2-7B-GPTQ")
+    assert gptq.dtype is None and gptq.quantize == "gptq" and gptq.model_id == "TheBloke/Llama-2-7B-GPTQ"
+    gptq.check()
+    assert plan(LLAMA2, "A100-80GB", quantize="bitsandbytes").to_launcher_config().cuda_graphs == [0]
+    with pytest.raises(ValueError, match="does not fit"):
+        plan(MIXTRAL, "A100-80GB").to_launcher_config()
+
+
+@pytest.mark.parametrize("path", [LLAMA2, LLAMA3, FALCON, MISTRAL, SMOLLM2])
+@pytest.mark.parametrize("given", [{}, {"max_input_tokens": 1000}, {"max_total_tokens": 3000},
+                                   {"max_input_tokens": 5000}])
+def test_default_lengths_agree_with_launcher_config_resolved(path, given):
+    from tgi_toolkit.config import ConfigError, LauncherConfig
+
+    mpe = ModelShape.from_config(path).max_position_embeddings
+    try:
+        resolved = LauncherConfig(**given).resolved(mpe)
+    except ConfigError:
+        with pytest.raises(ValueError):
+            plan(path, "H200", **given)
+        return
+    p = plan(path, "H200", **given)
+    assert (p.max_input_tokens, p.max_total_tokens) == (resolved.max_input_tokens, resolved.max_total_tokens)

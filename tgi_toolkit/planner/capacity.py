@@ -121,7 +121,7 @@ class Plan:
         # The launcher refuses --dtype with quantizations other than bitsandbytes, and takes no float32.
         if self.quantize and not self.quantize.startswith("bitsandbytes"):
             return False
-        return self.server != "tgi" or self.dtype in ("float16", "bfloat16")
+        return self.dtype in ("float16", "bfloat16")
 
     def command_line(self, model_id: str | None = None) -> str:
         program = "tgi-toolkit serve" if self.server == "embedded" else "text-generation-launcher"
@@ -133,6 +133,8 @@ class Plan:
         """A `tgi_toolkit.config.LauncherConfig` holding the recommended settings."""
         from tgi_toolkit.config import LauncherConfig
 
+        if not self.fits:
+            raise ValueError("this plan does not fit (see its warnings and suggestions); there is nothing to launch")
         values: dict[str, Any] = dict(
             max_input_tokens=self.max_input_tokens, max_total_tokens=self.max_total_tokens,
             max_batch_prefill_tokens=self.max_batch_prefill_tokens,
@@ -253,7 +255,14 @@ class _Lengths:
 
 
 def _lengths(shape: ModelShape, prompt_tokens: int | None, output_tokens: int | None, max_input_tokens: int | None,
-             max_total_tokens: int | None, max_batch_prefill_tokens: int | None) -> _Lengths:
+             max_total_tokens: int | None, max_batch_prefill_tokens: int | None,
+             prefill_margin: int | None = None) -> _Lengths:
+    """Request limits from the workload or TGI's defaults.
+
+    The default max_batch_prefill_tokens is the launcher's: min(4096, max_position_embeddings), at
+    least max_input_tokens; with `prefill_margin` it is max_input_tokens + margin instead (the
+    documented non-chunking rule, which the embedded engine applies).
+    """
     for name, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens),
                         ("max_input_tokens", max_input_tokens), ("max_total_tokens", max_total_tokens),
                         ("max_batch_prefill_tokens", max_batch_prefill_tokens)):
@@ -274,9 +283,14 @@ def _lengths(shape: ModelShape, prompt_tokens: int | None, output_tokens: int | 
         if prompt_tokens > max_input:
             raise ValueError(f"max_input_tokens ({max_input}) is below the workload's prompt_tokens ({prompt_tokens})")
     else:
-        default_total = min(max_pos or TGI_DEFAULT_MAX_TOTAL_TOKENS, TGI_DEFAULT_MAX_TOTAL_TOKENS)
-        total = max_total_tokens or (max_input_tokens + 1 if max_input_tokens else default_total)
-        max_input = max_input_tokens or total - 1
+        # TGI 3.x's derivation (tgi_toolkit.config.LauncherConfig.resolved follows it too).
+        context = max_pos or TGI_DEFAULT_MAX_TOTAL_TOKENS
+        total = max_total_tokens
+        if total is None:
+            total = min(context, TGI_DEFAULT_MAX_TOTAL_TOKENS)
+            if max_input_tokens is not None and max_input_tokens >= total:
+                total = context
+        max_input = max_input_tokens or max(min(context - 1, TGI_DEFAULT_MAX_TOTAL_TOKENS - 1, total - 1), 1)
         if not (max_total_tokens or max_input_tokens):
             notes.append(f"max_total_tokens = min(max_position_embeddings {_n(max_pos) if max_pos else '?'}, "
                          f"{TGI_DEFAULT_MAX_TOTAL_TOKENS}) = {_n(total)} and max_input_tokens = {_n(max_input)} "
@@ -286,6 +300,8 @@ def _lengths(shape: ModelShape, prompt_tokens: int | None, output_tokens: int | 
     if max_pos and total > max_pos:
         notes.append(f"warning: max_total_tokens {_n(total)} exceeds the model's max_position_embeddings {_n(max_pos)}")
     default_prefill = min(TGI_DEFAULT_PREFILL_TOKENS, max_pos or TGI_DEFAULT_PREFILL_TOKENS)
+    if prefill_margin is not None:
+        default_prefill = max_input + prefill_margin
     prefill = max_batch_prefill_tokens or max(max_input, default_prefill)
     if prefill < max_input:
         raise ValueError(f"max_batch_prefill_tokens ({prefill}) must be >= max_input_tokens ({max_input})")
@@ -513,7 +529,11 @@ def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str 
     scheme = quant_scheme(quantize, shape.quantization_config)
     quantize = scheme.name if scheme else None
     lengths = _lengths(shape, prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
-                       max_batch_prefill_tokens)
+                       max_batch_prefill_tokens, prefill_margin=50)
+    warnings = []
+    if dtype == "float32":
+        warnings.append("the engine runs float32 by default on CPUs without native bfloat16; "
+                        "its --dtype takes float16 or bfloat16 only")
     steps = [f"Model: {shape.describe()}", _parameter_step(shape)]
     weights, weights_note = weight_bytes(shape, dtype, quantize)
     steps.append(f"Weights (in RAM, outside the KV space): {weights_note}")
@@ -534,4 +554,4 @@ def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str 
                    gpu_memory=DEFAULT_KV_CACHE_BYTES, dtype=dtype, quantize=quantize, kv_cache_dtype=None,
                    num_shard=1, memory_fraction=float(memory_fraction), wiggle_room=1.0, block_size=1,
                    lengths=lengths, weights=weights, weights_note=weights_note, usable=budget, overhead=0,
-                   activation=0, budget=budget, tokens=tokens, steps=steps, warnings=[])
+                   activation=0, budget=budget, tokens=tokens, steps=steps, warnings=warnings)
