@@ -37,8 +37,8 @@ def test_greedy_chat_answers_paris_with_every_client(engine_url):
 def test_streamed_tokens_concatenate_to_the_generated_text(engine_url):
     client = Client(engine_url, timeout=60)
     prompt = "Write a short poem about the sea:"
-    full = client.generate(prompt, max_new_tokens=40, details=True)
-    streamed = list(client.generate_stream(prompt, max_new_tokens=40, details=True))
+    full = client.generate(prompt, max_new_tokens=40)
+    streamed = list(client.generate_stream(prompt, max_new_tokens=40))
     text = "".join(r.token.text for r in streamed if not r.token.special)
     assert text == full.generated_text == streamed[-1].generated_text
     assert [r.token.id for r in streamed] == [t.id for t in full.details.tokens]
@@ -56,15 +56,14 @@ def test_openai_stream_matches_non_stream(engine_url):
 
 def test_seeded_sampling_repeats_and_reports_its_seed(engine_url):
     client = Client(engine_url, timeout=60)
-    kwargs = dict(max_new_tokens=24, do_sample=True, temperature=1.3, top_k=50, top_p=0.95, seed=1234,
-                  details=True)
+    kwargs = dict(max_new_tokens=24, do_sample=True, temperature=1.3, top_k=50, top_p=0.95, seed=1234)
     first = client.generate("Once upon a time", **kwargs)
     again = client.generate("Once upon a time", **kwargs)
     other = client.generate("Once upon a time", **{**kwargs, "seed": 99})
     assert first.generated_text == again.generated_text
     assert first.details.seed == 1234
     assert other.generated_text != first.generated_text
-    unseeded = client.generate("Once upon a time", max_new_tokens=4, do_sample=True, details=True)
+    unseeded = client.generate("Once upon a time", max_new_tokens=4, do_sample=True)
     assert isinstance(unseeded.details.seed, int)
 
 
@@ -77,7 +76,7 @@ def test_ignore_eos_forces_exactly_max_new_tokens(engine_url):
 
 def test_stop_sequences_and_details(engine_url):
     client = Client(engine_url, timeout=60)
-    out = client.generate("Count: 1, 2, 3,", max_new_tokens=20, stop_sequences=["6"], details=True,
+    out = client.generate("Count: 1, 2, 3,", max_new_tokens=20, stop_sequences=["6"],
                           decoder_input_details=True, top_n_tokens=3)
     assert out.details.finish_reason.value == "stop_sequence"
     assert out.generated_text.endswith("6")
@@ -87,7 +86,7 @@ def test_stop_sequences_and_details(engine_url):
 
 def test_best_of_returns_the_other_sequences(engine_url):
     client = Client(engine_url, timeout=60)
-    out = client.generate("Hello", max_new_tokens=5, best_of=2, do_sample=True, details=True)
+    out = client.generate("Hello", max_new_tokens=5, best_of=2, do_sample=True)
     assert len(out.details.best_of_sequences) == 1
 
 

@@ -90,10 +90,10 @@ class _OpenAIBase(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     frequency_penalty: float | None = None
-    stream: bool = False
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     n: int | None = None
-    ignore_eos: bool = False  # vLLM's extension, for benchmarks
+    ignore_eos: bool | None = False  # vLLM's extension, for benchmarks
 
 
 class ChatMessage(BaseModel):
@@ -104,7 +104,7 @@ class ChatMessage(BaseModel):
 
 class ChatRequest(_OpenAIBase):
     messages: list[ChatMessage]
-    logprobs: bool = False
+    logprobs: bool | None = False
     top_logprobs: int | None = None
 
 
@@ -322,7 +322,7 @@ class Api:
             do_sample=not greedy, temperature=None if greedy else body.temperature,
             top_p=body.top_p, seed=body.seed, stop=stop, frequency_penalty=body.frequency_penalty,
             max_new_tokens=body.max_completion_tokens or body.max_tokens, details=True,
-            ignore_eos=body.ignore_eos,
+            ignore_eos=bool(body.ignore_eos),
         )
 
     def _chat_prompt(self, body: ChatRequest) -> str:
