@@ -265,6 +265,9 @@ def test_embedded_engine_prediction_mirrors_its_code():
     assert "--dtype" not in p.command_line() and any("float32" in w for w in p.warnings)
     assert "--dtype bfloat16" in plan_embedded(SMOLLM2, dtype="bfloat16").command_line()
     assert p.max_batch_prefill_tokens == p.max_input_tokens + 50  # the engine's default
+    assert plan(SMOLLM2, "embedded", dtype="float32").to_dict() == p.to_dict()
+    with pytest.raises(ValueError, match="num_shard"):
+        plan(SMOLLM2, "cpu", num_shard=2)
 
 
 @pytest.mark.slow

@@ -393,7 +393,10 @@ def _kv_step(shape: ModelShape, dtype: str, kv_cache_dtype: str | None, num_shar
             + (" per shard" if num_shard > 1 else ""))
 
 
-def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str = "bfloat16", quantize: str | None = None,
+EMBEDDED_GPU_NAMES = ("embedded", "cpu")
+
+
+def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, quantize: str | None = None,
          kv_cache_dtype: str | None = None, num_shard: int = 1, memory_fraction: float = 1.0,
          prompt_tokens: int | None = None, output_tokens: int | None = None,
          max_input_tokens: int | None = None, max_total_tokens: int | None = None,
@@ -402,13 +405,27 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str = "bfloat16", qu
          _suggest: bool = True) -> Plan:
     """Plan a TGI deployment of `model_config` on `gpu` before launching it.
 
+    `model_config`: a config.json dict, a path to one or to a model directory, or a transformers
+    config. `gpu`: a known card name (see KNOWN_GPUS), a memory size ("24GiB", "80GB", bytes), or
+    "embedded"/"cpu" for this toolkit's CPU engine (then see `plan_embedded`). `dtype` defaults to
+    bfloat16. `memory_fraction` is TGI's --cuda-memory-fraction; `overhead_bytes` the fixed reserve
+    per GPU (default 1 GiB). `prompt_tokens`/`output_tokens` describe the workload whose
+    concurrent users are counted; without them the plan uses TGI's default lengths.
+
     `wiggle_room` is TGI's TGI_WIGGLE_ROOM (0.90). `block_size` is the KV block (TGI: 1 with
     flashinfer, 16 paged, 256 flashdecoding). To predict vLLM instead, pass
     `memory_fraction=<gpu_memory_utilization, 0.9>`, `wiggle_room=1.0`, `block_size=16`.
     """
+    if isinstance(gpu, str) and gpu.strip().lower() in EMBEDDED_GPU_NAMES:
+        if kv_cache_dtype or num_shard != 1:
+            raise ValueError("gpu 'embedded' runs one CPU process: kv_cache_dtype and num_shard do not apply")
+        return plan_embedded(model_config, dtype=dtype, quantize=quantize, memory_fraction=memory_fraction,
+                             prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                             max_input_tokens=max_input_tokens, max_total_tokens=max_total_tokens,
+                             max_batch_prefill_tokens=max_batch_prefill_tokens, model_id=model_id)
     shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
     card = resolve_gpu(gpu)
-    dtype = canonical_dtype(dtype)
+    dtype = canonical_dtype(dtype or "bfloat16")
     kv_dtype_bytes(kv_cache_dtype, dtype)  # validates the name
     _check_positive("num_shard", num_shard)
     _check_positive("block_size", block_size)

@@ -9,8 +9,6 @@ import sys
 from tgi_toolkit.planner.dtypes import QUANT_SCHEMES
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, parse_size
 
-EMBEDDED = ("embedded", "cpu")
-
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -23,7 +21,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help=f"a card ({', '.join(KNOWN_GPUS)}), a memory size ('24GiB', '80GB'), "
                         "or 'embedded' for this toolkit's CPU engine")
     p.add_argument("--model-id", help="model id to put in the recommended command line")
-    p.add_argument("--dtype", default=None, help="float16, bfloat16 (default) or float32")
+    p.add_argument("--dtype", default=None,
+                   help="float16, bfloat16 or float32 (default: bfloat16; the engine's own default for 'embedded')")
     p.add_argument("--quantize", choices=sorted(QUANT_SCHEMES))
     p.add_argument("--kv-cache-dtype", choices=["fp8_e4m3fn", "fp8_e5m2"])
     p.add_argument("--num-shard", type=int, default=1)
@@ -40,19 +39,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from tgi_toolkit.planner.capacity import plan, plan_embedded
+    from tgi_toolkit.planner.capacity import plan
 
     common = dict(quantize=args.quantize, memory_fraction=args.memory_fraction, prompt_tokens=args.prompt_tokens,
                   output_tokens=args.output_tokens, max_input_tokens=args.max_input_tokens,
                   max_total_tokens=args.max_total_tokens, max_batch_prefill_tokens=args.max_batch_prefill_tokens,
                   model_id=args.model_id)
     try:
-        if args.gpu.lower() in EMBEDDED:
-            result = plan_embedded(args.model, dtype=args.dtype, **common)
-        else:
-            overhead = parse_size(args.overhead, field="--overhead") if args.overhead else None
-            result = plan(args.model, args.gpu, dtype=args.dtype or "bfloat16", kv_cache_dtype=args.kv_cache_dtype,
-                          num_shard=args.num_shard, overhead_bytes=overhead, **common)
+        overhead = parse_size(args.overhead, field="--overhead") if args.overhead else None
+        result = plan(args.model, args.gpu, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
+                      num_shard=args.num_shard, overhead_bytes=overhead, **common)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
