@@ -14,19 +14,17 @@ single field raise `ConfigError` right away.
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import re
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tgi_toolkit.config import rust_debug
+from tgi_toolkit.config import options, rust_debug
 from tgi_toolkit.config.errors import ConfigError, Problem
+from tgi_toolkit.config.options import COMMA_LISTS, OptionSpec, env_for, flag_for, suggest, text
 
 DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DEFAULT_HOSTNAME = "127.0.0.1"
@@ -55,9 +53,6 @@ _VARIANTS: dict[str, str] = {
 }
 _SECRETS = frozenset({"api_key", "ngrok_authtoken"})
 _ALWAYS_RENDERED = ("model_id", "hostname")  # our defaults differ from the launcher's
-_SHORT = {"port": "-p", "env": "-e", "graceful_termination_timeout": "-g"}
-_NO_ENV = frozenset({"env"})  # `--env` is the one flag clap gives no variable
-_COMMA_LISTS = frozenset({"cuda_graphs"})  # clap `value_delimiter = ','`; other lists repeat the flag
 _UNSET: Any = object()
 
 Group = Literal["model", "limits", "batching", "quantization", "network", "hardware", "telemetry", "other"]
@@ -69,16 +64,6 @@ def _opt(default: Any, group: Group, help: str, *, tgi_default: Any = _UNSET, **
                              "tgi_default": default if tgi_default is _UNSET else tgi_default}
     factory = {"default_factory": list} if default == [] else {"default": default}
     return Field(**factory, description=help, json_schema_extra=extra, **constraints)
-
-
-def flag_for(name: str) -> str:
-    """`max_total_tokens` -> `--max-total-tokens`."""
-    return "--" + name.replace("_", "-")
-
-
-def env_for(name: str) -> str | None:
-    """`max_total_tokens` -> `MAX_TOTAL_TOKENS` (None for `env`, which has no variable)."""
-    return None if name in _NO_ENV else name.upper()
 
 
 class LauncherConfig(BaseModel):
@@ -368,13 +353,13 @@ class LauncherConfig(BaseModel):
                 if value:
                     argv.append(flag)
             elif isinstance(value, list):
-                if name in _COMMA_LISTS:
+                if name in COMMA_LISTS:
                     argv += [flag, ",".join(str(item) for item in value)]
                 else:
                     for item in value:
                         argv += [flag, str(item)]
             else:
-                argv += [flag, _text(value)]
+                argv += [flag, text(value)]
         return argv
 
     def to_env(self) -> dict[str, str]:
@@ -386,7 +371,7 @@ class LauncherConfig(BaseModel):
                 continue
             # List variables are comma-joined; the launcher splits only CUDA_GRAPHS, so give it
             # at most one CORS origin this way.
-            env[var] = ",".join(str(item) for item in value) if isinstance(value, list) else _text(value)
+            env[var] = ",".join(str(item) for item in value) if isinstance(value, list) else text(value)
         return env
 
     def docker_command(self, image: str = DOCKER_IMAGE, gpus: str | None = "all", volume: str = "$PWD/data",
@@ -449,9 +434,9 @@ class LauncherConfig(BaseModel):
         leading `text-generation-launcher`. Like the launcher, a variable such as HOSTNAME or PORT
         in `environ` is used when its flag is absent. All problems are raised together.
         """
-        values, origin, problems = _parse_argv(list(argv))
+        values, origin, problems = options.parse_argv(list(argv), _SPECS)
         if environ is not None:
-            for name, value in _read_env(environ).items():
+            for name, value in options.read_env(environ, _SPECS).items():
                 if name not in values:
                     values[name] = value
                     origin[name] = f"${env_for(name)}"
@@ -460,7 +445,7 @@ class LauncherConfig(BaseModel):
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> LauncherConfig:
         """The launcher's environment variables (MODEL_ID, MAX_TOTAL_TOKENS, ...) found in `environ`."""
-        values = _read_env(environ)
+        values = options.read_env(environ, _SPECS)
         return _build(cls, values, {name: f"${env_for(name)}" for name in values}, [])
 
     @classmethod
@@ -499,31 +484,7 @@ class LauncherConfig(BaseModel):
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         """Add every launcher flag to `parser` (for `--help`; parse with `from_cli`)."""
-        groups = {name: parser.add_argument_group(f"launcher options: {name}") for name in GROUPS}
-        defaults = _defaults()
-        for name, spec in _SPECS.items():
-            extras = []
-            if spec.env:
-                extras.append(f"env: {spec.env}")
-            default = defaults[name]
-            if default not in (None, [], False):
-                extras.append(f"default: {_text(default) if not isinstance(default, list) else default}")
-            if spec.tgi_default != default:
-                extras.append(f"TGI's default: {spec.tgi_default}")
-            help_text = spec.help + (f" [{'; '.join(extras)}]" if extras else "")
-            help_text = help_text.replace("%", "%%")
-            flags = [spec.flag] + ([spec.short] if spec.short else [])
-            kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
-            if spec.kind == "flag":
-                kwargs["action"] = "store_true"
-            else:
-                kwargs["metavar"] = name.upper()
-                if spec.choices:
-                    kwargs["choices"] = list(spec.choices)
-                if spec.kind == "list":
-                    kwargs["action"] = "append"
-            groups[spec.group].add_argument(*flags, **kwargs)
-        return parser
+        return options.add_arguments(parser, _SPECS, GROUPS)
 
     @classmethod
     def argparse_parser(cls, prog: str = "text-generation-launcher") -> argparse.ArgumentParser:
@@ -532,56 +493,7 @@ class LauncherConfig(BaseModel):
 
 
 # -- field table -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class OptionSpec:
-    """How one field appears on the command line, in the environment and in the UI."""
-
-    name: str
-    flag: str
-    env: str | None
-    short: str | None
-    kind: Literal["flag", "value", "list"]
-    optional: bool
-    choices: tuple[str, ...]
-    group: str
-    help: str
-    default: Any
-    tgi_default: Any
-
-
-def _build_specs() -> dict[str, OptionSpec]:
-    specs = {}
-    for name, info in LauncherConfig.model_fields.items():
-        annotation = info.annotation
-        args = typing.get_args(annotation)
-        optional = type(None) in args
-        inner = next((a for a in args if a is not type(None)), annotation) if optional else annotation
-        if typing.get_origin(inner) is Literal:
-            choices = tuple(typing.get_args(inner))
-        else:
-            choices = ()
-        if inner is bool and not optional:
-            kind = "flag"
-        elif typing.get_origin(inner) is list:
-            kind = "list"
-        else:
-            kind = "value"
-        extra = info.json_schema_extra
-        assert isinstance(extra, dict)
-        # Filled in here so the UI's JSON schema carries them next to the group.
-        extra["flag"] = flag_for(name)
-        extra["env"] = env_for(name)
-        if name in _SHORT:
-            extra["short_flag"] = _SHORT[name]
-        default = [] if info.default_factory is not None else info.default
-        specs[name] = OptionSpec(name, flag_for(name), env_for(name), _SHORT.get(name), kind, optional, choices,
-                                 str(extra["group"]), info.description or "", default, extra["tgi_default"])
-    return specs
-
-
-_SPECS: dict[str, OptionSpec] = _build_specs()
-_BY_FLAG: dict[str, str] = {spec.flag: name for name, spec in _SPECS.items()}
-_BY_FLAG.update({spec.short: name for name, spec in _SPECS.items() if spec.short})
+_SPECS: dict[str, OptionSpec] = options.build_specs(LauncherConfig.model_fields)
 OPTIONS: Mapping[str, OptionSpec] = _SPECS
 
 
@@ -589,17 +501,10 @@ def _defaults() -> dict[str, Any]:
     return {name: spec.default for name, spec in _SPECS.items()}
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def _match_variant(name: str, value: Any) -> Any:
     if not isinstance(value, str):
         return value
-    spec = _SPECS.get(name) if "_SPECS" in globals() else None
-    choices = spec.choices if spec else tuple(_VARIANTS)
+    choices = _SPECS[name].choices
     if value in choices:
         return value
     key = re.sub(r"[^a-z0-9]", "", value.lower())
@@ -609,11 +514,6 @@ def _match_variant(name: str, value: Any) -> Any:
     return value
 
 
-def _suggest(word: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
-
-
 def _validation_problems(exc: ValidationError) -> list[Problem]:
     problems = []
     for error in exc.errors():
@@ -621,7 +521,7 @@ def _validation_problems(exc: ValidationError) -> list[Problem]:
         name = str(loc[0]) if loc else ""
         if error["type"] == "extra_forbidden":
             problems.append(Problem((name,), f"unknown launcher option {name!r}"
-                                    + _suggest(name, list(LauncherConfig.model_fields))))
+                                    + suggest(name, list(LauncherConfig.model_fields))))
             continue
         spec = _SPECS.get(name)
         flag = spec.flag if spec else name
@@ -662,70 +562,9 @@ def _from_mapping(cls: type[LauncherConfig], raw: dict[str, Any], *, strict: boo
         if key not in _SPECS:
             if strict:
                 problems.append(Problem((), f"{source}: unknown launcher option {key!r}"
-                                        + _suggest(key, list(_SPECS))))
+                                        + suggest(key, list(_SPECS))))
             continue
-        if _SPECS[key].choices and isinstance(value, str):
-            value = _match_variant(key, value)
         values[key] = value
     return _build(cls, values, {name: source for name in values}, problems)
 
 
-def _read_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, spec in _SPECS.items():
-        if spec.env is None or spec.env not in environ:
-            continue
-        out[name] = environ[spec.env]
-    return out
-
-
-def _is_value(token: str) -> bool:
-    return not token.startswith("-") or bool(re.match(r"-\d", token))
-
-
-def _parse_argv(argv: list[str]) -> tuple[dict[str, Any], dict[str, str], list[Problem]]:
-    values: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    problems: list[Problem] = []
-    if argv and not argv[0].startswith("-") and PurePosixPath(argv[0]).name == "text-generation-launcher":
-        argv = argv[1:]
-    known = sorted(_BY_FLAG)
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        i += 1
-        if not token.startswith("-") or token == "-":
-            problems.append(Problem((), f"unexpected argument {token!r}: the launcher takes only --flags"))
-            continue
-        flag, eq, inline = token.partition("=")
-        if not flag.startswith("--") and len(flag) > 2 and not eq:  # `-p3000`
-            flag, inline, eq = flag[:2], flag[2:], "="
-        if flag.startswith("--"):
-            flag = flag.replace("_", "-")  # `--num_shard` appears in TGI's own docs
-        name = _BY_FLAG.get(flag)
-        if name is None:
-            problems.append(Problem((), f"unknown flag {token.split('=')[0]}" + _suggest(flag, known)))
-            if not eq and i < len(argv) and _is_value(argv[i]):
-                i += 1  # skip its value too
-            continue
-        spec = _SPECS[name]
-        if spec.kind == "flag":
-            value: Any = inline if eq else True
-        elif eq:
-            value = inline
-        elif i < len(argv) and _is_value(argv[i]):
-            value = argv[i]
-            i += 1
-        else:
-            problems.append(Problem((name,), f"{spec.flag} expects a value"))
-            continue
-        if spec.kind == "list":
-            items = value.split(",") if name in _COMMA_LISTS else [value]
-            kept = [item.strip() for item in items if item.strip()] if name in _COMMA_LISTS else items
-            values.setdefault(name, []).extend(kept)
-        elif name in values:
-            problems.append(Problem((name,), f"{spec.flag} given more than once"))
-        else:
-            values[name] = value
-        origin[name] = spec.flag
-    return values, origin, problems
