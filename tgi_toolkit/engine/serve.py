@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -177,7 +178,7 @@ def serve(cfg: Any) -> int:
 
     started = time.perf_counter()
     configure_logging(bool(cfg.json_output))
-    log.info("Args { %s }", ", ".join(f"{k}: {v!r}" for k, v in cfg.to_dict().items()))
+    log.info("%s", cfg.to_args_log(redact=True))
     built = build(cfg, started=started)
     cfg = built.config
     config = uvicorn.Config(built.app, host=cfg.hostname, port=cfg.port, log_level="warning",
@@ -193,6 +194,10 @@ def serve(cfg: Any) -> int:
                      time.perf_counter() - started)
 
     server.startup = startup  # type: ignore[method-assign]
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal under the handler
+    # that was there before; a quiet one makes a clean shutdown exit 0, as TGI's router does.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     try:
         server.run()
     finally:
