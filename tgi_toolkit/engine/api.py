@@ -420,7 +420,8 @@ class Api:
         if usage is not None and body.stream_options and body.stream_options.include_usage:
             yield sse({"id": ident, "object": obj, "created": created, "model": model,
                        "system_fingerprint": fingerprint, "choices": [], "usage": usage})
-        yield b"data:[DONE]\n\n"
+        # huggingface_hub matches the sentinel with the space: `data: [DONE]`.
+        yield b"data: [DONE]\n\n"
 
     # -- app --------------------------------------------------------------------------------
     def info_payload(self) -> dict[str, Any]:
