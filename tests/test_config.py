@@ -144,7 +144,7 @@ def test_unset_values_are_not_checked():
 
 @pytest.mark.parametrize(("kwargs", "flag", "hint"), [
     (dict(quantize="foo"), "--quantize", "awq, compressed-tensors, eetq, exl2, gptq, marlin"),
-    (dict(dtype="float32"), "--dtype", "float16, bfloat16"),
+    (dict(dtype="float64"), "--dtype", "float16, bfloat16, float32"),
     (dict(kv_cache_dtype="fp8"), "--kv-cache-dtype", "fp8_e4m3fn, fp8_e5m2"),
     (dict(usage_stats="maybe"), "--usage-stats", "on, off, no-stack"),
     (dict(port="abc"), "--port", "integer"),

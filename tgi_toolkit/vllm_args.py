@@ -254,7 +254,8 @@ def from_vllm_table(markdown_text: str) -> tuple[LauncherConfig, dict[str, Any]]
     take("max_num_seqs", "max_batch_size")
     take("quantization", "quantize", lambda v: QUANTIZATION_FROM_VLLM.get(str(v), _KEEP))
     take("dtype", "dtype", lambda v: {"auto": None, "half": "float16", "float16": "float16",
-                                       "bfloat16": "bfloat16"}.get(str(v), _KEEP))
+                                       "bfloat16": "bfloat16", "float": "float32",
+                                       "float32": "float32"}.get(str(v), _KEEP))
     take("kv_cache_dtype", "kv_cache_dtype",
          lambda v: None if v == "auto" else KV_CACHE_DTYPE_FROM_VLLM.get(str(v), _KEEP))
     take("api_key", "api_key", str)

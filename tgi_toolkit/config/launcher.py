@@ -33,7 +33,9 @@ CONTAINER_PORT = 80  # TGI's image sets PORT=80
 
 Quantize = Literal["awq", "compressed-tensors", "eetq", "exl2", "gptq", "marlin", "bitsandbytes",
                    "bitsandbytes-nf4", "bitsandbytes-fp4", "fp8"]
-Dtype = Literal["float16", "bfloat16"]
+# float32 is beyond TGI's launcher (float16, bfloat16): the embedded engine and vLLM take it, and it is
+# the fast dtype on CPUs without native bf16.
+Dtype = Literal["float16", "bfloat16", "float32"]
 KvCacheDtype = Literal["fp8_e4m3fn", "fp8_e5m2"]
 RopeScaling = Literal["linear", "dynamic"]
 UsageStats = Literal["on", "off", "no-stack"]
@@ -47,7 +49,7 @@ BITSANDBYTES = ("bitsandbytes", "bitsandbytes-nf4", "bitsandbytes-fp4")
 _VARIANTS: dict[str, str] = {
     "awq": "Awq", "compressed-tensors": "CompressedTensors", "eetq": "Eetq", "exl2": "Exl2", "gptq": "Gptq",
     "marlin": "Marlin", "bitsandbytes": "Bitsandbytes", "bitsandbytes-nf4": "BitsandbytesNf4",
-    "bitsandbytes-fp4": "BitsandbytesFp4", "fp8": "Fp8", "float16": "Float16", "bfloat16": "BFloat16",
+    "bitsandbytes-fp4": "BitsandbytesFp4", "fp8": "Fp8", "float16": "Float16", "bfloat16": "BFloat16", "float32": "Float32",
     "fp8_e4m3fn": "Fp8e4m3fn", "fp8_e5m2": "Fp8e5m2", "linear": "Linear", "dynamic": "Dynamic",
     "on": "On", "off": "Off", "no-stack": "NoStack",
 }
