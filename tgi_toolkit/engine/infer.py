@@ -1,8 +1,9 @@
 """From a validated request to a stream of token events: the model backend and the batcher thread.
 
 The scheduler and the model run in one background thread (torch releases the GIL inside its
-kernels); the HTTP side lives on the asyncio loop. Token events cross over with
-`loop.call_soon_threadsafe`, one small object per token.
+kernels); the HTTP side lives on the asyncio loop. The token events of one forward pass cross
+over together, in one `loop.call_soon_threadsafe`: each wake-up of the loop takes a core away from
+the matmul threads, so one per step rather than one per token.
 """
 
 from __future__ import annotations
@@ -81,8 +82,11 @@ class _State:
 class ModelBackend:
     """Runs the scheduler's batches on a `LlamaRunner` and turns logits into token events."""
 
-    def __init__(self, runner: LlamaRunner, tokenizer: Any, eos_token_ids: set[int]) -> None:
+    def __init__(self, runner: LlamaRunner, tokenizer: Any, eos_token_ids: set[int],
+                 deliver: Callable[[list[tuple[Callable[[Any], None], Any]]], None] | None = None) -> None:
         self.runner = runner
+        # How a step's events reach their requests; the Engine hands them to the event loop.
+        self.deliver = deliver or (lambda events: [emit(event) for emit, event in events])
         self.tokenizer = tokenizer
         self.eos = eos_token_ids
         self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
@@ -148,6 +152,7 @@ class ModelBackend:
         choices = choose_batch(logits, [s.chooser for s in states],
                                lambda i: states[i].request.input_ids + states[i].generated)
         now = time.perf_counter()
+        events = []
         for entry, state, choice in zip(entries, states, choices, strict=True):
             if entry.cancelled:
                 continue
@@ -165,7 +170,8 @@ class ModelBackend:
             if reason is not None:
                 entry.finished = True
                 finish = self._finish(entry, state, reason, now)
-            state.emit(Event(len(state.generated) - 1, token, top, finish))
+            events.append((state.emit, Event(len(state.generated) - 1, token, top, finish)))
+        self.deliver(events)
 
     def _stop_reason(self, state: _State, token_id: int) -> str | None:
         request = state.request
@@ -202,6 +208,14 @@ class Engine:
         self.scheduler = Scheduler(self.queue, self._guarded(backend), limits, observer)
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        backend.deliver = self._deliver
+
+    def _deliver(self, events: list[tuple[Callable[[Any], None], Any]]) -> None:
+        if events and self.loop is not None:
+            self.loop.call_soon_threadsafe(_run_all, events)
+        else:  # no loop yet (tests driving the engine directly)
+            _run_all(events)
 
     def _guarded(self, backend: ModelBackend) -> Any:
         engine = self
@@ -226,7 +240,7 @@ class Engine:
             log.exception("generation failed")
             for entry in entries:
                 entry.finished = True
-                entry.request.emit(GenerationError(str(exc)))
+            self.backend.deliver([(entry.request.emit, GenerationError(str(exc))) for entry in entries])
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.scheduler.run, name="batcher", daemon=True)
@@ -245,9 +259,9 @@ class Engine:
 
     async def stream(self, request: ValidRequest) -> AsyncIterator[Event]:
         """Token events of one request; leaving the iterator early cancels the request."""
-        loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         events: asyncio.Queue[Any] = asyncio.Queue()
-        entry = self.submit(request, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+        entry = self.submit(request, events.put_nowait)
         try:
             while True:
                 event = await events.get()
@@ -266,3 +280,8 @@ class Engine:
             if event.finish is not None:
                 return event.finish
         raise GenerationError("generation ended without a final token")
+
+
+def _run_all(events: list[tuple[Callable[[Any], None], Any]]) -> None:
+    for emit, event in events:
+        emit(event)

@@ -1,0 +1,212 @@
+"""Embedded engine throughput against transformers `generate`, measured side by side in one run.
+
+    .venv/bin/python benchmarks/engine_throughput.py [--streams 1 4 16 32] [--prompt-tokens 128]
+        [--new-tokens 128] [--dtype float32] [--quantize eetq] [--skip-transformers]
+
+For each number of concurrent streams N: N requests (prompt of exactly --prompt-tokens tokens,
+--new-tokens new tokens, ignore_eos) stream at once through the engine's HTTP API; aggregate
+output tokens/s is all tokens over the wall time from the first request sent to the last token.
+Then, with the engine stopped, plain transformers `generate` on the same model, dtype and threads:
+one request at a time, and as a static batch of N. Also measured: the time to first token of a
+request that arrives while a long batch runs, and the engine's own overhead per decode step
+(client inter-token gap against the server's `tgi_batch_forward_duration{method="decode"}`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import aiohttp
+import httpx
+import torch
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_engine(args: list[str]) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tgi_toolkit.engine", "--port", str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"engine exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("engine not healthy in 300 s")
+
+
+def stop_engine(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(30)
+
+
+async def stream_one(session: aiohttp.ClientSession, url: str, prompt: str, new_tokens: int) -> dict:
+    body = {"inputs": prompt, "parameters": {"max_new_tokens": new_tokens, "ignore_eos": True, "details": True}}
+    sent = time.perf_counter()
+    stamps: list[float] = []
+    details = None
+    async with session.post(url + "/generate_stream", json=body) as response:
+        async for raw in response.content:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            stamps.append(time.perf_counter())
+            event = json.loads(line[5:])
+            if "error" in event:
+                raise RuntimeError(event["error"])
+            details = event.get("details") or details
+    return {"sent": sent, "stamps": stamps, "input_length": details["input_length"] if details else None}
+
+
+async def concurrent(url: str, prompt: str, streams: int, new_tokens: int, delay_last: float | None = None) -> list:
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        tasks = [stream_one(session, url, prompt, new_tokens) for _ in range(streams)]
+        if delay_last is None:
+            return await asyncio.gather(*tasks)
+
+        async def late() -> dict:
+            await asyncio.sleep(delay_last)
+            return await stream_one(session, url, prompt, 8)
+
+        return await asyncio.gather(*tasks, late())
+
+
+def decode_forward_stats(url: str) -> tuple[float, int]:
+    text = httpx.get(url + "/metrics").text
+    total = count = 0.0
+    for line in text.splitlines():
+        if line.startswith('tgi_batch_forward_duration_sum{method="decode"}'):
+            total = float(line.split()[-1])
+        if line.startswith('tgi_batch_forward_duration_count{method="decode"}'):
+            count = float(line.split()[-1])
+    return total, int(count)
+
+
+def exact_prompt(url: str, tokens: int) -> str:
+    prompt = " hello" * tokens
+    counted = len(httpx.post(url + "/tokenize", json={"inputs": prompt}).json())
+    assert counted == tokens, f"prompt is {counted} tokens, not {tokens}"
+    return prompt
+
+
+def bench_engine(args: argparse.Namespace) -> dict:
+    flags = ["--max-input-tokens", str(args.prompt_tokens + 64),
+             "--max-total-tokens", str(args.prompt_tokens + args.new_tokens + 256),
+             "--max-batch-prefill-tokens", str(max(args.streams) * args.prompt_tokens),
+             "--max-batch-size", str(max(args.streams)), "--dtype", args.dtype]
+    if args.quantize:
+        flags += ["--quantize", args.quantize]
+    started = time.perf_counter()
+    proc, url = start_engine(flags)
+    out: dict = {"time_to_healthy_s": time.perf_counter() - started}
+    try:
+        prompt = exact_prompt(url, args.prompt_tokens)
+        asyncio.run(concurrent(url, prompt, 1, 4))  # warm the HTTP path
+        for n in args.streams:
+            before = decode_forward_stats(url)
+            results = asyncio.run(concurrent(url, prompt, n, args.new_tokens))
+            after = decode_forward_stats(url)
+            begin = min(r["sent"] for r in results)
+            end = max(r["stamps"][-1] for r in results)
+            tokens = sum(len(r["stamps"]) for r in results)
+            assert all(r["input_length"] == args.prompt_tokens for r in results)
+            ttft = [r["stamps"][0] - r["sent"] for r in results]
+            # Client gap between tokens once every stream is decoding together, against the
+            # server's own forward time per decode step over the same window.
+            gaps = [b - a for r in results for a, b in zip(r["stamps"][1:], r["stamps"][2:], strict=False)]
+            forward = (after[0] - before[0]) / max(after[1] - before[1], 1)
+            out[n] = {"tok_s": tokens / (end - begin), "ttft_p50": statistics.median(ttft), "ttft_max": max(ttft),
+                      "itl_mean": statistics.fmean(gaps), "forward_mean": forward}
+            print(f"  engine  {n:>3} streams: {out[n]['tok_s']:7.1f} tok/s  TTFT p50 {out[n]['ttft_p50']:.2f}s "
+                  f"max {out[n]['ttft_max']:.2f}s  step {forward * 1000:.1f} ms  ITL {out[n]['itl_mean'] * 1000:.1f} ms",
+                  flush=True)
+        # A request arriving while a long batch of 16 runs: first token after its prefill plus a
+        # few decode steps, not after the batch ends.
+        alone = asyncio.run(concurrent(url, prompt, 1, 8))[0]
+        busy = asyncio.run(concurrent(url, prompt, 16, args.new_tokens * 2, delay_last=3.0))
+        late, batch_end = busy[-1], max(r["stamps"][-1] for r in busy[:-1])
+        out["late"] = {"alone_ttft": alone["stamps"][0] - alone["sent"],
+                       "late_ttft": late["stamps"][0] - late["sent"],
+                       "batch_left": batch_end - late["sent"]}
+    finally:
+        stop_engine(proc)
+    return out
+
+
+def bench_transformers(args: argparse.Namespace) -> dict:
+    from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+
+    loaded = load_model(resolve_model(DEFAULT_MODEL_ID), dtype=args.dtype)
+    model, tok = loaded.model, loaded.tokenizer
+    ids = tok(" hello" * args.prompt_tokens, return_tensors="pt")["input_ids"]
+    out = {}
+
+    def run(batch: int) -> float:
+        x = ids.repeat(batch, 1)
+        started = time.perf_counter()
+        model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=args.new_tokens,
+                       min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+        return batch * args.new_tokens / (time.perf_counter() - started)
+
+    run(1)  # warm-up
+    out["one_at_a_time"] = run(1)
+    print(f"  transformers one request at a time: {out['one_at_a_time']:.1f} tok/s", flush=True)
+    for n in args.streams:
+        if n > 1:
+            out[n] = run(n)
+            print(f"  transformers static batch {n:>3}: {out[n]:7.1f} tok/s", flush=True)
+    out[1] = out["one_at_a_time"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 16, 32])
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--quantize", default=None)
+    parser.add_argument("--skip-transformers", action="store_true")
+    args = parser.parse_args()
+    print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, quantize {args.quantize}, prompt "
+          f"{args.prompt_tokens}, new {args.new_tokens}", flush=True)
+    engine = bench_engine(args)
+    hf = {} if args.skip_transformers else bench_transformers(args)
+
+    print(f"\nengine time to healthy: {engine['time_to_healthy_s']:.1f} s")
+    print(f"{'streams':>8}{'engine tok/s':>14}{'vs 1 stream':>13}{'static batch':>14}{'engine/static':>15}"
+          f"{'TTFT p50 s':>12}{'overhead/step':>15}")
+    for n in args.streams:
+        e = engine[n]
+        static = hf.get(n)
+        overhead = (e["itl_mean"] - e["forward_mean"]) / e["itl_mean"]
+        print(f"{n:>8}{e['tok_s']:>14.1f}{e['tok_s'] / engine[args.streams[0]]['tok_s']:>13.2f}"
+              f"{static or float('nan'):>14.1f}{e['tok_s'] / static if static else float('nan'):>15.2f}"
+              f"{e['ttft_p50']:>12.2f}{overhead:>15.1%}")
+    late = engine["late"]
+    print(f"\nlate arrival during a 16-stream batch: TTFT {late['late_ttft']:.2f} s (alone: {late['alone_ttft']:.2f} s); "
+          f"the batch still had {late['batch_left']:.1f} s to run")
+
+
+if __name__ == "__main__":
+    main()
