@@ -1,0 +1,160 @@
+"""The result tables: their columns, units and meaning. The contract between bench, sweep, plots,
+report, planner and app: those modules name columns through the constants here, never by literal.
+
+A results folder (one benchmark run, or a sweep of many runs) holds:
+
+    requests.parquet            one row per request                       (REQUEST_COLUMNS)
+    points.parquet              one row per measured point                (POINT_COLUMNS)
+    batch.parquet               text-generation-benchmark parity, one row per batch size and run
+                                                                          (BATCH_COLUMNS)
+    server.parquet              the server's /metrics and process samples over time (SERVER_COLUMNS)
+    runs/<run_id>.json          provenance of one run (PROVENANCE_KEYS)
+
+Tables are appended to as points finish (a crash loses no finished point). Several runs share
+one folder; `run_id` tells them apart, `config_id` groups runs made with the same launcher
+settings (a sweep relaunches the server per configuration).
+
+Units: times in seconds (`_s`), throughputs in tokens per second (`_tok_s`) or requests per second
+(`_rps`), client event-loop lag in milliseconds (`_ms`). Timestamps (`sent_s`, `t_s`) are seconds
+on the run's monotonic clock, 0 = the run's start, so requests and server samples join on them.
+
+Definitions (shared/reference/MEASUREMENT.md), client-side, monotonic clock, t0 = request sent:
+- ttft: first chunk carrying a token - t0.    e2e: last chunk - t0.
+- tpot: (e2e - ttft) / (output_tokens - 1), per request (NaN with one output token).
+- itl: every gap between consecutive token chunks; a chunk carrying k tokens counts k tokens,
+  its gap split evenly. Pooled over the point's requests for percentiles.
+- speed: per-request decode speed, (output_tokens - 1) / (e2e - ttft) tokens/s.
+- output throughput: sum of output tokens / wall time of the point (first send to last token).
+- goodput: requests meeting every objective (ttft <= slo_ttft_s and tpot <= slo_tpot_s) per second.
+"""
+
+from __future__ import annotations
+
+# -- shared identification columns --------------------------------------------------------------
+RUN_ID = "run_id"  # str: one call of a scenario
+CONFIG_ID = "config_id"  # str: short hash of the launcher config's non-default fields ("" if unknown)
+CONFIG_LABEL = "config_label"  # str: human label of the configuration, e.g. "max_batch_size=8"
+BACKEND = "backend"  # str: embedded | tgi | tgi-docker | vllm | url
+MODEL_ID = "model_id"  # str: from /info
+SCENARIO = "scenario"  # str: batch | concurrency | rate | ingestion
+POINT_ID = "point_id"  # str: stable key of a point within its run, e.g. "users=16,prompt=128,output=128"
+
+SCENARIOS = ("batch", "concurrency", "rate", "ingestion")
+
+# -- workload columns (NaN/None where the scenario has no such knob) ----------------------------
+USERS = "users"  # int: parallel users (concurrency)
+BATCH_SIZE = "batch_size"  # int: simultaneous identical requests (batch)
+RATE_RPS = "rate_rps"  # float: arrival rate (rate); inf = all at once
+ARRIVAL = "arrival"  # str: constant | poisson (rate)
+PROMPT_TOKENS = "prompt_tokens"  # int: requested prompt length (tokens)
+MAX_NEW_TOKENS = "max_new_tokens"  # int: requested output length
+
+WORKLOAD_COLUMNS = (USERS, BATCH_SIZE, RATE_RPS, ARRIVAL, PROMPT_TOKENS, MAX_NEW_TOKENS)
+IDENTITY_COLUMNS = (RUN_ID, CONFIG_ID, CONFIG_LABEL, BACKEND, MODEL_ID, SCENARIO, POINT_ID)
+
+# -- requests.parquet: one row per request ------------------------------------------------------
+REQUEST_INDEX = "request_index"  # int: order of sending within the point
+REPEAT = "repeat"  # int: repetition of the point (batch: run number), 0-based
+WARMUP = "warmup"  # bool: a warm-up request (kept, excluded from statistics)
+SENT_S = "sent_s"  # float: when the request was sent, run clock
+INPUT_TOKENS = "input_tokens"  # int: prompt length the server reported (details.input_length / usage)
+OUTPUT_TOKENS = "output_tokens"  # int: generated tokens, server-reported (fallback: token events)
+TTFT_S = "ttft_s"
+E2E_S = "e2e_s"
+TPOT_S = "tpot_s"
+SPEED_TOK_S = "speed_tok_s"  # per-request decode speed
+ITL_S = "itl_s"  # list[float]: inter-token gaps of this request
+FINISH_REASON = "finish_reason"  # str: length | eos_token | stop_sequence | None on error
+SHORT_OUTPUT = "short_output"  # bool: output_tokens < max_new_tokens (EOS could not be ignored)
+ERROR = "error"  # str | None: error_type or exception class, None on success
+ERROR_MESSAGE = "error_message"  # str | None
+STATUS = "status"  # int: HTTP status (200 for a stream that ended in an error event)
+
+REQUEST_COLUMNS = (
+    *IDENTITY_COLUMNS, *WORKLOAD_COLUMNS, REPEAT, WARMUP, REQUEST_INDEX, SENT_S, INPUT_TOKENS, OUTPUT_TOKENS,
+    TTFT_S, E2E_S, TPOT_S, SPEED_TOK_S, ITL_S, FINISH_REASON, SHORT_OUTPUT, ERROR, ERROR_MESSAGE, STATUS,
+)
+
+# -- points.parquet: one row per measured point ---------------------------------------------------
+STATS = ("mean", "min", "max", "p25", "p50", "p75", "p90", "p99")
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")  # columns f"{metric}_{stat}_s"
+SPEED_METRIC = "speed"  # columns f"speed_{stat}_tok_s"
+
+
+def stat_column(metric: str, stat: str) -> str:
+    """`stat_column("ttft", "p50") == "ttft_p50_s"`; speed columns end in `_tok_s`."""
+    unit = "tok_s" if metric == SPEED_METRIC else "s"
+    return f"{metric}_{stat}_{unit}"
+
+
+REQUESTS = "requests"  # int: measured requests (warm-ups excluded)
+ERRORS = "errors"  # int
+SHORT_OUTPUTS = "short_outputs"  # int
+TOTAL_INPUT_TOKENS = "total_input_tokens"
+TOTAL_OUTPUT_TOKENS = "total_output_tokens"
+DURATION_S = "duration_s"  # wall time of the point: first send to last token
+OUTPUT_THROUGHPUT = "output_throughput_tok_s"
+INPUT_THROUGHPUT = "input_throughput_tok_s"
+REQUEST_THROUGHPUT = "request_throughput_rps"
+SLO_TTFT_S = "slo_ttft_s"  # objective used for goodput (NaN: none)
+SLO_TPOT_S = "slo_tpot_s"
+GOODPUT_RPS = "goodput_rps"
+SLO_ATTAINMENT = "slo_attainment"  # fraction of requests meeting every objective
+CLIENT_LAG_P99_MS = "client_lag_p99_ms"  # event-loop lag of the benchmark client
+CLIENT_LAG_MAX_MS = "client_lag_max_ms"
+CLIENT_BOUND = "client_bound"  # bool: the client, not the server, limited the point
+SERVER_BATCH_SIZE_MAX = "server_batch_size_max"  # from tgi_batch_current_size samples
+SERVER_QUEUE_SIZE_MAX = "server_queue_size_max"  # from tgi_queue_size samples
+KV_CAPACITY_TOKENS = "kv_capacity_tokens"  # tgi_batch_max_total_tokens, or vLLM's estimate
+KV_USAGE_MAX = "kv_usage_max"  # peak fraction of the KV cache in use
+
+POINT_COLUMNS = (
+    *IDENTITY_COLUMNS, *WORKLOAD_COLUMNS, REQUESTS, ERRORS, SHORT_OUTPUTS, TOTAL_INPUT_TOKENS,
+    TOTAL_OUTPUT_TOKENS, DURATION_S, OUTPUT_THROUGHPUT, INPUT_THROUGHPUT, REQUEST_THROUGHPUT,
+    *(stat_column(m, s) for m in (*LATENCY_METRICS, SPEED_METRIC) for s in STATS),
+    SLO_TTFT_S, SLO_TPOT_S, GOODPUT_RPS, SLO_ATTAINMENT, CLIENT_LAG_P99_MS, CLIENT_LAG_MAX_MS, CLIENT_BOUND,
+    SERVER_BATCH_SIZE_MAX, SERVER_QUEUE_SIZE_MAX, KV_CAPACITY_TOKENS, KV_USAGE_MAX,
+)
+
+# -- batch.parquet: text-generation-benchmark parity, one row per (batch size, run) ---------------
+# B identical prompts of exactly S tokens sent at once, D tokens forced. Over HTTP:
+#   prefill latency = the latest first token of the B requests - send time;
+#   decode total latency = the latest last token - the latest first token; decode steps = D - 1;
+#   decode token latency = decode total / steps; prefill throughput = B*S / prefill latency;
+#   decode throughput = B * steps / decode total.
+SEQUENCE_LENGTH = "sequence_length"
+DECODE_LENGTH = "decode_length"
+PREFILL_LATENCY_S = "prefill_latency_s"
+PREFILL_THROUGHPUT = "prefill_throughput_tok_s"
+DECODE_TOKEN_LATENCY_S = "decode_token_latency_s"
+DECODE_TOTAL_LATENCY_S = "decode_total_latency_s"
+DECODE_THROUGHPUT = "decode_throughput_tok_s"
+
+BATCH_COLUMNS = (
+    *IDENTITY_COLUMNS, BATCH_SIZE, SEQUENCE_LENGTH, DECODE_LENGTH, REPEAT, WARMUP, PREFILL_LATENCY_S,
+    PREFILL_THROUGHPUT, DECODE_TOKEN_LATENCY_S, DECODE_TOTAL_LATENCY_S, DECODE_THROUGHPUT,
+)
+# text-generation-benchmark's statistics and their names in its tables (seed 000).
+BATCH_STATS = {"average": "Average", "lowest": "Lowest", "highest": "Highest", "p50": "p50", "p90": "p90",
+               "p99": "p99"}
+
+# -- server.parquet: samples of the server during a run ------------------------------------------
+T_S = "t_s"  # float: sample time, run clock
+METRIC = "metric"  # str: Prometheus name (tgi_queue_size, ...) or process_cpu_percent, process_rss_bytes,
+#                     gpu_utilization, gpu_memory_used_bytes
+LABELS = "labels"  # str: Prometheus labels as "k=v,k=v" ("" when none)
+VALUE = "value"  # float
+
+SERVER_COLUMNS = (RUN_ID, CONFIG_ID, T_S, METRIC, LABELS, VALUE)
+
+# -- runs/<run_id>.json ------------------------------------------------------------------------------
+PROVENANCE_KEYS = (
+    "run_id", "config_id", "scenario", "started_at", "finished_at", "status",  # running | complete | failed
+    "launcher_config",  # LauncherConfig.to_dict(redact=True), or None when attached to a URL
+    "backend", "url", "info",  # the server's /info
+    "workload",  # the scenario's own parameters
+    "versions",  # tgi_toolkit, python, torch, transformers, ... as installed
+    "hardware",  # cpu model, cores, memory, gpus
+    "git",  # revision and dirty flag of the toolkit's checkout, when there is one
+    "command",  # argv when run from the CLI
+)
