@@ -136,6 +136,16 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_grace_period(backend)
     # checks that it was stopped too.
 
 
+def test_orphans_of_a_dead_launcher_get_sigterm_at_once_not_after_the_grace_period():
+    server = quiet().start()
+    os.kill(server.pid, signal.SIGKILL)  # the launcher dies; its shard (own group) lives on
+    assert server.wait(5) == -signal.SIGKILL
+    began = time.monotonic()
+    server.stop(grace=10)
+    assert time.monotonic() - began < 5  # nobody else would tell the shard to stop: we did, at once
+    assert any("shard stopped by SIGTERM" in line for line in server.logs(None))  # a clean stop, not a kill
+
+
 def test_docker_container_is_stopped_even_when_the_client_was_killed():
     server = quiet(backend="tgi-docker").start()
     os.kill(server.pid, signal.SIGKILL)  # the `docker run` client dies; the container does not

@@ -225,8 +225,12 @@ def tgi(argv: list[str]) -> int:
 
 
 def shard() -> int:
-    # A model shard: waits to be told to stop.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # A model shard: waits to be told to stop, and says so (tests tell a SIGTERM from a SIGKILL).
+    def on_term(signum: int, frame: object) -> None:
+        say(f"{tgi_stamp()}  INFO shard-manager: text_generation_launcher: shard stopped by SIGTERM rank=0")
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
     while True:
         time.sleep(1)
 

@@ -179,12 +179,22 @@ class ManagedProcess:
         if self.alive():
             _signal_group(self.pgid, signal.SIGTERM)
         # Descendants in groups of their own are the main process's job while it lives
-        # (TGI's launcher stops its shards); only those it leaves behind get our signals.
+        # (TGI's launcher stops its shards); only those it leaves behind get our signals. When it
+        # is already dead (crashed, or SIGKILLed) nobody else will tell its orphans to stop, so
+        # they get SIGTERM from us at once and the rest of the grace period to exit cleanly.
+        orphans_told = False
         while time.monotonic() < deadline:
             if self.alive():
                 self.track()
-            elif not _live(self._known.values()):
-                break
+            else:
+                orphans = _live(self._known.values())
+                if not orphans:
+                    break
+                if not orphans_told:
+                    for proc in orphans:
+                        with contextlib.suppress(psutil.Error):
+                            proc.terminate()
+                    orphans_told = True
             time.sleep(0.05)
         if self.alive():
             _signal_group(self.pgid, signal.SIGKILL)

@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
             return 0
         code = server.wait()
         print(f"server exited with code {code}; last log lines:\n" + "\n".join(server.logs()), file=sys.stderr)
-        return code if code else 1
+        return code if code and code > 0 else 1  # killed by a signal (negative) is a failure too
     except (ConfigError, ServerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -195,11 +195,19 @@ class Server:
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Block until the process exits (or `timeout` passes: None); return its exit code."""
-        if self._proc is None:
+        proc = self._proc
+        if proc is None:
             return None
-        with contextlib.suppress(Exception):
-            self._proc.popen.wait(timeout)
-        return self._proc.returncode
+        # Poll rather than block: descendants started after start-up (a vLLM engine core, a
+        # respawned shard) must be recorded while their parent lives, or stop() cannot find
+        # them once they are orphaned.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while proc.alive() and (deadline is None or time.monotonic() < deadline):
+            proc.track()
+            with contextlib.suppress(Exception):
+                left = POLL_SECONDS if deadline is None else min(POLL_SECONDS, max(deadline - time.monotonic(), 0))
+                proc.popen.wait(left)
+        return proc.returncode
 
     def __enter__(self) -> Server:
         if not self.running:
