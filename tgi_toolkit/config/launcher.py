@@ -49,7 +49,8 @@ BITSANDBYTES = ("bitsandbytes", "bitsandbytes-nf4", "bitsandbytes-fp4")
 _VARIANTS: dict[str, str] = {
     "awq": "Awq", "compressed-tensors": "CompressedTensors", "eetq": "Eetq", "exl2": "Exl2", "gptq": "Gptq",
     "marlin": "Marlin", "bitsandbytes": "Bitsandbytes", "bitsandbytes-nf4": "BitsandbytesNf4",
-    "bitsandbytes-fp4": "BitsandbytesFp4", "fp8": "Fp8", "float16": "Float16", "bfloat16": "BFloat16", "float32": "Float32",
+    "bitsandbytes-fp4": "BitsandbytesFp4", "fp8": "Fp8", "float16": "Float16", "bfloat16": "BFloat16",
+    "float32": "Float32",
     "fp8_e4m3fn": "Fp8e4m3fn", "fp8_e5m2": "Fp8e5m2", "linear": "Linear", "dynamic": "Dynamic",
     "on": "On", "off": "Off", "no-stack": "NoStack",
 }

@@ -28,8 +28,8 @@ class UnsupportedSetting(ValueError):
     """A launcher setting the single-process CPU engine cannot honour."""
 
 
-def _refusals(cfg: Any) -> list[str]:
-    """One sentence per launcher setting that cannot apply to one CPU process."""
+def refusals(cfg: Any) -> list[str]:
+    """One sentence per launcher setting that cannot apply to one CPU process (empty: all can)."""
     out = []
 
     def changed(name: str) -> bool:
@@ -77,9 +77,9 @@ class Built:
 def build(cfg: Any, *, started: float | None = None) -> Built:
     """Load and warm the model described by a LauncherConfig; return the ready app."""
     started = time.perf_counter() if started is None else started
-    refusals = _refusals(cfg)
-    if refusals:
-        raise UnsupportedSetting("\n".join(refusals))
+    refused = refusals(cfg)
+    if refused:
+        raise UnsupportedSetting("\n".join(refused))
 
     import torch
 
