@@ -1,0 +1,185 @@
+"""Published results from the seeds (`data/reference/`), read into the same tables as our own runs.
+
+    >>> from tgi_toolkit.reference import list_references, load_reference
+    >>> list_references()
+    ['happy-vllm-codellama-7b-a100', 'happy-vllm-phi-3-vision-h100', 'tgi-benchmark-mt0-xxl']
+    >>> ref = load_reference("tgi-benchmark-mt0-xxl")
+    >>> ref.batch          # batch.parquet columns: one row per batch size, the published averages
+
+Where a published number and one of our result columns mean the same thing it lands in that column
+(BATCH_COLUMNS, POINT_COLUMNS), so plots and comparisons take a reference exactly as they take a run.
+What has no counterpart stays in `tables` / `main_metrics` as published, units and all; `data/README.md`
+says where each file comes from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tgi_toolkit.bench import schema as S
+
+# The repository's data folder; TGI_TOOLKIT_DATA points elsewhere (an installed wheel has no data/).
+DATA_DIR = Path(os.environ.get("TGI_TOOLKIT_DATA", Path(__file__).resolve().parents[1] / "data"))
+REFERENCE_SUBDIR = "reference"
+
+# batch_stats: which statistic a row holds (keys of schema.BATCH_STATS: average, lowest, ...).
+STAT = "stat"
+
+# text-generation-benchmark's table rows -> batch.parquet columns, and the factor to our units.
+_LATENCY_STEPS = {"Prefill": S.PREFILL_LATENCY_S, "Decode (token)": S.DECODE_TOKEN_LATENCY_S,
+                  "Decode (total)": S.DECODE_TOTAL_LATENCY_S}
+_THROUGHPUT_STEPS = {"Prefill": S.PREFILL_THROUGHPUT, "Decode": S.DECODE_THROUGHPUT}
+_TO_SECONDS = {"ms": 1e-3, "s": 1.0}
+_BATCH_METRICS = (*_LATENCY_STEPS.values(), *_THROUGHPUT_STEPS.values())
+
+# happy_vllm main metrics -> points.parquet columns (the rest stay in main_metrics only).
+_POINT_METRICS = {"generation_speed_per_request": S.stat_column(S.SPEED_METRIC, "mean"),
+                  "kv_cache_capacity": S.KV_CAPACITY_TOKENS}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One published result set: its files as published, and views in our result schema."""
+
+    name: str
+    path: Path
+    meta: dict[str, Any]
+    tables: pd.DataFrame = field(repr=False)  # text-generation-benchmark tables as published ('' if none)
+    main_metrics: pd.DataFrame = field(repr=False)  # happy_vllm's main metrics as published
+    launch_parameters: dict[str, Any] = field(repr=False)  # happy_vllm's launch table, values parsed
+
+    @property
+    def label(self) -> str:
+        return str(self.meta.get("label", self.name))
+
+    @property
+    def source(self) -> str:
+        return str(self.meta.get("source", ""))
+
+    def _identity(self, scenario: str, point_id: str) -> dict[str, Any]:
+        return {S.RUN_ID: f"reference:{self.name}", S.CONFIG_ID: "", S.CONFIG_LABEL: self.label,
+                S.BACKEND: self.meta.get("backend", ""), S.MODEL_ID: self.meta.get("model_id", ""),
+                S.SCENARIO: scenario, S.POINT_ID: point_id}
+
+    @cached_property
+    def batch_stats(self) -> pd.DataFrame:
+        """One row per (batch size, statistic) with BATCH_COLUMNS' metrics in our units; column STAT.
+
+        Statistics a table did not publish (throughput p50/p90/p99) are NaN.
+        """
+        columns = [*S.BATCH_COLUMNS, STAT]
+        if self.tables.empty:
+            return pd.DataFrame(columns=columns)
+        experiment = self.meta.get("experiment", {})
+        seq, dec = experiment.get("sequence_length"), experiment.get("decode_length")
+        rows: dict[tuple[int, str], dict[str, Any]] = {}
+        for rec in self.tables.to_dict("records"):
+            size = int(rec["batch_size"])
+            if rec["table"] == "latency":
+                column, factor = _LATENCY_STEPS[rec["step"]], _TO_SECONDS[rec["unit"]]
+            else:
+                column = _THROUGHPUT_STEPS[rec["step"]]
+                # text-generation-benchmark counts one prefill token per request (B / latency);
+                # prefill_throughput_tok_s counts the prompt tokens (B * S / latency).
+                factor = float(seq) if column == S.PREFILL_THROUGHPUT else 1.0
+            for stat, published in S.BATCH_STATS.items():
+                row = rows.setdefault((size, stat), {
+                    **self._identity("batch", f"batch={size},sequence={seq},decode={dec}"),
+                    S.BATCH_SIZE: size, S.SEQUENCE_LENGTH: seq, S.DECODE_LENGTH: dec, S.REPEAT: pd.NA,
+                    S.WARMUP: False, STAT: stat})
+                value = rec.get(published.lower())
+                row[column] = float(value) * factor if pd.notna(value) else np.nan
+        frame = pd.DataFrame(list(rows.values()), columns=columns)
+        frame[S.REPEAT] = frame[S.REPEAT].astype("Int64")  # no run number: these summarise 10 runs
+        return frame
+
+    @cached_property
+    def batch(self) -> pd.DataFrame:
+        """batch.parquet rows: one per batch size holding the published averages (REPEAT is <NA>)."""
+        stats = self.batch_stats
+        return stats[stats[STAT] == "average"].drop(columns=STAT).reset_index(drop=True)
+
+    @cached_property
+    def points(self) -> pd.DataFrame:
+        """points.parquet rows: the one concurrency point a happy_vllm card states (10 users, 1024/128)."""
+        columns = list(S.POINT_COLUMNS)
+        if self.main_metrics.empty:
+            return pd.DataFrame(columns=columns)
+        speed = self.main_metrics.set_index("metric").loc["generation_speed_per_request"]
+        users, prompt, output = (int(speed[c]) for c in ("parallel_requests", "prompt_tokens", "output_tokens"))
+        row: dict[str, Any] = {
+            **self._identity("concurrency", f"users={users},prompt={prompt},output={output}"),
+            S.USERS: users, S.PROMPT_TOKENS: prompt, S.MAX_NEW_TOKENS: output}
+        for rec in self.main_metrics.to_dict("records"):
+            if rec["metric"] in _POINT_METRICS:
+                row[_POINT_METRICS[rec["metric"]]] = float(rec["value"])
+        return pd.DataFrame([row], columns=columns)
+
+    def metric(self, name: str) -> float:
+        """A main metric's value, e.g. `metric("prompt_ingestion_speed") == 13500.0` (tokens/s)."""
+        found = self.main_metrics[self.main_metrics["metric"] == name]
+        if found.empty:
+            have = ", ".join(self.main_metrics["metric"]) or "none"
+            raise KeyError(f"{self.name} publishes no metric {name!r} (it has: {have})")
+        return float(found["value"].iloc[0])
+
+    def launcher_config(self) -> Any:
+        """The published server settings as a LauncherConfig (TGI arguments, or the mapped vLLM ones)."""
+        from tgi_toolkit.config import LauncherConfig, from_vllm_table
+
+        if "deployment_arguments" in self.meta:
+            return LauncherConfig.create(**self.meta["deployment_arguments"])
+        if self.launch_parameters:
+            # from_vllm_table holds the one vLLM -> launcher mapping; hand it the table it reads.
+            lines = ["|Parameter|Value|", "| :---: | :---: |",
+                     *(f"|{k}|{_cell_text(v)}|" for k, v in self.launch_parameters.items())]
+            return from_vllm_table("\n".join(lines))[0]
+        raise ValueError(f"{self.name} publishes no server settings")
+
+
+def _cell_text(value: Any) -> str:
+    # happy_vllm writes Python reprs for lists and None/True/False, plain text for strings.
+    return value if isinstance(value, str) else repr(value)
+
+
+def _reference_root(data_dir: str | Path | None) -> Path:
+    return Path(data_dir) / REFERENCE_SUBDIR if data_dir is not None else DATA_DIR / REFERENCE_SUBDIR
+
+
+def list_references(data_dir: str | Path | None = None) -> list[str]:
+    """Names of the reference result sets under `data_dir/reference` (default: the repository's data/)."""
+    root = _reference_root(data_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "meta.json").is_file())
+
+
+def load_reference(name: str, data_dir: str | Path | None = None) -> Reference:
+    """Read one reference set (see `list_references`); KeyError naming the available ones if unknown."""
+    path = _reference_root(data_dir) / name
+    if not (path / "meta.json").is_file():
+        raise KeyError(f"no reference result set {name!r} in {path.parent}; available: "
+                       f"{', '.join(list_references(data_dir)) or 'none'}")
+    meta = json.loads((path / "meta.json").read_text())
+    files: Mapping[str, str] = meta.get("files", {})
+
+    def csv(key: str) -> pd.DataFrame:
+        return pd.read_csv(path / files[key]) if key in files else pd.DataFrame()
+
+    launch = json.loads((path / files["launch_parameters"]).read_text()) if "launch_parameters" in files else {}
+    return Reference(name=name, path=path, meta=meta, tables=csv("batch_benchmark"),
+                     main_metrics=csv("main_metrics"), launch_parameters=launch)
+
+
+def load_references(data_dir: str | Path | None = None) -> dict[str, Reference]:
+    """Every reference set, by name."""
+    return {name: load_reference(name, data_dir) for name in list_references(data_dir)}
