@@ -1,0 +1,41 @@
+"""Figures of benchmark results, as plotly figures returned (never shown): notebooks and the app
+display them, the report saves them.
+
+Every function takes the result tables of `tgi_toolkit.bench.schema` (requests, points, batch,
+server) as pandas DataFrames, whether fresh from a run, read from a results folder, or published
+(`tgi_toolkit.reference.load_reference`). A missing column raises ValueError naming it; missing
+values (NaN, one point, no server samples) draw what there is and say on the figure what is absent.
+
+| figure                                   | function                                   | table    |
+|------------------------------------------|--------------------------------------------|----------|
+| latency vs throughput per batch size     | batch_latency_throughput                   | batch    |
+| metric over batch size x sequence length | batch_heatmap                              | batch, points |
+| throughput / TTFT / speed vs users       | metrics_vs_users, throughput_vs_users, speed_and_ttft_vs_users | points |
+| ITL (or TTFT, ...) distributions         | itl_distribution, distribution             | requests |
+| prompt ingestion fit                     | ingestion_plot, fit_ingestion              | requests |
+| Pareto frontier                          | pareto_plot, pareto_front                  | points   |
+| queue and batch size over time           | server_timeline, kv_usage_timeline         | server (+ requests) |
+| result sets side by side                 | compare_batch, compare_points, label_sets  | batch, points |
+"""
+
+from __future__ import annotations
+
+from tgi_toolkit.plots.batch import BATCH_STEPS, batch_heatmap, batch_latency_throughput
+from tgi_toolkit.plots.compare import compare_batch, compare_points, label_sets
+from tgi_toolkit.plots.distributions import IngestionFit, distribution, fit_ingestion, ingestion_plot, itl_distribution
+from tgi_toolkit.plots.load import metrics_vs_users, speed_and_ttft_vs_users, throughput_vs_users
+from tgi_toolkit.plots.pareto import pareto_front, pareto_plot
+from tgi_toolkit.plots.server import (
+    BATCH_METRICS,
+    KV_FRACTION_METRICS,
+    QUEUE_METRICS,
+    kv_usage_timeline,
+    server_timeline,
+)
+
+__all__ = [
+    "BATCH_METRICS", "BATCH_STEPS", "KV_FRACTION_METRICS", "QUEUE_METRICS", "IngestionFit", "batch_heatmap",
+    "batch_latency_throughput", "compare_batch", "compare_points", "distribution", "fit_ingestion",
+    "ingestion_plot", "itl_distribution", "kv_usage_timeline", "label_sets", "metrics_vs_users", "pareto_front",
+    "pareto_plot", "server_timeline", "speed_and_ttft_vs_users", "throughput_vs_users",
+]

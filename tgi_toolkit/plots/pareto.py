@@ -1,0 +1,102 @@
+"""The Pareto frontier of latency against throughput across configurations: which settings are worth
+running at all (none other is both faster and higher-throughput)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.plots._common import (
+    axis_title,
+    color_map,
+    column_name,
+    hover,
+    integer_text,
+    layout,
+    measured,
+    note,
+    number_format,
+    require_columns,
+    scaled,
+)
+
+HOVER_COLUMNS = (S.POINT_ID, S.USERS, S.BATCH_SIZE, S.RATE_RPS, S.PROMPT_TOKENS, S.MAX_NEW_TOKENS, S.RUN_ID)
+
+
+def pareto_front(df: pd.DataFrame, x: str, y: str, *, maximize_x: bool = True, minimize_y: bool = True) -> pd.Series:
+    """True for the rows no other row dominates (at least as good on both, better on one).
+
+    Rows with NaN in x or y are never on the front. Exact duplicates of a front point are on it too.
+    O(n log n): sort best-x first; a row is on the front when its y beats every row with strictly better x.
+    """
+    require_columns(df, [x, y], "pareto_front")
+    a = pd.to_numeric(df[x], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    b = pd.to_numeric(df[y], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    a = a if maximize_x else -a  # from here on, larger is better on both
+    b = -b if minimize_y else b
+    on_front = np.zeros(len(df), dtype=bool)
+    valid = np.flatnonzero(np.isfinite(a) & np.isfinite(b))
+    order = valid[np.lexsort((-b[valid], -a[valid]))]  # by a descending, then b descending
+    best_b = -np.inf  # best b among rows with strictly larger a
+    i = 0
+    while i < order.size:
+        j = i
+        while j < order.size and a[order[j]] == a[order[i]]:
+            j += 1
+        group = order[i:j]
+        top = b[group[0]]  # the group's best b (sorted first)
+        if top > best_b:  # dominated by nothing with larger a; within the group only the best b survive
+            on_front[group[b[group] == top]] = True
+        best_b = max(best_b, top)
+        i = j
+    return pd.Series(on_front, index=df.index, name="pareto")
+
+
+def pareto_plot(points: pd.DataFrame, *, x: str = S.OUTPUT_THROUGHPUT, y: str = S.stat_column("ttft", "p50"),
+                label: str = S.CONFIG_LABEL, maximize_x: bool = True, minimize_y: bool = True,
+                hover_columns: Sequence[str] = HOVER_COLUMNS, title: str | None = None) -> go.Figure:
+    """Every point coloured by its configuration, the frontier points enlarged and joined.
+
+    Defaults: throughput (more is better) against median TTFT (less is better). The hover names the
+    configuration (`label`, e.g. its launcher settings) and whichever of `hover_columns` the table has.
+    Needs x, y and `label`.
+    """
+    df = measured(require_columns(points, [x, y, label], "pareto_plot")).reset_index(drop=True)
+    front = pareto_front(df, x, y, maximize_x=maximize_x, minimize_y=minimize_y)
+    xs, x_unit = scaled(df, x)
+    ys, y_unit = scaled(df, y)
+    extra = [c for c in hover_columns if c in df.columns and c != label]
+    labels = df[label].fillna("(no label)").astype(str)
+    colors = color_map(labels)
+    lines = [f"{column_name(x)}: %{{x:{number_format(x_unit)}}} {x_unit}",
+             f"{column_name(y)}: %{{y:{number_format(y_unit)}}} {y_unit}",
+             *(f"{column_name(c)}: %{{customdata[{i + 1}]}}" for i, c in enumerate(extra))]
+    custom = np.column_stack([front.map({True: "on the Pareto frontier", False: "dominated"}).to_numpy(),
+                              *(df[c].map(integer_text).to_numpy() for c in extra)])
+    plotted = xs.notna() & ys.notna()
+    fig = go.Figure()
+    for name, color in colors.items():
+        mask = (labels == name) & plotted
+        if not mask.any():
+            continue
+        on = front[mask].to_numpy()
+        fig.add_trace(go.Scatter(
+            x=xs[mask], y=ys[mask], mode="markers", name=name,
+            marker={"color": color, "size": np.where(on, 13, 8), "opacity": np.where(on, 1.0, 0.45),
+                    "line": {"width": np.where(on, 1.5, 0.0), "color": "black"}},
+            customdata=custom[mask.to_numpy()], hovertemplate=hover(f"<b>{name}</b>", *lines, "%{customdata[0]}")))
+    frontier = df[front].assign(_x=xs[front], _y=ys[front]).sort_values("_x")
+    if not frontier.empty:
+        fig.add_trace(go.Scatter(
+            x=frontier["_x"], y=frontier["_y"], mode="lines", name="Pareto frontier",
+            line={"color": "black", "dash": "dot", "width": 1.5}, customdata=frontier[[label]].to_numpy(),
+            hovertemplate=hover("<b>Pareto frontier</b>", "%{customdata[0]}", *lines[:2])))
+    else:
+        note(fig, "no point has both values")
+    fig.update_xaxes(title_text=axis_title(x, x_unit))
+    fig.update_yaxes(title_text=axis_title(y, y_unit))
+    return layout(fig, title or f"{column_name(y)} against {column_name(x).lower()}: the Pareto frontier")
