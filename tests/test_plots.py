@@ -348,8 +348,10 @@ def test_pareto_plot_highlights_the_frontier_with_config_hover():
 def test_pareto_plot_partial_data():
     table = points_table(prompts=(128,))
     table.loc[table.index[:3], TTFT["p50"]] = np.nan
+    table[S.USERS] = table[S.USERS].astype("Int64").mask(table[S.USERS] == 16)  # <NA>: shown as a dash
     fig = P.pareto_plot(table)
     assert len(fig.data[0].x) == 2
+    assert fig.data[0].customdata[-1, 1 + list(P.pareto.HOVER_COLUMNS).index(S.USERS)] == "–"
     none = P.pareto_plot(table.assign(**{TTFT["p50"]: np.nan}))
     assert any("no point" in n for n in notes(none))
     with pytest.raises(ValueError, match="config_label"):

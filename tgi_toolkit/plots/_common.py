@@ -134,7 +134,9 @@ def sorted_values(values: Iterable[Hashable]) -> list[Hashable]:
 
 
 def integer_text(value: object) -> str:
-    """'16' for 16.0 (columns with NaN are floats), the value as written otherwise."""
+    """'16' for 16.0 (columns with NaN are floats), '–' for a missing value, the value as written otherwise."""
+    if _missing(value):
+        return "–"
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
     return str(value)
