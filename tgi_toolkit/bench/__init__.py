@@ -1,0 +1,56 @@
+"""Benchmark any text-generation server over its HTTP API: text-generation-benchmark's batch
+tables, happy_vllm's user-facing metrics, concurrency and rate sweeps, with results as DataFrames.
+
+    from tgi_toolkit.bench import run_batch, run_concurrency, run_rate, measure_ingestion, load_results
+    results = run_concurrency("http://127.0.0.1:3000", users=[1, 4, 16], output="results/")
+    results.points            # one row per point (tgi_toolkit.bench.schema.POINT_COLUMNS)
+    load_results("results/")  # the same tables back
+
+Names load lazily: `tgi_toolkit.bench.schema` (imported by plots, sweeps and the app) stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+_LAZY = {
+    "run_batch": "api", "run_concurrency": "api", "run_rate": "api", "measure_ingestion": "api",
+    "run_batch_async": "api", "run_concurrency_async": "api", "run_rate_async": "api",
+    "measure_ingestion_async": "api", "run_scenario": "api", "kv_capacity": "api",
+    "Results": "results", "load_results": "results",
+    "BenchError": "errors", "ServerDiedError": "errors",
+    "PromptFactory": "prompts",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.bench.api import (
+        kv_capacity,
+        measure_ingestion,
+        measure_ingestion_async,
+        run_batch,
+        run_batch_async,
+        run_concurrency,
+        run_concurrency_async,
+        run_rate,
+        run_rate_async,
+        run_scenario,
+    )
+    from tgi_toolkit.bench.errors import BenchError, ServerDiedError
+    from tgi_toolkit.bench.prompts import PromptFactory
+    from tgi_toolkit.bench.results import Results, load_results
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tgi_toolkit.bench' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"tgi_toolkit.bench.{module}"), name)
+
+
+__all__ = [
+    "BenchError", "PromptFactory", "Results", "ServerDiedError", "kv_capacity", "load_results", "measure_ingestion",
+    "measure_ingestion_async", "run_batch", "run_batch_async", "run_concurrency", "run_concurrency_async",
+    "run_rate", "run_rate_async", "run_scenario",
+]

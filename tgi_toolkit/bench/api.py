@@ -1,0 +1,266 @@
+"""The public Python API: one function per scenario, sync (notebooks, scripts) and async.
+
+Every `run_*` takes the server (a URL or a started `Server`), the scenario's parameters and the
+common options below, checks them all before sending anything, and returns `Results`.
+
+Common options:
+  output: folder to write to as the run goes (None: memory only); resume: continue the unfinished
+  run with the same parameters found there (False: always a new run); progress: tqdm bars;
+  tokenizer: local tokenizer name/path/object (None: the server's /tokenize); seed; prefix_tokens
+  (shared prompt prefix); dataset (a text/json/jsonl file to cut prompts from); api: tgi |
+  completions | chat (None: tgi for TGI-like servers, completions for vLLM); api_key; ignore_eos
+  (None: where the server honours it); sampling (dict of TGI parameters, default greedy);
+  slo_ttft_s, slo_tpot_s (goodput objectives); scrape_interval (seconds between /metrics scrapes);
+  request_timeout (seconds without a byte before a request fails); on_point (called with each saved
+  point's row; an exception from it stops the run, finished points kept); command (argv, provenance).
+
+The sync functions also work inside a running event loop (a Jupyter cell): the run then goes on a
+worker thread with its own loop, and Ctrl-C (interrupt) cancels it there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from tgi_toolkit.bench import scenarios
+from tgi_toolkit.bench.errors import BenchError, check_positive_ints
+from tgi_toolkit.bench.results import Results
+from tgi_toolkit.bench.run import Run
+from tgi_toolkit.bench.target import Target, resolve
+
+ARRIVALS = ("constant", "poisson")
+
+
+def _run_sync(make: Callable[[], Coroutine[Any, Any, Results]]) -> Results:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    # Inside a running loop: a worker thread with a loop of its own.
+    box: dict[str, Any] = {}
+    loop = asyncio.new_event_loop()
+
+    def work() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            box["task"] = loop.create_task(make())
+            box["value"] = loop.run_until_complete(box["task"])
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    thread = threading.Thread(target=work, name="tgi-toolkit-bench", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.1)
+    except KeyboardInterrupt:
+        if "task" in box:
+            loop.call_soon_threadsafe(box["task"].cancel)
+        thread.join()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _options(target: Target, options: dict[str, Any]) -> dict[str, Any]:
+    allowed = {"output", "resume", "progress", "tokenizer", "seed", "prefix_tokens", "dataset", "ignore_eos",
+               "sampling", "slo_ttft_s", "slo_tpot_s", "scrape_interval", "request_timeout", "on_point",
+               "command"}
+    unknown = set(options) - allowed
+    if unknown:
+        raise BenchError(sorted(unknown)[0], "is not an option", ", ".join(sorted(allowed | {"api", "api_key"})))
+    return options
+
+
+def _target(server: Any, options: dict[str, Any]) -> Target:
+    return resolve(server, api=options.pop("api", None), api_key=options.pop("api_key", None))
+
+
+def _grid(target: Target, prompt_tokens: Sequence[int] | int, max_new_tokens: Sequence[int] | int,
+          ) -> list[tuple[int, int]]:
+    prompts = check_positive_ints("prompt_tokens", _listed(prompt_tokens))
+    outputs = check_positive_ints("max_new_tokens", _listed(max_new_tokens))
+    for p in prompts:
+        for o in outputs:
+            target.check_lengths(p, o)
+    return [(p, o) for p in prompts for o in outputs]
+
+
+def _listed(value: Sequence[Any] | Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple, range)) else [value]
+
+
+def _count(name: str, value: int, minimum: int) -> int:
+    return check_positive_ints(name, [value], minimum=minimum)[0]
+
+
+# -- batch ----------------------------------------------------------------------------------------------
+async def run_batch_async(server: Any, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), sequence_length: int = 10,
+                          decode_length: int = 8, runs: int = 10, warmups: int = 1, **options: Any) -> Results:
+    """text-generation-benchmark over HTTP (defaults are its own): see `run_batch`."""
+    target = _target(server, options)
+    sizes = check_positive_ints("batch_size", _listed(batch_sizes))
+    limit = target.info.get("max_concurrent_requests")
+    if limit is not None and max(sizes) > limit:
+        raise BenchError("batch_size", f"{max(sizes)} is over the server's max_concurrent_requests {limit} "
+                                       f"(it would answer 429)", f"1 to {limit}")
+    _count("sequence_length", sequence_length, 1)
+    _count("decode_length", decode_length, 1)
+    _count("runs", runs, 1)
+    _count("warmups", warmups, 0)
+    target.check_lengths(sequence_length, decode_length, "sequence_length")
+    workload = {"batch_sizes": sizes, "sequence_length": sequence_length, "decode_length": decode_length,
+                "runs": runs, "warmups": warmups}
+    async with Run(target, "batch", workload, **_options(target, options)) as run:
+        await scenarios.batch(run, sizes, sequence_length, decode_length, runs, warmups)
+    return run.results()
+
+
+def run_batch(server: Any, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), sequence_length: int = 10,
+              decode_length: int = 8, runs: int = 10, warmups: int = 1, **options: Any) -> Results:
+    """For each batch size B: B identical prompts of exactly `sequence_length` tokens at once,
+    `decode_length` tokens forced, `warmups` + `runs` times. Prefill and decode latency and
+    throughput per run in `.batch`; `.tables()` prints them as text-generation-benchmark does."""
+    return _run_sync(lambda: run_batch_async(server, batch_sizes=batch_sizes, sequence_length=sequence_length,
+                                             decode_length=decode_length, runs=runs, warmups=warmups, **options))
+
+
+# -- concurrency ------------------------------------------------------------------------------------------
+async def run_concurrency_async(server: Any, *, users: Sequence[int] = (1, 2, 4, 8, 16, 32),
+                                prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
+                                requests: int | None = None, warmup_requests: int = 0, **options: Any) -> Results:
+    """N parallel users for each N: see `run_concurrency`."""
+    target = _target(server, options)
+    counts = check_positive_ints("users", _listed(users))
+    grid = _grid(target, prompt_tokens, max_new_tokens)
+    if requests is not None:
+        _count("requests", requests, 1)
+    _count("warmup_requests", warmup_requests, 0)
+    workload = {"users": counts, "grid": grid, "requests": requests, "warmup_requests": warmup_requests}
+    async with Run(target, "concurrency", workload, **_options(target, options)) as run:
+        await scenarios.concurrency(run, counts, grid, requests, warmup_requests)
+    return run.results()
+
+
+def run_concurrency(server: Any, *, users: Sequence[int] = (1, 2, 4, 8, 16, 32),
+                    prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
+                    requests: int | None = None, warmup_requests: int = 0, **options: Any) -> Results:
+    """For each (prompt, output) length pair and each N in `users`: N users each send their next
+    request when the last one ends, `requests` in all (default 4 per user, at least 8), after
+    `warmup_requests` unmeasured ones. TTFT, TPOT, ITL, E2E, per-request speed, throughput, errors."""
+    return _run_sync(lambda: run_concurrency_async(server, users=users, prompt_tokens=prompt_tokens,
+                                                   max_new_tokens=max_new_tokens, requests=requests,
+                                                   warmup_requests=warmup_requests, **options))
+
+
+# -- rate -------------------------------------------------------------------------------------------------
+async def run_rate_async(server: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0), arrival: str = "poisson",
+                         prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
+                         requests: int = 64, max_concurrency: int | None = None, **options: Any) -> Results:
+    """Requests at a constant or Poisson rate: see `run_rate`."""
+    target = _target(server, options)
+    rates = [float(r) for r in _listed(rates)]
+    bad = [r for r in rates if not r > 0]  # NaN fails this too
+    if not rates or bad:
+        raise BenchError("rate", f"{bad[0] if bad else 'no value'} is not allowed",
+                         "request rates > 0 per second (inf: all at once)")
+    if arrival not in ARRIVALS:
+        raise BenchError("arrival", f"{arrival!r} is not known", ", ".join(ARRIVALS))
+    grid = _grid(target, prompt_tokens, max_new_tokens)
+    _count("requests", requests, 1)
+    if max_concurrency is not None:
+        _count("max_concurrency", max_concurrency, 1)
+    workload = {"rates": rates, "arrival": arrival, "grid": grid, "requests": requests,
+                "max_concurrency": max_concurrency}
+    opts = _options(target, options)
+    async with Run(target, "rate", workload, **opts) as run:
+        await scenarios.rate(run, rates, arrival, grid, requests, opts.get("seed", 0), max_concurrency)
+    return run.results()
+
+
+def run_rate(server: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0), arrival: str = "poisson",
+             prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
+             requests: int = 64, max_concurrency: int | None = None, **options: Any) -> Results:
+    """For each rate: `requests` requests leaving on a `constant` or seeded `poisson` schedule,
+    whatever is in flight (open loop; `max_concurrency` caps it, hiding queueing in the client).
+    Pass slo_ttft_s / slo_tpot_s for goodput."""
+    return _run_sync(lambda: run_rate_async(server, rates=rates, arrival=arrival, prompt_tokens=prompt_tokens,
+                                            max_new_tokens=max_new_tokens, requests=requests,
+                                            max_concurrency=max_concurrency, **options))
+
+
+# -- happy_vllm's main metrics --------------------------------------------------------------------------
+def default_ingestion_lengths(target: Target, count: int = 8) -> list[int]:
+    """`count` prompt lengths spread from 32 tokens to 90 % of what the server takes (with one new token)."""
+    top = int(0.9 * min(target.max_input_tokens or 4096, (target.max_total_tokens or 4097) - 1))
+    top = max(top, 33)
+    return sorted({int(round(32 + (top - 32) * i / (count - 1))) for i in range(count)})
+
+
+async def measure_ingestion_async(server: Any, *, prompt_tokens: Sequence[int] | None = None, repeats: int = 3,
+                                  **options: Any) -> Results:
+    """Prompt ingestion speed: see `measure_ingestion`."""
+    target = _target(server, options)
+    lengths = check_positive_ints("prompt_tokens", _listed(prompt_tokens)) if prompt_tokens is not None \
+        else default_ingestion_lengths(target)
+    if len(set(lengths)) < 2:
+        raise BenchError("prompt_tokens", "a fit needs at least two different lengths", "two or more lengths")
+    for length in lengths:
+        target.check_lengths(length, 1)
+    _count("repeats", repeats, 1)
+    workload = {"prompt_tokens": lengths, "repeats": repeats}
+    async with Run(target, "ingestion", workload, **_options(target, options)) as run:
+        await scenarios.ingestion(run, lengths, repeats)
+    return run.results()
+
+
+def measure_ingestion(server: Any, *, prompt_tokens: Sequence[int] | None = None, repeats: int = 3,
+                      **options: Any) -> Results:
+    """happy_vllm's prompt ingestion speed: one request at a time, one new token, `repeats` prompts
+    of each length; `.ingestion()` fits TTFT against length (speed = 1 / slope, outliers dropped)."""
+    return _run_sync(lambda: measure_ingestion_async(server, prompt_tokens=prompt_tokens, repeats=repeats,
+                                                     **options))
+
+
+def kv_capacity(server: Any, *, api_key: str | None = None) -> float:
+    """KV-cache capacity in tokens as the server states it: TGI's tgi_batch_max_total_tokens, or the
+    token count the server logged (vLLM's "KV cache size"); NaN when unknown (for vLLM, the
+    concurrency points' kv_capacity_tokens estimate it from cache usage under load)."""
+    import httpx
+
+    from tgi_toolkit.bench.telemetry import KV_TOTAL_METRIC, parse_prometheus
+
+    target = resolve(server, api_key=api_key)
+    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+    try:
+        text = httpx.get(target.url + "/metrics", headers=headers, timeout=10).text
+        for name, _labels, value in parse_prometheus(text):
+            if name == KV_TOTAL_METRIC and value > 0:
+                return value
+    except httpx.HTTPError:
+        pass
+    for fact in ("max_batch_total_tokens", "kv_cache_tokens"):
+        if target.facts.get(fact):
+            return float(target.facts[fact])
+    return float(target.info.get("max_batch_total_tokens") or math.nan)
+
+
+SCENARIO_FUNCTIONS = {"batch": run_batch, "concurrency": run_concurrency, "rate": run_rate,
+                      "ingestion": measure_ingestion}
+
+
+def run_scenario(scenario: str, server: Any, **params: Any) -> Results:
+    """`run_batch`, `run_concurrency`, `run_rate` or `measure_ingestion` by name (for sweeps)."""
+    try:
+        function = SCENARIO_FUNCTIONS[scenario]
+    except KeyError:
+        raise BenchError("scenario", f"{scenario!r} is not known", ", ".join(SCENARIO_FUNCTIONS)) from None
+    return function(server, **params)

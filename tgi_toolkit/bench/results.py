@@ -1,0 +1,239 @@
+"""Results on disk and in memory: the schema's tables as DataFrames, written as a run goes.
+
+Each finished point is appended at once (requests, then batch, then points: a row in
+points.parquet marks the point finished), so a crash or Ctrl-C loses no finished point; a rerun
+finds the unfinished run by its `resume_key` (an extra key of runs/<run_id>.json: a hash of the
+scenario, its parameters, the configuration and the model) and runs only the missing points.
+
+A table file is rewritten whole (to a temporary file, then renamed) under a lock on the folder,
+so readers never see half a file and runs sharing a folder do not lose each other's rows.
+In-memory results go through the same parquet encoding, so `load_results(folder)` gives back
+exactly the DataFrames a run returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tgi_toolkit.bench import schema as S
+
+TABLES = {"requests": S.REQUEST_COLUMNS, "points": S.POINT_COLUMNS, "batch": S.BATCH_COLUMNS,
+          "server": S.SERVER_COLUMNS}
+_INT = "Int64"  # nullable: a scenario without the knob leaves it empty
+_DTYPES: dict[str, str] = {
+    S.USERS: _INT, S.BATCH_SIZE: _INT, S.PROMPT_TOKENS: _INT, S.MAX_NEW_TOKENS: _INT, S.RATE_RPS: "float64",
+    S.REPEAT: "int64", S.WARMUP: "bool", S.REQUEST_INDEX: "int64", S.INPUT_TOKENS: _INT,
+    S.OUTPUT_TOKENS: "int64", S.SHORT_OUTPUT: "bool", S.STATUS: "int64", S.REQUESTS: "int64",
+    S.ERRORS: "int64", S.SHORT_OUTPUTS: "int64", S.TOTAL_INPUT_TOKENS: "int64",
+    S.TOTAL_OUTPUT_TOKENS: "int64", S.CLIENT_BOUND: "bool", S.SEQUENCE_LENGTH: "int64",
+    S.DECODE_LENGTH: "int64",
+}
+_STRINGS = {S.RUN_ID, S.CONFIG_ID, S.CONFIG_LABEL, S.BACKEND, S.MODEL_ID, S.SCENARIO, S.POINT_ID, S.ARRIVAL,
+            S.FINISH_REASON, S.ERROR, S.ERROR_MESSAGE, S.METRIC, S.LABELS}
+
+
+def _typed(rows: Sequence[dict[str, Any]] | pd.DataFrame, table: str) -> pd.DataFrame:
+    columns = TABLES[table]
+    df = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    for column in columns:
+        if column not in df.columns:
+            df[column] = None
+    extra = [c for c in df.columns if c not in columns]
+    df = df[[*columns, *extra]]
+    for column in df.columns:
+        if column in _STRINGS or column == S.ITL_S:
+            df[column] = df[column].astype(object)
+        elif column in _DTYPES:
+            df[column] = df[column].astype(_DTYPES[column])
+        elif column in columns:
+            df[column] = pd.to_numeric(df[column], errors="coerce").astype("float64")
+    if S.ITL_S in df.columns:
+        df[S.ITL_S] = [list(v) if v is not None else [] for v in df[S.ITL_S]]
+    return df.reset_index(drop=True)
+
+
+def _roundtrip(df: pd.DataFrame) -> pd.DataFrame:
+    buffer = io.BytesIO()
+    df.to_parquet(buffer, index=False)
+    buffer.seek(0)
+    return pd.read_parquet(buffer)
+
+
+def frame(rows: Sequence[dict[str, Any]] | pd.DataFrame, table: str) -> pd.DataFrame:
+    """Rows as the schema's table, with the dtypes a parquet file gives back."""
+    return _roundtrip(_typed(rows, table))
+
+
+def empty(table: str) -> pd.DataFrame:
+    return frame([], table)
+
+
+@dataclass
+class Results:
+    """The tables of one run (or of a folder of runs) and their provenance.
+
+    requests: one row per request (schema.REQUEST_COLUMNS); points: one row per measured point
+    (POINT_COLUMNS); batch: text-generation-benchmark rows (BATCH_COLUMNS); server: /metrics,
+    process and GPU samples (SERVER_COLUMNS); runs: runs/<run_id>.json dicts (PROVENANCE_KEYS).
+    """
+
+    requests: pd.DataFrame = field(default_factory=lambda: empty("requests"))
+    points: pd.DataFrame = field(default_factory=lambda: empty("points"))
+    batch: pd.DataFrame = field(default_factory=lambda: empty("batch"))
+    server: pd.DataFrame = field(default_factory=lambda: empty("server"))
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    path: Path | None = None
+
+    def __repr__(self) -> str:
+        where = f" at {self.path}" if self.path else ""
+        return (f"Results({len(self.runs)} run(s){where}: {len(self.points)} points, {len(self.requests)} requests, "
+                f"{len(self.batch)} batch rows, {len(self.server)} server samples)")
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [r["run_id"] for r in self.runs]
+
+    def run(self, run_id: str) -> Results:
+        """The rows of one run."""
+        def pick(df: pd.DataFrame) -> pd.DataFrame:
+            return df[df[S.RUN_ID] == run_id].reset_index(drop=True)
+
+        return Results(pick(self.requests), pick(self.points), pick(self.batch), pick(self.server),
+                       [r for r in self.runs if r["run_id"] == run_id], self.path)
+
+    def tables(self, run_id: str | None = None) -> str:
+        """text-generation-benchmark's tables (seed 000) for the batch runs, as Markdown."""
+        from tgi_toolkit.bench.tables import batch_tables
+
+        return batch_tables(self if run_id is None else self.run(run_id))
+
+    def main_metrics(self) -> pd.DataFrame:
+        """happy_vllm's "Main metrics" table from the ingestion and concurrency points."""
+        from tgi_toolkit.bench.tables import main_metrics
+
+        return main_metrics(self)
+
+    def ingestion(self) -> dict[str, float]:
+        """The prompt-ingestion fit (stats.ingestion_fit) over the ingestion runs' requests."""
+        from tgi_toolkit.bench.stats import ingestion_fit
+
+        rows = self.requests[(self.requests[S.SCENARIO] == "ingestion") & ~self.requests[S.WARMUP]
+                             & self.requests[S.ERROR].isna()]
+        lengths = rows[S.INPUT_TOKENS].astype("float64").fillna(rows[S.PROMPT_TOKENS].astype("float64"))
+        return ingestion_fit(lengths.to_numpy(), rows[S.TTFT_S].to_numpy())
+
+
+# -- the folder --------------------------------------------------------------------------------
+def _read(path: Path, table: str) -> pd.DataFrame:
+    return pd.read_parquet(path) if path.exists() else empty(table)
+
+
+def load_results(folder: str | os.PathLike[str], run_id: str | None = None) -> Results:
+    """The tables and provenance in a results folder (all runs, or one)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a results folder")
+    tables = {name: _read(folder / f"{name}.parquet", name) for name in TABLES}
+    runs = []
+    for path in sorted((folder / "runs").glob("*.json")):
+        with contextlib.suppress(ValueError, OSError):
+            runs.append(json.loads(path.read_text()))
+    runs.sort(key=lambda r: r.get("started_at") or "")
+    results = Results(tables["requests"], tables["points"], tables["batch"], tables["server"], runs, folder)
+    return results.run(run_id) if run_id is not None else results
+
+
+class ResultsFolder:
+    """Appends to the tables of one folder and keeps its runs/<run_id>.json files."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.path = Path(folder)
+        (self.path / "runs").mkdir(parents=True, exist_ok=True)
+        self._cache: dict[str, tuple[tuple[int, int], pd.DataFrame]] = {}
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        with open(self.path / ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _file(self, table: str) -> Path:
+        return self.path / f"{table}.parquet"
+
+    def _load(self, table: str) -> pd.DataFrame:
+        path = self._file(table)
+        if not path.exists():
+            return empty(table)
+        stat = path.stat()
+        key = (stat.st_mtime_ns, stat.st_size)
+        cached = self._cache.get(table)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        df = pd.read_parquet(path)
+        self._cache[table] = (key, df)
+        return df
+
+    def _store(self, table: str, df: pd.DataFrame) -> None:
+        path = self._file(table)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+        stat = path.stat()
+        self._cache[table] = ((stat.st_mtime_ns, stat.st_size), df)
+
+    def append(self, tables: dict[str, pd.DataFrame]) -> None:
+        """Append frames (from `frame`) to their tables; `points` last: it marks the point finished."""
+        with self.locked():
+            for table in ("server", "requests", "batch", "points"):
+                new = tables.get(table)
+                if new is None or new.empty:
+                    continue
+                old = self._load(table)
+                self._store(table, new if old.empty else pd.concat([old, new], ignore_index=True))
+
+    def table(self, table: str) -> pd.DataFrame:
+        with self.locked():
+            return self._load(table)
+
+    def finished_points(self, run_id: str) -> set[str]:
+        points = self.table("points")
+        return set(points.loc[points[S.RUN_ID] == run_id, S.POINT_ID])
+
+    def drop_unfinished(self, run_id: str, finished: set[str]) -> None:
+        """Remove rows a run wrote for points that never finished (they will be measured again)."""
+        with self.locked():
+            for table in ("requests", "batch"):
+                df = self._load(table)
+                stale = (df[S.RUN_ID] == run_id) & ~df[S.POINT_ID].isin(finished)
+                if stale.any():
+                    self._store(table, df[~stale].reset_index(drop=True))
+
+    # -- provenance ------------------------------------------------------------------------------
+    def write_run(self, run: dict[str, Any]) -> None:
+        path = self.path / "runs" / f"{run['run_id']}.json"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(run, indent=2, default=str))
+        os.replace(tmp, path)
+
+    def find_run(self, resume_key: str) -> dict[str, Any] | None:
+        """The latest run made with this resume key, if any."""
+        found = []
+        for path in (self.path / "runs").glob("*.json"):
+            with contextlib.suppress(ValueError, OSError):
+                run = json.loads(path.read_text())
+                if run.get("resume_key") == resume_key:
+                    found.append(run)
+        return max(found, key=lambda r: r.get("started_at") or "", default=None)

@@ -1,0 +1,192 @@
+"""The load models (MEASUREMENT.md): what each scenario sends, and when. Parameters arrive checked
+(api.py); `Run` sends, records and saves.
+
+- batch: B identical prompts of exactly S tokens at once, D tokens forced, `warmups` then `runs`
+  times per batch size (text-generation-benchmark, over HTTP).
+- concurrency: N virtual users, each sends its next request when its last one ends (closed loop).
+- rate: open loop: requests leave on a constant or Poisson schedule whatever is in flight, so
+  queueing shows in TTFT instead of hiding in the client (pitfall 4).
+- ingestion: one request at a time, one new token, prompts of many lengths: TTFT against length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench import stats
+from tgi_toolkit.bench.client import StreamRecord, now_ns
+from tgi_toolkit.bench.run import Run, gather_all
+
+
+def batch_point_id(batch_size: int, sequence_length: int, decode_length: int) -> str:
+    return f"batch_size={batch_size},sequence_length={sequence_length},decode_length={decode_length}"
+
+
+def concurrency_point_id(users: int, prompt_tokens: int, max_new_tokens: int) -> str:
+    return f"users={users},prompt={prompt_tokens},output={max_new_tokens}"
+
+
+def rate_point_id(rate: float, arrival: str, prompt_tokens: int, max_new_tokens: int) -> str:
+    return f"rate={rate:g},arrival={arrival},prompt={prompt_tokens},output={max_new_tokens}"
+
+
+def ingestion_point_id(prompt_tokens: int) -> str:
+    return f"prompt={prompt_tokens},output=1"
+
+
+def _tick(bar: Any) -> None:
+    if bar is not None:
+        bar.update(1)
+
+
+def _close(bar: Any) -> None:
+    if bar is not None:
+        bar.close()
+
+
+async def _send(run: Run, body: bytes, point_id: str, bar: Any, limit: asyncio.Semaphore | None = None,
+                ) -> StreamRecord:
+    if limit is None:
+        record = await run.request(body, point_id)
+    else:
+        async with limit:
+            record = await run.request(body, point_id)
+    _tick(bar)
+    return record
+
+
+async def _users(run: Run, users: int, bodies: Sequence[bytes], point_id: str, bar: Any,
+                 ) -> list[tuple[StreamRecord, int]]:
+    """Closed loop: `users` workers; each sends its next request when its last one ended."""
+    queue = iter(range(len(bodies)))  # shared: each worker takes the next request index
+    done: list[tuple[StreamRecord, int]] = []
+
+    async def user() -> None:
+        for i in queue:
+            done.append((await _send(run, bodies[i], point_id, bar), i))
+
+    await gather_all(user() for _ in range(min(users, len(bodies))))
+    return sorted(done, key=lambda item: item[1])
+
+
+async def batch(run: Run, batch_sizes: Sequence[int], sequence_length: int, decode_length: int,
+                runs: int, warmups: int) -> None:
+    ids = [batch_point_id(b, sequence_length, decode_length) for b in batch_sizes]
+    run.plan(ids)
+    todo = [(b, p) for b, p in zip(batch_sizes, ids, strict=True) if not run.skip(p)]
+    if not todo:
+        return
+    prompt = (await run.prompt_list(sequence_length, 1))[0]  # identical prompts, as the original
+    body = run.encode(prompt, decode_length)
+    for size, point_id in todo:
+        bar = run.request_bar(size * (warmups + runs), f"batch size {size}")
+        requests: list[tuple[StreamRecord, int, bool, int]] = []
+        batch_rows, windows = [], []
+        for step in range(warmups + runs):
+            warm = step < warmups
+            repeat = step if warm else step - warmups
+            records = await gather_all(_send(run, body, point_id, bar) for _ in range(size))
+            requests += [(r, repeat, warm, i) for i, r in enumerate(records)]
+            metrics = stats.batch_run(records, sequence_length)
+            batch_rows.append({S.BATCH_SIZE: size, S.SEQUENCE_LENGTH: sequence_length,
+                               S.DECODE_LENGTH: decode_length, S.REPEAT: repeat, S.WARMUP: warm, **metrics})
+            ended = [r.token_ns[-1] for r in records if r.token_ns]
+            if not warm and ended:
+                windows.append((min(r.sent_ns for r in records), max(ended)))
+        _close(bar)
+        await run.save_point(point_id, {S.BATCH_SIZE: size, S.PROMPT_TOKENS: sequence_length,
+                                        S.MAX_NEW_TOKENS: decode_length},
+                             requests, windows=windows, batch_rows=batch_rows)
+
+
+async def concurrency(run: Run, users: Sequence[int], grid: Sequence[tuple[int, int]],
+                      requests: int | None, warmup_requests: int) -> None:
+    points = [(n, p, o) for p, o in grid for n in users]
+    ids = [concurrency_point_id(n, p, o) for n, p, o in points]
+    run.plan(ids)
+    for (n, prompt_tokens, max_new), point_id in zip(points, ids, strict=True):
+        if run.skip(point_id):
+            continue
+        total = requests if requests is not None else max(4 * n, 8)
+        prompts = await run.prompt_list(prompt_tokens, warmup_requests + total)
+        bodies = [run.encode(p, max_new) for p in prompts]
+        bar = run.request_bar(warmup_requests + total, f"{n} users, {prompt_tokens}+{max_new} tokens")
+        done: list[tuple[StreamRecord, int, bool, int]] = []
+        if warmup_requests:
+            done += [(r, 0, True, i) for r, i in await _users(run, n, bodies[:warmup_requests], point_id, bar)]
+        done += [(r, 0, False, i) for r, i in await _users(run, n, bodies[warmup_requests:], point_id, bar)]
+        _close(bar)
+        await run.save_point(point_id, {S.USERS: n, S.PROMPT_TOKENS: prompt_tokens, S.MAX_NEW_TOKENS: max_new},
+                             done)
+
+
+def arrival_offsets(count: int, rate: float, arrival: str, seed: int) -> list[float]:
+    """Send times (seconds from the point's start): constant spacing, or a seeded Poisson process."""
+    if math.isinf(rate):
+        return [0.0] * count
+    if arrival == "constant":
+        return [i / rate for i in range(count)]
+    rng = random.Random(f"{seed}:poisson:{rate}")
+    out, t = [], 0.0
+    for _ in range(count):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+async def rate(run: Run, rates: Sequence[float], arrival: str, grid: Sequence[tuple[int, int]], requests: int,
+               seed: int, max_concurrency: int | None) -> None:
+    points = [(r, p, o) for p, o in grid for r in rates]
+    ids = [rate_point_id(r, arrival, p, o) for r, p, o in points]
+    run.plan(ids)
+    loop = asyncio.get_running_loop()
+    for (r, prompt_tokens, max_new), point_id in zip(points, ids, strict=True):
+        if run.skip(point_id):
+            continue
+        prompts = await run.prompt_list(prompt_tokens, requests)
+        bodies = [run.encode(p, max_new) for p in prompts]
+        offsets = arrival_offsets(requests, r, arrival, seed)
+        bar = run.request_bar(requests, f"{r:g} req/s {arrival}, {prompt_tokens}+{max_new} tokens")
+        limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        lags: list[float] = []
+        start_ns = now_ns()
+        start = loop.time()
+        tasks: list[asyncio.Future] = []
+        try:
+            for i, offset in enumerate(offsets):
+                delay = start + offset - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                lags.append(max((now_ns() - start_ns) / 1e9 - offset, 0.0))
+                tasks.append(asyncio.ensure_future(_send(run, bodies[i], point_id, bar, limit)))
+            records = await gather_all(tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        _close(bar)
+        await run.save_point(point_id, {S.RATE_RPS: r, S.ARRIVAL: arrival, S.PROMPT_TOKENS: prompt_tokens,
+                                        S.MAX_NEW_TOKENS: max_new},
+                             [(record, 0, False, i) for i, record in enumerate(records)], send_lag_s=lags)
+
+
+async def ingestion(run: Run, prompt_lengths: Sequence[int], repeats: int) -> None:
+    ids = [ingestion_point_id(p) for p in prompt_lengths]
+    run.plan(ids)
+    for length, point_id in zip(prompt_lengths, ids, strict=True):
+        if run.skip(point_id):
+            continue
+        prompts = await run.prompt_list(length, repeats)
+        bar = run.request_bar(repeats, f"prompt {length}")
+        done = []
+        for i, prompt in enumerate(prompts):
+            done.append((await run.request(run.encode(prompt, 1), point_id), 0, False, i))
+            _tick(bar)
+        _close(bar)
+        await run.save_point(point_id, {S.USERS: 1, S.PROMPT_TOKENS: length, S.MAX_NEW_TOKENS: 1}, done)

@@ -1,0 +1,98 @@
+"""Tables people already read: text-generation-benchmark's (seed 000) and happy_vllm's main metrics
+(seeds 001, 003), rendered from the result tables."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.stats import describe
+
+# text-generation-benchmark's parameter rows: (label, workload key or sampling key)
+_PARAMETERS = (("Sequence Length", "sequence_length"), ("Decode Length", "decode_length"), ("N Runs", "runs"),
+               ("Warmups", "warmups"), ("Temperature", "temperature"), ("Top K", "top_k"), ("Top P", "top_p"),
+               ("Typical P", "typical_p"), ("Repetition Penalty", "repetition_penalty"), ("Watermark", "watermark"),
+               ("Do Sample", "do_sample"))
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table padded as text-generation-benchmark prints it."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _ms(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds * 1000:.2f} ms"
+
+
+def _tok_s(rate: float) -> str:
+    return "-" if math.isnan(rate) else f"{rate:.2f} tokens/secs"
+
+
+def batch_tables(results: Any) -> str:
+    """For each batch run: the parameter table, the latency table and the throughput table."""
+    out = []
+    for run in results.runs:
+        if run.get("scenario") != "batch":
+            continue
+        rows = results.batch[(results.batch[S.RUN_ID] == run["run_id"]) & ~results.batch[S.WARMUP]]
+        workload = run.get("workload") or {}
+        sampling = workload.get("sampling") or {}
+        params = [("Model", (run.get("info") or {}).get("model_id"))]
+        params += [(label, workload.get(key, sampling.get(key, False if key in ("watermark", "do_sample") else None)))
+                   for label, key in _PARAMETERS]
+        parts = [markdown_table(["Parameter", "Value"], [(k, _value(v)) for k, v in params])]
+        latency, throughput = [], []
+        stats = list(S.BATCH_STATS)
+        for size, group in rows.groupby(S.BATCH_SIZE, sort=True):
+            for label, column in (("Prefill", S.PREFILL_LATENCY_S), ("Decode (token)", S.DECODE_TOKEN_LATENCY_S),
+                                  ("Decode (total)", S.DECODE_TOTAL_LATENCY_S)):
+                d = describe(group[column], stats)
+                latency.append([label, str(size) if label == "Prefill" else "", *(_ms(d[s]) for s in stats)])
+            for label, column in (("Prefill", S.PREFILL_THROUGHPUT), ("Decode", S.DECODE_THROUGHPUT)):
+                d = describe(group[column], stats[:3])
+                throughput.append([label, str(size) if label == "Prefill" else "", *(_tok_s(d[s]) for s in stats[:3])])
+        names = list(S.BATCH_STATS.values())
+        parts.append(markdown_table(["Step", "Batch Size", *names], latency))
+        parts.append("\n" + markdown_table(["Step", "Batch Size", *names[:3]], throughput))
+        out.append("\n\n".join(parts))
+    return "\n\n\n".join(out)
+
+
+def main_metrics(results: Any, users: int = 10, prompt_tokens: int = 1024, max_new_tokens: int = 128) -> pd.DataFrame:
+    """happy_vllm's three main metrics (columns metric, value, number): prompt ingestion speed,
+    mean per-request generation speed at the concurrency point nearest `users` users with a
+    `prompt_tokens`-token prompt and `max_new_tokens` generated, and the KV-cache capacity."""
+    rows = []
+    fit = results.ingestion()
+    speed = fit["speed_tok_s"]
+    rows.append(("Prompt ingestion speed", "-" if math.isnan(speed) else f"~{speed:.0f} t/s", speed))
+    points = results.points[results.points[S.SCENARIO] == "concurrency"]
+    if len(points):
+        distance = ((points[S.USERS].astype(float) - users).abs() / users
+                    + (points[S.PROMPT_TOKENS].astype(float) - prompt_tokens).abs() / prompt_tokens
+                    + (points[S.MAX_NEW_TOKENS].astype(float) - max_new_tokens).abs() / max_new_tokens)
+        best = points.loc[distance.idxmin()]
+        value = float(best[S.stat_column(S.SPEED_METRIC, "mean")])
+        rows.append((f"Mean generation speed for {int(best[S.USERS])} parallel requests with a prompt of "
+                     f"{int(best[S.PROMPT_TOKENS])} tokens and {int(best[S.MAX_NEW_TOKENS])} tokens generated",
+                     "-" if math.isnan(value) else f"~{value:.0f} t/s for each request", value))
+    capacity = results.points[S.KV_CAPACITY_TOKENS].dropna()
+    kv = float(capacity.median()) if len(capacity) else math.nan
+    text = "-" if math.isnan(kv) else (f"~{kv / 1000:.0f}k tokens" if kv >= 10_000 else f"~{kv:.0f} tokens")
+    rows.append(("Estimate of the max nb of tokens in KV cache", text, kv))
+    return pd.DataFrame(rows, columns=["metric", "value", "number"])

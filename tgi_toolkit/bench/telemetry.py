@@ -1,0 +1,302 @@
+"""What happens around the requests during a run: the server's `/metrics`, its process (CPU, RSS),
+the GPUs, and the benchmark client itself (event-loop lag, CPU).
+
+Every sample is `(t_s, metric, labels, value)` on the run clock, the rows of server.parquet, so
+they join the request timeline on time. Client samples use the metric names `client_loop_lag_ms`
+(worst lag of each interval) and `client_cpu_percent`.
+
+The client watches itself (MEASUREMENT.md pitfall 4): a loop that wakes late stamps every token
+late. A point is `client_bound` when the client process kept CPU_BOUND cores busy (one Python loop
+cannot do more), or when the loop's p99 lag is over max(LAG_FLOOR_MS, LAG_SHARE of the median
+inter-token latency): past that, the client's delays are a visible part of what it reports. A
+client that shares its cores with a CPU server also lags (the OS runs the server instead); that is
+flagged the same way, since the latencies it stamps are inflated all the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import psutil
+
+Sample = tuple[float, str, str, float]
+
+LAG_FLOOR_MS = 2.0
+LAG_SHARE = 0.25
+CPU_BOUND = 0.9
+# Series kept from /metrics: the servers' own (histogram buckets and *_created stamps are dropped).
+METRIC_PREFIXES = ("tgi_", "vllm:", "sglang:")
+_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+# Gauges behind the point columns, TGI's name first, then vLLM's (old and new).
+BATCH_SIZE_METRICS = ("tgi_batch_current_size", "vllm:num_requests_running")
+QUEUE_SIZE_METRICS = ("tgi_queue_size", "vllm:num_requests_waiting")
+KV_TOTAL_METRIC = "tgi_batch_max_total_tokens"
+KV_USED_METRIC = "tgi_batch_current_max_tokens"
+KV_USAGE_METRICS = ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc")
+
+
+def parse_prometheus(text: str, prefixes: tuple[str, ...] = METRIC_PREFIXES) -> list[tuple[str, str, float]]:
+    """(name, "k=v,k=v", value) for each series whose name starts with one of `prefixes`."""
+    out = []
+    for line in text.splitlines():
+        if not line or line[0] == "#" or not line.startswith(prefixes):
+            continue
+        match = _LINE.match(line)
+        if match is None:
+            continue
+        name, labels, value = match.groups()
+        if name.endswith(("_bucket", "_created")):
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        rendered = ",".join(f"{k}={v}" for k, v in _LABEL.findall(labels or ""))
+        out.append((name, rendered, number))
+    return out
+
+
+def is_local(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0") or host.startswith("127.")
+
+
+def listening_pid(url: str) -> int | None:
+    """The process listening on a local URL's port (None when unknown or not permitted)."""
+    if not is_local(url):
+        return None
+    port = urlparse(url).port or 80
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                return conn.pid
+    return None
+
+
+class ProcessSampler:
+    """CPU percent and RSS of a process and all its descendants (TGI's shards, vLLM's workers)."""
+
+    def __init__(self, pid: int) -> None:
+        self.root = psutil.Process(pid)
+        self._procs: dict[int, psutil.Process] = {}
+        self.sample()  # psutil's first cpu_percent() of a process is always 0
+
+    def sample(self) -> list[tuple[str, str, float]]:
+        procs = [self.root, *self.root.children(recursive=True)]
+        cpu = rss = 0.0
+        for proc in procs:
+            proc = self._procs.setdefault(proc.pid, proc)
+            with contextlib.suppress(psutil.Error):
+                cpu += proc.cpu_percent(None)
+                rss += proc.memory_info().rss
+        return [("process_cpu_percent", "", cpu), ("process_rss_bytes", "", rss)]
+
+
+class GpuSampler:
+    """GPU utilisation and memory through nvidia-ml-py, when it is installed and a GPU is present."""
+
+    def __init__(self) -> None:
+        import pynvml  # optional: `pip install nvidia-ml-py`
+
+        pynvml.nvmlInit()
+        self._nvml = pynvml
+        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        if not self.handles:
+            raise RuntimeError("no GPU")
+
+    def sample(self) -> list[tuple[str, str, float]]:
+        out = []
+        for i, handle in enumerate(self.handles):
+            util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
+            mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+            out += [("gpu_utilization", f"gpu={i}", float(util.gpu)),
+                    ("gpu_memory_used_bytes", f"gpu={i}", float(mem.used))]
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._nvml.nvmlShutdown()
+
+
+def gpu_sampler() -> GpuSampler | None:
+    try:
+        return GpuSampler()
+    except Exception:  # no package, no driver, no device: GPU telemetry is optional
+        return None
+
+
+@dataclass
+class Window:
+    """Telemetry over one point's time window."""
+
+    lag_p99_ms: float
+    lag_max_ms: float
+    client_cpu: float  # cores the client process used on average
+    batch_size_max: float
+    queue_size_max: float
+    kv_capacity_tokens: float
+    kv_usage_max: float
+    kv_usage: list[tuple[float, float]]  # (t_s, fraction) samples, for capacity estimates
+
+
+class Telemetry:
+    """Background samplers for one run; `clock_ns` is the run clock's zero (monotonic ns)."""
+
+    def __init__(self, url: str, clock_ns: int, *, session: Any, headers: dict[str, str] | None = None,
+                 interval: float = 1.0, pid: int | None = None, gpu: bool = True,
+                 lag_interval: float = 0.005, alive: Callable[[], bool] | None = None) -> None:
+        self.url, self.clock_ns, self.session = url.rstrip("/"), clock_ns, session
+        self.headers = headers or {}
+        self.interval, self.lag_interval = interval, lag_interval
+        self.samples: list[Sample] = []
+        self.lag: list[tuple[float, float]] = []  # (t_s, lag ms), every lag_interval
+        self._cpu: list[tuple[float, float]] = []  # (t_s, client process seconds)
+        self._flushed = 0
+        self._tasks: list[asyncio.Task] = []
+        self._process: ProcessSampler | None = None
+        if pid is None:
+            pid = listening_pid(url)
+        if pid is not None:
+            with contextlib.suppress(psutil.Error):
+                self._process = ProcessSampler(pid)
+        self._gpu = gpu_sampler() if gpu and is_local(url) else None
+        self.metrics_ok = True
+
+    def now_s(self) -> float:
+        return (time.monotonic_ns() - self.clock_ns) / 1e9
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._lag_loop(), name="bench-lag"),
+                       asyncio.create_task(self._scrape_loop(), name="bench-scrape")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if self._gpu is not None:
+            self._gpu.close()
+
+    def drain(self) -> list[Sample]:
+        """Samples taken since the last drain (to append to server.parquet)."""
+        new = self.samples[self._flushed:]
+        self._flushed = len(self.samples)
+        return new
+
+    # -- loops --------------------------------------------------------------------------------
+    async def _lag_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.lag_interval
+        worst, worst_since = 0.0, loop.time()
+        expected = loop.time() + interval
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            lag_ms = max(now - expected, 0.0) * 1000
+            self.lag.append((self.now_s(), lag_ms))
+            worst = max(worst, lag_ms)
+            if now - worst_since >= self.interval:
+                self.samples.append((self.now_s(), "client_loop_lag_ms", "", worst))
+                worst, worst_since = 0.0, now
+            expected = now + interval
+
+    async def _scrape_loop(self) -> None:
+        last_cpu, last_t = time.process_time(), time.monotonic()
+        while True:
+            t = self.now_s()
+            await self.scrape_once(t)
+            cpu, wall = time.process_time(), time.monotonic()
+            self._cpu.append((t, cpu))
+            if wall > last_t:
+                self.samples.append((t, "client_cpu_percent", "", 100 * (cpu - last_cpu) / (wall - last_t)))
+            last_cpu, last_t = cpu, wall
+            await asyncio.sleep(self.interval)
+
+    async def scrape_once(self, t: float | None = None) -> None:
+        t = self.now_s() if t is None else t
+        try:
+            async with self.session.get(self.url + "/metrics", headers=self.headers) as response:
+                text = await response.text() if response.status == 200 else ""
+            self.metrics_ok = True
+        except Exception:  # a server that went away: the run notices through its requests
+            text, self.metrics_ok = "", False
+        series = await asyncio.to_thread(self._sample_host, text)
+        self.samples.extend((t, name, labels, value) for name, labels, value in series)
+
+    def _sample_host(self, text: str) -> list[tuple[str, str, float]]:
+        # In a worker thread: /proc reads, NVML calls and parsing stay off the timing loop.
+        series = parse_prometheus(text) if text else []
+        if self._process is not None:
+            try:
+                series += self._process.sample()
+            except psutil.Error:
+                self._process = None
+        if self._gpu is not None:
+            with contextlib.suppress(Exception):
+                series += self._gpu.sample()
+        return series
+
+    # -- summaries -----------------------------------------------------------------------------
+    def window(self, t0: float, t1: float) -> Window:
+        lags = [lag for t, lag in self.lag if t0 <= t <= t1]
+        lag_p99 = float(np.percentile(lags, 99)) if lags else math.nan
+        cpu = [(t, c) for t, c in self._cpu if t0 <= t <= t1]
+        client_cpu = (cpu[-1][1] - cpu[0][1]) / (cpu[-1][0] - cpu[0][0]) if len(cpu) >= 2 and cpu[-1][0] > cpu[0][0] \
+            else math.nan
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        values: dict[str, list[tuple[float, float]]] = {}
+        for t, name, _labels, value in inside:
+            values.setdefault(name, []).append((t, value))
+
+        def peak(names: tuple[str, ...]) -> float:
+            for name in names:
+                if name in values:
+                    return max(v for _, v in values[name])
+            return math.nan
+
+        capacity = peak((KV_TOTAL_METRIC,))
+        if math.isnan(capacity):
+            capacity = self.last(KV_TOTAL_METRIC)
+        usage: list[tuple[float, float]] = []
+        if KV_USED_METRIC in values and capacity and not math.isnan(capacity):
+            usage = [(t, v / capacity) for t, v in values[KV_USED_METRIC]]
+        else:
+            for name in KV_USAGE_METRICS:
+                if name in values:
+                    usage = values[name]
+                    break
+        return Window(lag_p99_ms=lag_p99, lag_max_ms=max(lags) if lags else math.nan, client_cpu=client_cpu,
+                      batch_size_max=peak(BATCH_SIZE_METRICS), queue_size_max=peak(QUEUE_SIZE_METRICS),
+                      kv_capacity_tokens=capacity, kv_usage_max=max((u for _, u in usage), default=math.nan),
+                      kv_usage=usage)
+
+    def last(self, metric: str) -> float:
+        for _t, name, _labels, value in reversed(self.samples):
+            if name == metric:
+                return value
+        return math.nan
+
+
+def client_bound(lag_p99_ms: float, itl_p50_s: float, client_cpu: float = math.nan) -> bool:
+    """The client's own delays were a visible part of the latencies it measured (module docstring)."""
+    if client_cpu >= CPU_BOUND:
+        return True
+    if math.isnan(lag_p99_ms):
+        return False
+    threshold = LAG_FLOOR_MS
+    if not math.isnan(itl_p50_s):
+        threshold = max(threshold, LAG_SHARE * itl_p50_s * 1000)
+    return lag_p99_ms > threshold
