@@ -352,6 +352,7 @@ def test_pareto_plot_partial_data():
     fig = P.pareto_plot(table)
     assert len(fig.data[0].x) == 2
     assert fig.data[0].customdata[-1, 1 + list(P.pareto.HOVER_COLUMNS).index(S.USERS)] == "–"
+    assert P.pareto_plot(table.assign(**{S.CONFIG_LABEL: ""})).data[0].name == "(no configuration label)"
     none = P.pareto_plot(table.assign(**{TTFT["p50"]: np.nan}))
     assert any("no point" in n for n in notes(none))
     with pytest.raises(ValueError, match="config_label"):

@@ -24,6 +24,7 @@ from tgi_toolkit.plots._common import (
     scaled,
 )
 
+UNLABELLED = "(no configuration label)"
 HOVER_COLUMNS = (S.POINT_ID, S.USERS, S.BATCH_SIZE, S.RATE_RPS, S.PROMPT_TOKENS, S.MAX_NEW_TOKENS, S.RUN_ID)
 
 
@@ -70,7 +71,8 @@ def pareto_plot(points: pd.DataFrame, *, x: str = S.OUTPUT_THROUGHPUT, y: str = 
     xs, x_unit = scaled(df, x)
     ys, y_unit = scaled(df, y)
     extra = [c for c in hover_columns if c in df.columns and c != label]
-    labels = df[label].fillna("(no label)").astype(str)
+    # a run against a bare URL has no configuration label: name it rather than draw an unnamed trace
+    labels = df[label].fillna("").astype(str).replace("", UNLABELLED)
     colors = color_map(labels)
     lines = [f"{column_name(x)}: %{{x:{number_format(x_unit)}}} {x_unit}",
              f"{column_name(y)}: %{{y:{number_format(y_unit)}}} {y_unit}",
