@@ -179,6 +179,12 @@ def test_gpu_visibility_passes_through_to_the_process(backend):
         assert any("CUDA_VISIBLE_DEVICES=1,3" in line for line in server.logs(None))
 
 
+def test_vllm_gets_the_variables_its_mapping_asks_for():
+    # --usage-stats off has no vLLM flag: it becomes VLLM_NO_USAGE_STATS=1 in the process's environment
+    with quiet(config(usage_stats="off"), backend="vllm") as server:
+        assert any("VLLM_NO_USAGE_STATS=1" in line for line in server.logs(None))
+
+
 def test_gpu_visibility_becomes_docker_gpus(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     with quiet(backend="tgi-docker") as server:

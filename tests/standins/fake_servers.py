@@ -115,8 +115,8 @@ def install_sigterm(on_term, ignore_line: str) -> None:
 
 
 def visible_devices_line() -> str:
-    return ("standin: CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
-            + " NVIDIA_VISIBLE_DEVICES=" + os.environ.get("NVIDIA_VISIBLE_DEVICES", "<unset>"))
+    names = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "VLLM_NO_USAGE_STATS")
+    return "standin: " + " ".join(f"{name}={os.environ.get(name, '<unset>')}" for name in names)
 
 
 # ---------------------------------------------------------------- text-generation-launcher

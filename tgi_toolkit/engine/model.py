@@ -216,6 +216,29 @@ def conversion_cache_dir() -> Path:
     return Path(os.environ.get("TGI_TOOLKIT_CACHE", Path.home() / ".cache" / "tgi_toolkit")) / "gguf"
 
 
+def _converted_path(gguf: Path) -> Path:
+    stat = gguf.stat()  # size and mtime in the name: a replaced file is converted again
+    return conversion_cache_dir() / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+
+
+def converted_model_dir(source: ModelSource) -> Path:
+    """A directory in Hugging Face format (config.json, safetensors, tokenizer) for `source`.
+
+    For a GGUF source it is the engine's converted copy under the tgi_toolkit cache, made now if
+    missing; other servers (vLLM, TGI) can load it where they cannot read the GGUF file.
+    """
+    if not source.gguf_file:
+        return source.path
+    cached = _converted_path(source.path / source.gguf_file)
+    if not (cached / "config.json").is_file():
+        import torch
+
+        _load_gguf(source, torch.float32)
+    if not (cached / "config.json").is_file():
+        raise ModelNotFoundError(f"could not write a converted copy of {source.describe()} to {cached}")
+    return cached
+
+
 def _load_gguf(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
     """Load a GGUF file, converted once to safetensors beside the user's cache.
 
@@ -226,8 +249,7 @@ def _load_gguf(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
     import torch
 
     gguf = source.path / source.gguf_file
-    stat = gguf.stat()
-    cached = conversion_cache_dir() / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    cached = _converted_path(gguf)
     if (cached / "config.json").is_file():
         try:
             return _load_pretrained(cached, dtype)

@@ -33,6 +33,7 @@ class VllmBackend(Backend):
         if self.unmapped:
             warnings.warn("vLLM has no equivalent for these launcher settings (not applied): "
                           + "; ".join(self.unmapped), stacklevel=4)
+        env.update(rendered.env)  # e.g. VLLM_NO_USAGE_STATS for --usage-stats off: vLLM has no flag for it
         argv = list(rendered.argv)
         return set_flag(set_flag(argv, "--host", host), "--port", str(port))
 
