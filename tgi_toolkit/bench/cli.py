@@ -135,7 +135,30 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "dataset": args.dataset, "api": args.api, "api_key": args.api_key, "ignore_eos": args.ignore_eos,
             "sampling": {k: v for k, v in sampling.items() if v is not None}, "slo_ttft_s": args.slo_ttft,
             "slo_tpot_s": args.slo_tpot, "scrape_interval": args.scrape_interval,
-            "request_timeout": args.request_timeout, "command": ["tgi-toolkit", *sys.argv[1:]]}
+            "request_timeout": args.request_timeout, "command": _command(args)}
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """The command line as parsed (provenance): every flag that was set, secrets masked."""
+    flags = {"batch_sizes": "--batch-size", "rates": "--rate"}
+    out = ["tgi-toolkit", "bench", args.scenario]
+    for dest, value in vars(args).items():
+        if dest in ("func", "command", "scenario", "launcher_args") or value is None:
+            continue
+        flag = flags.get(dest, "--" + dest.replace("_", "-"))
+        if dest in ("resume", "progress"):
+            out += [] if value else [f"--no-{dest}"]
+        elif dest == "ignore_eos":
+            out.append("--ignore-eos" if value else "--no-ignore-eos")
+        elif isinstance(value, bool):
+            out += [flag] if value else []
+        elif isinstance(value, list):
+            for item in value:
+                out += [flag, str(item)]
+        else:
+            out += [flag, "***" if dest == "api_key" else str(value)]
+    extra = [a for a in args.launcher_args or [] if a != "--"]
+    return out + (["--", *extra] if extra else [])
 
 
 @contextlib.contextmanager

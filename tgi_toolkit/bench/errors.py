@@ -27,8 +27,9 @@ class ServerDiedError(RuntimeError):
                  output: Path | None) -> None:
         self.url, self.point_id, self.finished, self.total, self.output = url, point_id, finished, total, output
         where = f"; they are saved in {output}" if output is not None else ""
-        super().__init__(f"{message}: the server at {url} stopped answering during point {point_id!r} "
-                         f"({finished} of {total} points finished{where})")
+        during = f"during point {point_id!r}" if point_id else "between points"
+        super().__init__(f"the server at {url} stopped answering {during} ({finished} of {total} points "
+                         f"finished{where}); last error: {message}")
 
 
 def check_positive_ints(field: str, values: list[int] | tuple[int, ...], *, minimum: int = 1) -> list[int]:

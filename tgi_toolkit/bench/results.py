@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tgi_toolkit.bench import schema as S
 
@@ -54,17 +56,32 @@ def _typed(rows: Sequence[dict[str, Any]] | pd.DataFrame, table: str) -> pd.Data
         if column in _STRINGS or column == S.ITL_S:
             df[column] = df[column].astype(object)
         elif column in _DTYPES:
-            df[column] = df[column].astype(_DTYPES[column])
+            dtype = _DTYPES[column]
+            if df[column].isna().any():  # a row without the value: the nullable kind keeps it
+                dtype = {"int64": _INT, "bool": "boolean"}.get(dtype, dtype)
+            df[column] = df[column].astype(dtype)
         elif column in columns:
             df[column] = pd.to_numeric(df[column], errors="coerce").astype("float64")
     if S.ITL_S in df.columns:
-        df[S.ITL_S] = [list(v) if v is not None else [] for v in df[S.ITL_S]]
+        gaps = [[float(g) for g in v] if v is not None else [] for v in df[S.ITL_S]]
+        df[S.ITL_S] = pd.Series(gaps, index=df.index, dtype=object)
     return df.reset_index(drop=True)
+
+
+def _write(df: pd.DataFrame, where: Any) -> None:
+    # Column types fixed by the schema, not by the values: an all-empty error column is still
+    # text and ITL still a list of floats, so files and frames agree whatever a point held.
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    for i, name in enumerate(table.column_names):
+        want = pa.string() if name in _STRINGS else pa.list_(pa.float64()) if name == S.ITL_S else None
+        if want is not None and table.schema.field(i).type != want:
+            table = table.set_column(i, pa.field(name, want), table.column(i).cast(want))
+    pq.write_table(table, where)
 
 
 def _roundtrip(df: pd.DataFrame) -> pd.DataFrame:
     buffer = io.BytesIO()
-    df.to_parquet(buffer, index=False)
+    _write(df, buffer)
     buffer.seek(0)
     return pd.read_parquet(buffer)
 
@@ -189,7 +206,7 @@ class ResultsFolder:
     def _store(self, table: str, df: pd.DataFrame) -> None:
         path = self._file(table)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        df.to_parquet(tmp, index=False)
+        _write(df, tmp)
         os.replace(tmp, path)
         stat = path.stat()
         self._cache[table] = ((stat.st_mtime_ns, stat.st_size), df)

@@ -172,9 +172,9 @@ def batch_run(records: Sequence[StreamRecord], sequence_length: int) -> dict[str
 def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> dict[str, float]:
     """happy_vllm's prompt ingestion speed: 1 / slope of TTFT against prompt length.
 
-    A least-squares line, refitted once without the points whose residual is beyond 3 scaled
-    MADs (outliers: a request that met a busy server). Returns speed_tok_s, slope_s_per_tok,
-    intercept_s, r2, n (points kept).
+    Outliers (a request that met a busy server) are the points whose residual from a robust
+    Theil-Sen line is beyond 3 scaled MADs; a least-squares line through the rest gives the
+    speed. Returns speed_tok_s, slope_s_per_tok, intercept_s, r2, n (points kept).
     """
     x = np.asarray(prompt_tokens, dtype=float)
     y = np.asarray(ttft_s, dtype=float)
@@ -183,14 +183,17 @@ def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> di
     out = {"speed_tok_s": NAN, "slope_s_per_tok": NAN, "intercept_s": NAN, "r2": NAN, "n": float(x.size)}
     if x.size < 2 or np.unique(x).size < 2:
         return out
-    slope, intercept = np.polyfit(x, y, 1)
+    i, j = np.triu_indices(x.size, 1)
+    apart = x[i] != x[j]
+    slope = np.median((y[j] - y[i])[apart] / (x[j] - x[i])[apart])
+    intercept = np.median(y - slope * x)
     residual = y - (slope * x + intercept)
-    mad = np.median(np.abs(residual - np.median(residual))) * 1.4826
-    if mad > 0:
-        inliers = np.abs(residual) <= 3 * mad
-        if inliers.sum() >= 2 and np.unique(x[inliers]).size >= 2:
-            x, y = x[inliers], y[inliers]
-            slope, intercept = np.polyfit(x, y, 1)
+    # scaled MAD, floored at 1 % of the typical TTFT so that near-perfect data keeps its points
+    mad = max(float(np.median(np.abs(residual - np.median(residual)))) * 1.4826, 0.01 * float(np.median(np.abs(y))))
+    inliers = np.abs(residual) <= 3 * mad
+    if inliers.sum() >= 2 and np.unique(x[inliers]).size >= 2:
+        x, y = x[inliers], y[inliers]
+    slope, intercept = np.polyfit(x, y, 1)
     fitted = slope * x + intercept
     ss_tot = float(((y - y.mean()) ** 2).sum())
     out.update(slope_s_per_tok=float(slope), intercept_s=float(intercept), n=float(x.size),

@@ -1,0 +1,150 @@
+"""The benchmark's arithmetic, on hand-made records: MEASUREMENT.md's definitions and seed 000's tables."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench import stats
+from tgi_toolkit.bench.client import StreamRecord
+from tgi_toolkit.bench.scenarios import arrival_offsets
+from tgi_toolkit.bench.tables import markdown_table
+from tgi_toolkit.bench.telemetry import client_bound, parse_prometheus
+
+MS = 1_000_000  # ns
+
+
+def record(sent: int, tokens: list[int], counts: list[int] | None = None, output: int | None = None) -> StreamRecord:
+    r = StreamRecord(sent_ns=sent, token_ns=tokens, token_counts=counts, status=200, input_tokens=32)
+    r.output_tokens = output if output is not None else (sum(counts) if counts else len(tokens))
+    return r
+
+
+def test_request_metrics_follow_the_definitions():
+    r = record(0, [100 * MS, 120 * MS, 150 * MS, 160 * MS])
+    row = stats.request_metrics(r, clock_ns=-5 * MS)
+    assert row[S.SENT_S] == pytest.approx(0.005)
+    assert row[S.TTFT_S] == pytest.approx(0.1)
+    assert row[S.E2E_S] == pytest.approx(0.16)
+    assert row[S.TPOT_S] == pytest.approx(0.06 / 3)
+    assert row[S.SPEED_TOK_S] == pytest.approx(3 / 0.06)
+    assert row[S.ITL_S] == pytest.approx([0.02, 0.03, 0.01])
+
+
+def test_a_chunk_of_k_tokens_counts_k_gaps():
+    # speculative decoding: the third chunk carries 3 tokens (pitfall 5)
+    r = record(0, [10 * MS, 20 * MS, 50 * MS], counts=[1, 1, 3])
+    row = stats.request_metrics(r, 0)
+    assert row[S.OUTPUT_TOKENS] == 5
+    assert row[S.ITL_S] == pytest.approx([0.01, 0.01, 0.01, 0.01])
+    assert row[S.TPOT_S] == pytest.approx(0.04 / 4)
+
+
+def test_one_token_and_failed_requests_have_no_tpot():
+    one = stats.request_metrics(record(0, [10 * MS]), 0)
+    assert one[S.TTFT_S] == pytest.approx(0.01) and math.isnan(one[S.TPOT_S]) and one[S.ITL_S] == []
+    failed = StreamRecord(sent_ns=0, status=0, error="ClientConnectorError", error_message="refused")
+    row = stats.request_metrics(failed, 0)
+    assert math.isnan(row[S.TTFT_S]) and row[S.OUTPUT_TOKENS] == 0 and row[S.FINISH_REASON] is None
+
+
+def _row(ttft: float, tpot: float, error: str | None = None) -> dict:
+    return {S.ERROR: error, S.SHORT_OUTPUT: False, S.INPUT_TOKENS: 10, S.OUTPUT_TOKENS: 5, S.TTFT_S: ttft,
+            S.TPOT_S: tpot, S.E2E_S: ttft + 4 * tpot, S.ITL_S: [tpot] * 4, S.SPEED_TOK_S: 1 / tpot}
+
+
+def test_point_summary_throughput_and_goodput():
+    rows = [_row(0.1, 0.01), _row(0.3, 0.01), _row(0.1, 0.05), _row(float("nan"), float("nan"), "overloaded")]
+    out = stats.point_summary(rows, duration_s=2.0, slo_ttft_s=0.2, slo_tpot_s=0.02)
+    assert out[S.REQUESTS] == 4 and out[S.ERRORS] == 1
+    assert out[S.TOTAL_OUTPUT_TOKENS] == 15 and out[S.OUTPUT_THROUGHPUT] == pytest.approx(7.5)
+    assert out[S.REQUEST_THROUGHPUT] == pytest.approx(1.5)
+    assert out[S.GOODPUT_RPS] == pytest.approx(0.5)  # only the first meets both objectives
+    assert out[S.SLO_ATTAINMENT] == pytest.approx(0.25)
+    assert out[S.stat_column("ttft", "max")] == pytest.approx(0.3)
+    assert set(out) >= {S.stat_column(m, s) for m in (*S.LATENCY_METRICS, S.SPEED_METRIC) for s in S.STATS}
+    free = stats.point_summary(rows, duration_s=2.0)
+    assert math.isnan(free[S.GOODPUT_RPS]) and math.isnan(free[S.SLO_TTFT_S])
+
+
+def test_batch_run_is_text_generation_benchmarks_arithmetic():
+    # B=2, S=10, D=5: prefill ends with the later first token, decode with the later last token.
+    recs = [record(0, [100 * MS, 110 * MS, 120 * MS, 130 * MS, 140 * MS]),
+            record(1 * MS, [105 * MS, 115 * MS, 125 * MS, 135 * MS, 145 * MS])]
+    out = stats.batch_run(recs, sequence_length=10)
+    assert out[S.PREFILL_LATENCY_S] == pytest.approx(0.105)
+    assert out[S.PREFILL_THROUGHPUT] == pytest.approx(2 * 10 / 0.105)
+    assert out[S.DECODE_TOTAL_LATENCY_S] == pytest.approx(0.040)
+    assert out[S.DECODE_TOKEN_LATENCY_S] == pytest.approx(0.010)
+    assert out[S.DECODE_THROUGHPUT] == pytest.approx(2 * 4 / 0.040)
+    failed = StreamRecord(error="overloaded", status=429)
+    assert all(math.isnan(v) for v in stats.batch_run([recs[0], failed], 10).values())
+
+
+def test_ingestion_fit_recovers_the_slope_despite_an_outlier():
+    lengths = [32, 64, 128, 256, 512, 512, 1024, 1024]
+    ttft = [0.010 + n / 10_000 for n in lengths]
+    ttft[4] = 1.0  # a request that met a busy server
+    fit = stats.ingestion_fit(lengths, ttft)
+    assert fit["speed_tok_s"] == pytest.approx(10_000, rel=1e-6)
+    assert fit["intercept_s"] == pytest.approx(0.010) and fit["n"] == 7 and fit["r2"] == pytest.approx(1.0)
+    assert math.isnan(stats.ingestion_fit([64, 64], [0.1, 0.2])["speed_tok_s"])
+
+
+def test_describe_and_confidence_interval():
+    d = stats.describe([1, 2, 3, 4, float("nan")])
+    assert d["mean"] == 2.5 and d["min"] == 1 and d["max"] == 4 and d["p50"] == 2.5
+    assert all(math.isnan(v) for v in stats.describe([]).values())
+    mean, low, high = stats.mean_ci([10.0, 12.0, 11.0, 13.0])
+    assert low < mean == 11.5 < high
+    assert high - mean == pytest.approx(3.18 * 1.2910 / 2, rel=1e-3)
+
+
+def test_kv_capacity_from_tokens_in_flight_and_usage():
+    a = record(0, [10 * MS, 20 * MS, 30 * MS])
+    b = record(5 * MS, [40 * MS, 50 * MS])
+    running, tokens = stats.tokens_in_flight([(a, 32), (b, 32)], 25 * MS)
+    assert running == 2 and tokens == (32 + 2) + (32 + 0)
+    assert stats.kv_capacity_estimate([(1000, 0.10), (2000, 0.20), (5, 0.01)]) == pytest.approx(10_000)
+
+
+def test_arrivals_constant_and_seeded_poisson():
+    assert arrival_offsets(4, 2.0, "constant", 0) == [0.0, 0.5, 1.0, 1.5]
+    assert arrival_offsets(3, float("inf"), "poisson", 0) == [0.0, 0.0, 0.0]
+    p = arrival_offsets(2000, 10.0, "poisson", 7)
+    assert p == arrival_offsets(2000, 10.0, "poisson", 7) != arrival_offsets(2000, 10.0, "poisson", 8)
+    assert p[-1] / 1999 == pytest.approx(0.1, rel=0.1)
+
+
+def test_prometheus_text_keeps_server_series_without_buckets():
+    text = """# HELP tgi_queue_size Requests waiting
+# TYPE tgi_queue_size gauge
+tgi_queue_size 3.0
+tgi_batch_inference_count_total{method="prefill"} 5.0
+tgi_request_duration_bucket{le="0.1"} 2.0
+tgi_request_duration_created 1.7e+09
+vllm:gpu_cache_usage_perc{model_name="m"} 0.25
+python_gc_objects_collected_total{generation="0"} 1.0
+"""
+    assert parse_prometheus(text) == [("tgi_queue_size", "", 3.0),
+                                      ("tgi_batch_inference_count_total", "method=prefill", 5.0),
+                                      ("vllm:gpu_cache_usage_perc", "model_name=m", 0.25)]
+
+
+def test_client_bound_rule():
+    assert not client_bound(0.3, 0.020)
+    assert client_bound(8.0, 0.020)  # 8 ms of lag against a 20 ms inter-token latency
+    assert not client_bound(8.0, 0.100)
+    assert client_bound(0.3, 0.020, client_cpu=0.97)
+    assert not client_bound(float("nan"), float("nan"))
+
+
+def test_markdown_table_is_padded_like_seed_000():
+    table = markdown_table(["Step", "Batch Size", "Average"], [["Prefill", "16", "958.80 ms"], ["Decode", "", "1 ms"]])
+    lines = table.splitlines()
+    assert lines[0] == "| Step    | Batch Size | Average   |"
+    assert lines[1] == "|---------|------------|-----------|"
+    assert re.fullmatch(r"\| Decode  \|            \| 1 ms      \|", lines[3])
