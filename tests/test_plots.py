@@ -456,22 +456,32 @@ def ingestion_requests(outlier: bool = True) -> pd.DataFrame:
 
 def test_ingestion_fit_drops_the_outlier():
     fit = P.fit_ingestion(ingestion_requests())
-    assert fit.speed_tok_s == pytest.approx(8000.0)
-    assert fit.intercept_s == pytest.approx(0.02)
-    assert (fit.used, fit.dropped) == (19, 1)
+    assert fit["speed_tok_s"] == pytest.approx(8000.0)
+    assert fit["intercept_s"] == pytest.approx(0.02)
+    assert fit["n"] == 19  # the request that met a busy server is not fitted
     fig = P.ingestion_plot(ingestion_requests())
     assert_readable(fig)
-    assert [t.name for t in fig.data] == ["requests", "outliers (not fitted)", "fit"]
+    points, line = fig.data
+    assert len(points.x) == 20 and line.name == "fit (19 of 20 requests; the rest are outliers)"
+    assert list(line.y) == pytest.approx([(0.02 + 64 / 8000) * 1000, (0.02 + 1024 / 8000) * 1000])
     assert "8,000 tokens/s" in fig.layout.title.text
-    assert fig.layout.xaxis.title.text == "Prompt length (tokens)"
+    assert fig.layout.xaxis.title.text == "Prompt length (tokens)" and fig.layout.yaxis.title.text == "TTFT (ms)"
+
+
+def test_ingestion_uses_the_ingestion_scenario_and_measured_requests():
+    requests = ingestion_requests(outlier=False).assign(**{S.SCENARIO: "ingestion"})
+    noise = requests.assign(**{S.SCENARIO: "concurrency", S.TTFT_S: 5.0})
+    warm = requests.head(3).assign(**{S.WARMUP: True, S.TTFT_S: 9.0})
+    fit = P.fit_ingestion(pd.concat([requests, noise, warm], ignore_index=True))
+    assert fit["speed_tok_s"] == pytest.approx(8000.0) and fit["n"] == 20
 
 
 def test_ingestion_partial_data():
     requests = ingestion_requests(outlier=False)
     requests[S.INPUT_TOKENS] = pd.array([pd.NA] * len(requests), dtype="Int64")  # falls back to prompt_tokens
-    assert P.fit_ingestion(requests).speed_tok_s == pytest.approx(8000.0)
+    assert P.fit_ingestion(requests)["speed_tok_s"] == pytest.approx(8000.0)
     one_length = requests[requests[S.PROMPT_TOKENS] == 64]
-    assert np.isnan(P.fit_ingestion(one_length).speed_tok_s)
+    assert np.isnan(P.fit_ingestion(one_length)["speed_tok_s"])
     assert any("too few" in n for n in notes(P.ingestion_plot(one_length)))
     assert any("no measured" in n for n in notes(P.ingestion_plot(requests.head(0))))
     with pytest.raises(ValueError, match="input_tokens or prompt_tokens"):
@@ -485,3 +495,41 @@ def test_figures_are_returned_not_shown(monkeypatch):
                 P.pareto_plot(points_table()), P.server_timeline(server_table()),
                 P.compare_batch({"a": batch_table()})):
         assert isinstance(fig, go.Figure)
+
+
+# -- a real run -----------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_figures_of_a_tiny_run_against_the_embedded_engine(engine_url, tmp_path):
+    from tgi_toolkit.bench import load_results, run_batch, run_concurrency
+
+    common = {"output": tmp_path, "progress": False, "scrape_interval": 0.1}
+    run_batch(engine_url, batch_sizes=[1, 2], sequence_length=16, decode_length=8, runs=2, warmups=1, **common)
+    run_concurrency(engine_url, users=[1, 4], prompt_tokens=16, max_new_tokens=8, requests=8, **common)
+    results = load_results(tmp_path)  # what a notebook reads back: the parquet files' dtypes
+    conc = results.points[results.points[S.SCENARIO] == "concurrency"]
+    figures = {
+        "batch": P.batch_latency_throughput(results.batch),
+        "users": P.metrics_vs_users(conc),
+        "itl": P.itl_distribution(results.requests[results.requests[S.SCENARIO] == "concurrency"], kind="ecdf"),
+        "heatmap": P.batch_heatmap(results.batch),
+        "pareto": P.pareto_plot(conc),
+        "server": P.server_timeline(results.server, requests=results.requests,
+                                    run_id=conc[S.RUN_ID].iloc[0]),
+        "kv": P.kv_usage_timeline(results.server, run_id=conc[S.RUN_ID].iloc[0]),
+        "compare": P.compare_batch({"ours": results.batch,
+                                    "seed 000": load_reference("tgi-benchmark-mt0-xxl").batch_stats}),
+    }
+    for name, fig in figures.items():
+        assert_readable(fig)
+        assert fig.data, name
+        (tmp_path / f"{name}.html").write_text(fig.to_html(include_plotlyjs=False))
+    batch = figures["batch"]
+    assert [t.name for t in batch.data] == ["batch 1", "batch 2"] * 2
+    assert all(len(t.x) == 2 for t in batch.data)  # two runs each, the warm-up left out
+    users = [t for t in figures["users"].data if t.mode == "lines+markers"]
+    assert [list(t.x) for t in users] == [[1, 4], [1, 4]]
+    assert len(figures["itl"].data) == 2
+    queue, running = figures["server"].data[:2]
+    assert (queue.name, running.name) == ("queue size", "batch size") and len(running.x) >= 2
+    assert max(running.y) >= 1  # the server did run the requests
+    assert 0 < max(figures["kv"].data[0].y) < 1

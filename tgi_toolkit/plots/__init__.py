@@ -22,19 +22,13 @@ from __future__ import annotations
 
 from tgi_toolkit.plots.batch import BATCH_STEPS, batch_heatmap, batch_latency_throughput
 from tgi_toolkit.plots.compare import compare_batch, compare_points, label_sets
-from tgi_toolkit.plots.distributions import IngestionFit, distribution, fit_ingestion, ingestion_plot, itl_distribution
+from tgi_toolkit.plots.distributions import distribution, fit_ingestion, ingestion_plot, itl_distribution
 from tgi_toolkit.plots.load import metrics_vs_users, speed_and_ttft_vs_users, throughput_vs_users
 from tgi_toolkit.plots.pareto import pareto_front, pareto_plot
-from tgi_toolkit.plots.server import (
-    BATCH_METRICS,
-    KV_FRACTION_METRICS,
-    QUEUE_METRICS,
-    kv_usage_timeline,
-    server_timeline,
-)
+from tgi_toolkit.plots.server import kv_usage_timeline, server_timeline
 
 __all__ = [
-    "BATCH_METRICS", "BATCH_STEPS", "KV_FRACTION_METRICS", "QUEUE_METRICS", "IngestionFit", "batch_heatmap",
+    "BATCH_STEPS", "batch_heatmap",
     "batch_latency_throughput", "compare_batch", "compare_points", "distribution", "fit_ingestion",
     "ingestion_plot", "itl_distribution", "kv_usage_timeline", "label_sets", "metrics_vs_users", "pareto_front",
     "pareto_plot", "server_timeline", "speed_and_ttft_vs_users", "throughput_vs_users",

@@ -4,7 +4,6 @@ per-request time) per point or configuration, and the prompt-ingestion fit (TTFT
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -118,21 +117,6 @@ def itl_distribution(requests: pd.DataFrame, *, by: str | Sequence[str] = S.POIN
 
 
 # -- prompt ingestion ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class IngestionFit:
-    """TTFT = intercept + slope * prompt tokens, fitted with outliers dropped (happy_vllm's method)."""
-
-    slope_s_per_token: float
-    intercept_s: float
-    used: int  # requests in the final fit
-    dropped: int  # outliers left out
-
-    @property
-    def speed_tok_s(self) -> float:
-        """Prompt ingestion speed: 1 / slope (NaN where the slope is not positive)."""
-        return 1.0 / self.slope_s_per_token if self.slope_s_per_token > 0 else float("nan")
-
-
 def _prompt_lengths(df: pd.DataFrame) -> pd.Series:
     """The server's count (INPUT_TOKENS) where known, else the requested PROMPT_TOKENS."""
     counted = pd.to_numeric(df[S.INPUT_TOKENS], errors="coerce") if S.INPUT_TOKENS in df else None
@@ -146,70 +130,55 @@ def _prompt_lengths(df: pd.DataFrame) -> pd.Series:
 
 
 def _ingestion_data(requests: pd.DataFrame) -> pd.DataFrame:
+    """(prompt length, TTFT) of the measured, successful requests; only the ingestion scenario's
+    when the table has some (as Results.ingestion() does), else all of them."""
     df = measured(require_columns(requests, [S.TTFT_S], "prompt ingestion"), successful=True)
+    if S.SCENARIO in df.columns and (df[S.SCENARIO] == "ingestion").any():
+        df = df[df[S.SCENARIO] == "ingestion"]
     out = pd.DataFrame({"x": _prompt_lengths(df), "y": pd.to_numeric(df[S.TTFT_S], errors="coerce")}, index=df.index)
     return out.dropna()
 
 
-def fit_ingestion(requests: pd.DataFrame, *, outlier_mads: float = 3.0) -> IngestionFit:
-    """Least-squares TTFT against prompt length; requests further than `outlier_mads` scaled median
-    absolute deviations from the first fit are dropped and the line refitted once.
+def fit_ingestion(requests: pd.DataFrame) -> dict[str, float]:
+    """happy_vllm's prompt ingestion speed from a requests table: `bench.stats.ingestion_fit` (a line
+    of TTFT against prompt length, refitted without outliers) over its measured requests.
 
-    Needs TTFT_S and INPUT_TOKENS or PROMPT_TOKENS. Fewer than two distinct lengths give NaN.
+    Returns speed_tok_s, slope_s_per_tok, intercept_s, r2 and n (requests kept), NaN where fewer
+    than two distinct lengths. Needs TTFT_S and INPUT_TOKENS or PROMPT_TOKENS.
     """
-    return _fit(_ingestion_data(requests), outlier_mads)[0]
+    # imported here: bench.stats brings the HTTP client with it, which drawing figures does not need
+    from tgi_toolkit.bench.stats import ingestion_fit
+
+    data = _ingestion_data(requests)
+    return ingestion_fit(data["x"].to_numpy(), data["y"].to_numpy())
 
 
-def _fit(data: pd.DataFrame, outlier_mads: float) -> tuple[IngestionFit, pd.Series]:
-    keep = _inliers(data, outlier_mads)
-    slope, intercept = _line(data[keep])
-    return IngestionFit(slope, intercept, int(keep.sum()), int((~keep).sum())), keep
-
-
-def _line(data: pd.DataFrame) -> tuple[float, float]:
-    if data["x"].nunique() < 2:
-        return float("nan"), float("nan")
-    slope, intercept = np.polyfit(data["x"].to_numpy(), data["y"].to_numpy(), 1)
-    return float(slope), float(intercept)
-
-
-def _inliers(data: pd.DataFrame, outlier_mads: float) -> pd.Series:
-    slope, intercept = _line(data)
-    if np.isnan(slope):
-        return pd.Series(True, index=data.index)
-    residual = data["y"] - (intercept + slope * data["x"])
-    mad = 1.4826 * float(np.median(np.abs(residual - np.median(residual))))  # ~ standard deviation if normal
-    if mad == 0:
-        return pd.Series(True, index=data.index)
-    return (residual - np.median(residual)).abs() <= outlier_mads * mad
-
-
-def ingestion_plot(requests: pd.DataFrame, *, outlier_mads: float = 3.0, title: str | None = None) -> go.Figure:
-    """TTFT against prompt length with the fitted line; dropped outliers in grey; speed in the title.
+def ingestion_plot(requests: pd.DataFrame, *, title: str | None = None) -> go.Figure:
+    """TTFT against prompt length with the fitted line (`fit_ingestion`); the speed in the title.
 
     Needs TTFT_S and INPUT_TOKENS or PROMPT_TOKENS."""
     data = _ingestion_data(requests)
-    fit, keep = _fit(data, outlier_mads)
+    fit = fit_ingestion(requests)
     factor, unit = time_scale(data["y"])
     fmt = number_format(unit)
     fig = go.Figure()
-    for name, mask, color, symbol in (("requests", keep, "#1f77b4", "circle"),
-                                      ("outliers (not fitted)", ~keep, "#aaaaaa", "x")):
-        if mask.any():
-            fig.add_trace(go.Scatter(x=data["x"][mask], y=data["y"][mask] * factor, mode="markers", name=name,
-                                     marker={"color": color, "symbol": symbol, "size": 7},
-                                     hovertemplate=hover(f"<b>{name}</b>", "Prompt: %{x:,.0f} tokens",
-                                                         f"TTFT: %{{y:{fmt}}} {unit}")))
-    if not np.isnan(fit.slope_s_per_token):
+    if len(data):
+        fig.add_trace(go.Scatter(x=data["x"], y=data["y"] * factor, mode="markers", name="requests",
+                                 marker={"color": "#1f77b4", "size": 7},
+                                 hovertemplate=hover("<b>request</b>", "Prompt: %{x:,.0f} tokens",
+                                                     f"TTFT: %{{y:{fmt}}} {unit}")))
+    speed = ""
+    if np.isfinite(fit["slope_s_per_tok"]):
         xs = np.array([data["x"].min(), data["x"].max()])
+        name = f"fit ({int(fit['n'])} of {len(data)} requests; the rest are outliers)"
         fig.add_trace(go.Scatter(
-            x=xs, y=(fit.intercept_s + fit.slope_s_per_token * xs) * factor, mode="lines", name="fit",
+            x=xs, y=(fit["intercept_s"] + fit["slope_s_per_tok"] * xs) * factor, mode="lines", name=name,
             line={"color": "#d62728", "dash": "dash"},
             hovertemplate=hover("<b>fit</b>", "Prompt: %{x:,.0f} tokens", f"TTFT: %{{y:{fmt}}} {unit}",
-                                f"ingestion: {fit.speed_tok_s:,.0f} tokens/s")))
-        speed = f": {fit.speed_tok_s:,.0f} tokens/s" if np.isfinite(fit.speed_tok_s) else ""
+                                f"slope: {fit['slope_s_per_tok'] * 1e3:.4g} ms/token, R²: {fit['r2']:.3f}")))
+        if np.isfinite(fit["speed_tok_s"]):
+            speed = f": {fit['speed_tok_s']:,.0f} tokens/s"
     else:
-        speed = ""
         note(fig, "too few distinct prompt lengths to fit a line" if len(data) else "no measured requests")
     fig.update_xaxes(title_text=axis_title(S.INPUT_TOKENS))
     fig.update_yaxes(title_text=axis_title(S.TTFT_S, unit))

@@ -9,6 +9,16 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tgi_toolkit.bench import schema as S
+
+# The Prometheus names telemetry samples, TGI's (and the embedded engine's) first, then vLLM's.
+# KV usage: vLLM publishes the fraction; TGI publishes the tokens the batch holds and its budget.
+from tgi_toolkit.bench.telemetry import (
+    BATCH_SIZE_METRICS,
+    KV_TOTAL_METRIC,
+    KV_USAGE_METRICS,
+    KV_USED_METRIC,
+    QUEUE_SIZE_METRICS,
+)
 from tgi_toolkit.plots._common import (
     axis_title,
     color_map,
@@ -23,13 +33,6 @@ from tgi_toolkit.plots._common import (
     series_label,
     sorted_values,
 )
-
-# Prometheus names, TGI's (and the embedded engine's) first, then vLLM's equivalents.
-QUEUE_METRICS = ("tgi_queue_size", "vllm:num_requests_waiting")
-BATCH_METRICS = ("tgi_batch_current_size", "vllm:num_requests_running")
-# KV usage: vLLM publishes the fraction; TGI publishes tokens held by the batch and the budget.
-KV_FRACTION_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-KV_TOKENS_METRIC, KV_BUDGET_METRIC = "tgi_batch_current_max_tokens", "tgi_batch_max_total_tokens"
 
 _SERVER_NEEDS = (S.T_S, S.METRIC, S.VALUE)
 
@@ -72,7 +75,7 @@ def server_timeline(server: pd.DataFrame | None, *, requests: pd.DataFrame | Non
                         subplot_titles=["Server: queue and running batch",
                                         "Client: TTFT of each request, at its send time"][:rows])
     drawn = 0
-    for what, names, color in (("queue", QUEUE_METRICS, "#d62728"), ("batch", BATCH_METRICS, "#1f77b4")):
+    for what, names, color in (("queue", QUEUE_SIZE_METRICS, "#d62728"), ("batch", BATCH_SIZE_METRICS, "#1f77b4")):
         samples = _samples(server, names, run_id)
         runs = sorted_values(samples[S.RUN_ID])
         for i, run in enumerate(runs):
@@ -84,7 +87,7 @@ def server_timeline(server: pd.DataFrame | None, *, requests: pd.DataFrame | Non
                 hovertemplate=hover(f"<b>{name}</b>", "t: %{x:.2f} s", f"{what}: %{{y:.0f}} requests")), row=1, col=1)
             drawn += 1
     if not drawn:
-        note(fig, f"no server samples of {' / '.join(QUEUE_METRICS[:1] + BATCH_METRICS[:1])}")
+        note(fig, f"no server samples of {' / '.join(QUEUE_SIZE_METRICS[:1] + BATCH_SIZE_METRICS[:1])}")
     fig.update_yaxes(title_text="Requests", rangemode="tozero", row=1, col=1)
     if requests is not None:
         _request_panel(fig, _one_run(measured(requests), run_id))
@@ -131,10 +134,10 @@ def kv_usage_timeline(server: pd.DataFrame | None, *, run_id: str | None = None,
     """KV-cache usage (fraction of capacity) over the run: vLLM's kv_cache_usage_perc, or for TGI and the
     embedded engine tgi_batch_current_max_tokens / tgi_batch_max_total_tokens. Needs T_S, METRIC, VALUE;
     no such samples leave a note."""
-    usage = _samples(server, KV_FRACTION_METRICS, run_id)
+    usage = _samples(server, KV_USAGE_METRICS, run_id)
     if usage.empty:
-        held = _samples(server, (KV_TOKENS_METRIC,), run_id)
-        budget = _samples(server, (KV_BUDGET_METRIC,), run_id)
+        held = _samples(server, (KV_USED_METRIC,), run_id)
+        budget = _samples(server, (KV_TOTAL_METRIC,), run_id)
         if not held.empty and not budget.empty:
             # the budget is a constant gauge, sampled perhaps less often: take the latest one before each sample
             merged = pd.merge_asof(held.sort_values(S.T_S), budget.sort_values(S.T_S), on=S.T_S, by=S.RUN_ID,
@@ -150,7 +153,7 @@ def kv_usage_timeline(server: pd.DataFrame | None, *, run_id: str | None = None,
                                  line={"shape": "hv", "dash": _dash(i), "color": "#9467bd"},
                                  hovertemplate=hover(f"<b>{name}</b>", "t: %{x:.2f} s", "usage: %{y:.1%}")))
     if not runs:
-        note(fig, f"no KV samples ({KV_FRACTION_METRICS[0]}, or {KV_TOKENS_METRIC} with {KV_BUDGET_METRIC})")
+        note(fig, f"no KV samples ({KV_USAGE_METRICS[0]}, or {KV_USED_METRIC} with {KV_TOTAL_METRIC})")
     fig.update_xaxes(title_text=axis_title(S.T_S))
     fig.update_yaxes(title_text="KV-cache usage (fraction of capacity)", tickformat=".0%", range=[0, 1.05])
     return layout(fig, title or "KV-cache usage over time")
