@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.results import empty
 from tgi_toolkit.config import LauncherConfig, from_vllm_table
 from tgi_toolkit.reference import STAT, list_references, load_reference, load_references
 from tgi_toolkit.vllm_args import parse_parameter_table
@@ -102,6 +103,10 @@ def test_seed_000_in_batch_schema():
     assert row[S.PREFILL_THROUGHPUT] == pytest.approx(16 * 500 / row[S.PREFILL_LATENCY_S], rel=1e-3)
     assert row[S.DECODE_THROUGHPUT] == pytest.approx(16 * 999 / row[S.DECODE_TOTAL_LATENCY_S], rel=1e-4)
     assert pd.isna(row[S.REPEAT]) and not row[S.WARMUP]
+    # the dtypes of a results folder's batch.parquet, so the two concatenate without surprises
+    ours = empty("batch")
+    assert pd.concat([ours, ref.batch]).dtypes[S.BATCH_SIZE] == ref.batch.dtypes[S.BATCH_SIZE] == "Int64"
+    assert list(pd.concat([ours, ref.batch]).columns) == list(S.BATCH_COLUMNS)
     assert row[S.RUN_ID] == f"reference:{TGI}" and row[S.SCENARIO] == "batch" and row[S.BACKEND] == "tgi"
     assert row[S.MODEL_ID] == "bigscience/mt0-xxl-mt" and "seed 000" in row[S.CONFIG_LABEL]
 

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.results import frame  # the dtypes a results folder gives back
 
 # The repository's data folder; TGI_TOOLKIT_DATA points elsewhere (an installed wheel has no data/).
 DATA_DIR = Path(os.environ.get("TGI_TOOLKIT_DATA", Path(__file__).resolve().parents[1] / "data"))
@@ -76,9 +77,8 @@ class Reference:
 
         Statistics a table did not publish (throughput p50/p90/p99) are NaN.
         """
-        columns = [*S.BATCH_COLUMNS, STAT]
         if self.tables.empty:
-            return pd.DataFrame(columns=columns)
+            return frame([], "batch").assign(**{STAT: pd.Series(dtype=object)})
         experiment = self.meta.get("experiment", {})
         seq, dec = experiment.get("sequence_length"), experiment.get("decode_length")
         rows: dict[tuple[int, str], dict[str, Any]] = {}
@@ -94,13 +94,12 @@ class Reference:
             for stat, published in S.BATCH_STATS.items():
                 row = rows.setdefault((size, stat), {
                     **self._identity("batch", f"batch={size},sequence={seq},decode={dec}"),
-                    S.BATCH_SIZE: size, S.SEQUENCE_LENGTH: seq, S.DECODE_LENGTH: dec, S.REPEAT: pd.NA,
+                    S.BATCH_SIZE: size, S.SEQUENCE_LENGTH: seq, S.DECODE_LENGTH: dec,
+                    S.REPEAT: None,  # no run number: these summarise all the runs (nullable Int64)
                     S.WARMUP: False, STAT: stat})
                 value = rec.get(published.lower())
                 row[column] = float(value) * factor if pd.notna(value) else np.nan
-        frame = pd.DataFrame(list(rows.values()), columns=columns)
-        frame[S.REPEAT] = frame[S.REPEAT].astype("Int64")  # no run number: these summarise 10 runs
-        return frame
+        return frame(list(rows.values()), "batch")
 
     @cached_property
     def batch(self) -> pd.DataFrame:
@@ -111,9 +110,8 @@ class Reference:
     @cached_property
     def points(self) -> pd.DataFrame:
         """points.parquet rows: the one concurrency point a happy_vllm card states (10 users, 1024/128)."""
-        columns = list(S.POINT_COLUMNS)
         if self.main_metrics.empty:
-            return pd.DataFrame(columns=columns)
+            return frame([], "points")
         speed = self.main_metrics.set_index("metric").loc["generation_speed_per_request"]
         users, prompt, output = (int(speed[c]) for c in ("parallel_requests", "prompt_tokens", "output_tokens"))
         row: dict[str, Any] = {
@@ -122,7 +120,7 @@ class Reference:
         for rec in self.main_metrics.to_dict("records"):
             if rec["metric"] in _POINT_METRICS:
                 row[_POINT_METRICS[rec["metric"]]] = float(rec["value"])
-        return pd.DataFrame([row], columns=columns)
+        return frame([row], "points")
 
     def metric(self, name: str) -> float:
         """A main metric's value, e.g. `metric("prompt_ingestion_speed") == 13500.0` (tokens/s)."""
