@@ -1,0 +1,42 @@
+"""Where the cookbook's notebooks (and the quickstart) read and write, so their defaults work the same
+run by hand from `notebooks/`, by papermill from anywhere, or by `pytest --nbval-lax notebooks/`.
+
+    from tgi_toolkit.cookbook import out_dir, example_results_dir
+    out_dir("02_benchmark")        # <checkout>/out/02_benchmark (created), or ./out/... when installed
+    example_results_dir()          # data/examples/smollm2-135m-cpu: a real run of the embedded engine
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+EXAMPLE = "smollm2-135m-cpu"
+NOTEBOOKS = ("01_configure_and_launch", "02_benchmark", "03_sweep", "04_compare_and_visualize", "05_model_card",
+             "06_tune")
+
+
+def checkout_root() -> Path | None:
+    """The repository this package runs from (an editable install), or None for an installed wheel."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "notebooks").is_dir() and (root / "pyproject.toml").is_file() else None
+
+
+def out_dir(*parts: str) -> Path:
+    """`out/<parts>` of the checkout (gitignored; CI uploads it), else of the working directory; created.
+    TGI_TOOLKIT_OUT moves it elsewhere."""
+    base = Path(os.environ["TGI_TOOLKIT_OUT"]) if os.environ.get("TGI_TOOLKIT_OUT") else \
+        (checkout_root() or Path.cwd()) / "out"
+    path = base.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def example_results_dir(name: str = EXAMPLE) -> Path:
+    """A committed example result set under data/examples/ (see data/examples/README.md)."""
+    from tgi_toolkit.reference import DATA_DIR
+
+    path = DATA_DIR / "examples" / name
+    if not (path / "points.parquet").is_file():
+        raise FileNotFoundError(f"no example result set at {path} (set TGI_TOOLKIT_DATA to a copy of data/)")
+    return path

@@ -1,0 +1,595 @@
+"""The model card: happy_vllm's layout (seeds 001 and 003) written from a results folder.
+
+    tgi-toolkit report RESULTS_DIR [--output FILE]
+
+    from tgi_toolkit.report import write_report, main_metrics
+    write_report("results/", "card/model_card.md")   # -> the path; model_card.html beside it
+    main_metrics(load_results("results/"))           # the three numbers, and how each was obtained
+
+A card holds the main metrics (prompt ingestion speed, per-request generation speed for 10 parallel
+requests with a 1024-token prompt and 128 generated tokens, KV-cache capacity), the figures of
+`tgi_toolkit.plots` that the results can draw, and the launcher parameters from the runs'
+provenance. It is written twice from the same content: Markdown with images (PNG through kaleido
+where a Chromium is installed, else one HTML file per figure) and one self-contained HTML page
+with interactive figures that a person can open without a network.
+
+The main metrics say how each was obtained (`basis`): a card made from a small CPU run rarely
+holds the exact 10 x 1024/128 point, and a model with a short context cannot take it at all; the
+nearest measured point is used and named instead of being passed off as the asked-for one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import html
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tgi_toolkit.bench import schema as S
+
+# happy_vllm's reference point for the generation speed (seeds 001 and 003).
+CARD_USERS = 10
+CARD_PROMPT_TOKENS = 1024
+CARD_MAX_NEW_TOKENS = 128
+
+INGESTION = "prompt_ingestion_speed"
+GENERATION = "generation_speed_per_request"
+KV_CAPACITY = "kv_cache_capacity"
+
+FIGURE_FORMATS = ("auto", "png", "html")
+FIGURES_DIR = "figures"
+_FIGURE_WIDTH, _FIGURE_HEIGHT = 1000, 550
+
+
+# -- main metrics --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MainMetric:
+    """One row of the card's main metrics table."""
+
+    key: str  # INGESTION | GENERATION | KV_CAPACITY (the keys of data/reference/*/main_metrics.csv)
+    label: str  # the row name as happy_vllm prints it
+    value: float  # NaN when the results cannot give it
+    unit: str  # tokens/s or tokens
+    text: str  # the table cell, e.g. "~864 t/s"
+    basis: str  # how the value was obtained, in one sentence
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"metric": self.key, "label": self.label, "value": self.value, "unit": self.unit, "text": self.text,
+                "basis": self.basis}
+
+
+def _approx(value: float) -> str:
+    """happy_vllm's '~13500': three significant digits, no decimals from 10 up."""
+    if not math.isfinite(value):
+        return "-"
+    if abs(value) >= 100:
+        digits = int(math.floor(math.log10(abs(value)))) - 2
+        return f"~{int(round(value, -digits))}"
+    return f"~{value:.0f}" if abs(value) >= 10 else f"~{value:.2g}"
+
+
+def _run_info(results: Any) -> dict[str, Any]:
+    """The server's /info of the latest run (max_input_tokens, max_total_tokens, model_id, ...)."""
+    for run in reversed(results.runs):
+        if run.get("info"):
+            return run["info"]
+    return {}
+
+
+def ingestion_speed(results: Any) -> MainMetric:
+    """Prompt ingestion speed: 1 / slope of TTFT against prompt length over the ingestion runs'
+    requests (happy_vllm's method; `Results.ingestion`)."""
+    label = "Prompt ingestion speed"
+    fit = results.ingestion()
+    speed = fit["speed_tok_s"]
+    if not math.isfinite(speed):
+        why = ("no ingestion run in these results (`tgi-toolkit bench ingestion`)" if fit["n"] == 0
+                else f"the fit over {fit['n']:.0f} requests has no positive slope")
+        return MainMetric(INGESTION, label, math.nan, "tokens/s", "-", why)
+    rows = results.requests[results.requests[S.SCENARIO] == "ingestion"]
+    lengths = rows[S.INPUT_TOKENS].astype("float64").fillna(rows[S.PROMPT_TOKENS].astype("float64"))
+    basis = (f"1 / slope of TTFT against prompt length: {fit['n']:.0f} requests one at a time, prompts of "
+             f"{lengths.min():.0f} to {lengths.max():.0f} tokens, r\u00b2 = {fit['r2']:.2f}")
+    return MainMetric(INGESTION, label, speed, "tokens/s", f"{_approx(speed)} t/s", basis)
+
+
+def card_point(results: Any, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
+               max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> tuple[tuple[int, int, int], str]:
+    """The (users, prompt, output) point to report the generation speed at: the asked-for one, cut
+    to what the server takes (max_input_tokens, max_total_tokens from /info), and why if cut."""
+    info = _run_info(results)
+    prompt, output, notes = prompt_tokens, max_new_tokens, []
+    max_input, max_total = info.get("max_input_tokens"), info.get("max_total_tokens")
+    if max_input and prompt > max_input:
+        prompt = int(max_input)
+        notes.append(f"max_input_tokens is {max_input}")
+    if max_total and prompt + output > max_total:
+        output = max(1, int(max_total) - prompt)
+        notes.append(f"max_total_tokens is {max_total}")
+    return (users, prompt, output), "; ".join(notes)
+
+
+def generation_speed(results: Any, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
+                     max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> MainMetric:
+    """Mean per-request generation speed at the concurrency point of `users` users, a
+    `prompt_tokens`-token prompt and `max_new_tokens` generated; where the results do not hold that
+    point (or the server cannot take it), the nearest measured one, named in the label and basis.
+
+    Nearest: the smallest sum of |log(measured / wanted)| over users, prompt and output length, so
+    that 5 users is as far from 10 as 20 is."""
+    (want_users, want_prompt, want_output), limit = card_point(results, users, prompt_tokens, max_new_tokens)
+    speed_column = S.stat_column(S.SPEED_METRIC, "mean")
+    points = results.points[(results.points[S.SCENARIO] == "concurrency") & results.points[speed_column].notna()]
+    asked = f"{users} parallel requests with a prompt of {prompt_tokens} tokens and {max_new_tokens} tokens generated"
+    if points.empty:
+        return MainMetric(GENERATION, f"Mean generation speed for {asked}", math.nan, "tokens/s", "-",
+                          "no concurrency point in these results (`tgi-toolkit bench concurrency`)")
+    measured = points[[S.USERS, S.PROMPT_TOKENS, S.MAX_NEW_TOKENS]].astype("float64")
+    distance = sum((measured[c] / want).apply(math.log).abs()
+                   for c, want in ((S.USERS, want_users), (S.PROMPT_TOKENS, want_prompt),
+                                   (S.MAX_NEW_TOKENS, want_output)))
+    best = points.loc[distance.idxmin()]
+    got = (int(best[S.USERS]), int(best[S.PROMPT_TOKENS]), int(best[S.MAX_NEW_TOKENS]))
+    value = float(best[speed_column])
+    label = (f"Mean generation speed for {got[0]} parallel requests with a prompt of {got[1]} tokens and "
+             f"{got[2]} tokens generated")
+    if got == (users, prompt_tokens, max_new_tokens):
+        basis = f"measured at that point ({int(best[S.REQUESTS])} requests)"
+    elif got == (want_users, want_prompt, want_output):
+        basis = (f"the card's point ({asked}) is over the server's limits ({limit}); "
+                 f"measured at the nearest it takes ({int(best[S.REQUESTS])} requests)")
+    else:
+        cut = f"; the server takes at most {want_prompt}/{want_output} ({limit})" if limit else ""
+        basis = (f"the nearest point these results hold to the card's {asked}{cut} "
+                 f"({int(best[S.REQUESTS])} requests)")
+    short = int(best[S.SHORT_OUTPUTS]) if pd.notna(best[S.SHORT_OUTPUTS]) else 0
+    if short:
+        basis += f"; {short} request(s) stopped before {got[2]} tokens (EOS could not be ignored)"
+    return MainMetric(GENERATION, label, value, "tokens/s", f"{_approx(value)} t/s for each request", basis)
+
+
+def kv_cache_capacity(results: Any) -> MainMetric:
+    """Tokens the KV cache holds: the server's own budget where it states one (TGI's
+    tgi_batch_max_total_tokens, the embedded engine likewise), else happy_vllm's estimate from
+    the cache usage under load (the points' kv_capacity_tokens)."""
+    from tgi_toolkit.bench.telemetry import KV_TOTAL_METRIC
+
+    label = "Estimate of the max nb of tokens in KV cache"
+    capacity = results.points[S.KV_CAPACITY_TOKENS].dropna()
+    stated = results.server[results.server[S.METRIC] == KV_TOTAL_METRIC][S.VALUE].dropna()
+    info_budget = _run_info(results).get("max_batch_total_tokens")
+    if len(stated):
+        value, basis = float(stated.max()), ("stated by the server: tgi_batch_max_total_tokens, the token budget "
+                                             "its warm-up found room for")
+    elif len(capacity):
+        value = float(capacity.median())
+        stated_by_info = info_budget is not None and math.isclose(value, float(info_budget))
+        basis = ("stated by the server's /info (max_batch_total_tokens)" if stated_by_info else
+                 f"estimated from the KV-cache usage under load (happy_vllm's method), median of {len(capacity)} "
+                 f"point(s)")
+    elif info_budget:
+        value, basis = float(info_budget), "stated by the server's /info (max_batch_total_tokens)"
+    else:
+        return MainMetric(KV_CAPACITY, label, math.nan, "tokens", "-",
+                          "the server stated no budget and no point sampled its cache usage")
+    text = f"~{value / 1000:.0f}k tokens" if value >= 10_000 else f"{_approx(value)} tokens"
+    return MainMetric(KV_CAPACITY, label, value, "tokens", text, basis)
+
+
+def split_by_config(results: Any) -> dict[str, Any]:
+    """One Results per configuration (config_id), keyed by its label, in the order first run."""
+    from tgi_toolkit.bench.results import Results
+
+    ids: list[str] = []
+    for run in results.runs:
+        if run.get("config_id", "") not in ids:
+            ids.append(run.get("config_id", ""))
+    for table in (results.points, results.requests, results.batch):
+        for cid in table[S.CONFIG_ID].dropna().unique():
+            if cid not in ids:
+                ids.append(cid)
+    if len(ids) <= 1:
+        return {_config_label(results, ids[0] if ids else ""): results}
+    out = {}
+    for cid in ids:
+        def pick(df: pd.DataFrame, cid: str = cid) -> pd.DataFrame:
+            return df[df[S.CONFIG_ID] == cid].reset_index(drop=True)
+
+        part = Results(pick(results.requests), pick(results.points), pick(results.batch), pick(results.server),
+                       [r for r in results.runs if r.get("config_id", "") == cid], results.path)
+        out[_config_label(part, cid)] = part
+    return out
+
+
+def _config_label(results: Any, cid: str) -> str:
+    for run in results.runs:
+        if run.get("config_id", "") == cid and run.get("config_label"):
+            return str(run["config_label"])
+    labels = results.points[S.CONFIG_LABEL].dropna()
+    return str(labels.iloc[0]) if len(labels) and labels.iloc[0] else (cid or "default")
+
+
+def main_metrics(results: Any, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
+                 max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> pd.DataFrame:
+    """The card's three main metrics for each configuration in `results` (a Results or a folder).
+
+    Columns: config_label, metric (INGESTION, GENERATION, KV_CAPACITY), label, value, unit, text, basis."""
+    results = _as_results(results)
+    rows = []
+    for config, part in split_by_config(results).items():
+        for metric in (ingestion_speed(part), generation_speed(part, users, prompt_tokens, max_new_tokens),
+                       kv_cache_capacity(part)):
+            rows.append({"config_label": config, **metric.as_dict()})
+    return pd.DataFrame(rows, columns=["config_label", "metric", "label", "value", "unit", "text", "basis"])
+
+
+# -- parameters ---------------------------------------------------------------------------------------------
+def parameters(results: Any) -> pd.DataFrame:
+    """The card's parameters table: for each configuration, where and how the server ran (model,
+    backend, engine, versions, hardware, first run's start) then every launcher setting as recorded
+    in the runs' provenance, and the budgets the server resolved at start-up. One column per
+    configuration, one row per parameter, values as text."""
+    results = _as_results(results)
+    columns: dict[str, dict[str, str]] = {}
+    for config, part in split_by_config(results).items():
+        runs = part.runs
+        first = runs[0] if runs else {}
+        info = _run_info(part)
+        versions = first.get("versions") or {}
+        hardware = first.get("hardware") or {}
+        gpus = ", ".join(g.get("name", "?") for g in hardware.get("gpus") or [])
+        col: dict[str, str] = {
+            "model": info.get("model_id") or (part.points[S.MODEL_ID].dropna().iloc[0]
+                                              if part.points[S.MODEL_ID].notna().any() else "?"),
+            "backend": first.get("backend", "?"),
+            "server": " ".join(str(v) for v in (info.get("engine") or info.get("router"), info.get("version")) if v),
+            "model_dtype": info.get("model_dtype"),
+            "suite_started_at": first.get("started_at"),
+            "runs": ", ".join(f"{r.get('scenario')} ({r.get('status')})" for r in runs),
+            "tgi_toolkit_version": versions.get("tgi_toolkit"),
+            "torch_version": versions.get("torch"),
+            "transformers_version": versions.get("transformers"),
+            "hardware": gpus or f"{hardware.get('cpu', '?')} ({hardware.get('cores_logical', '?')} cores, CPU)",
+            "git_revision": ((first.get("git") or {}).get("revision") or "")[:12] or None,
+        }
+        launcher = next((r["launcher_config"] for r in runs if r.get("launcher_config")), None) or {}
+        col.update({key: launcher[key] for key in launcher})
+        for key in ("max_batch_total_tokens", "max_batch_prefill_tokens", "max_input_tokens", "max_total_tokens"):
+            if info.get(key) is not None and launcher.get(key) != info[key]:
+                col[f"{key} (resolved by the server)"] = info[key]
+        columns[config] = {k: _cell(v) for k, v in col.items()}
+    keys: list[str] = []
+    for col in columns.values():
+        keys += [k for k in col if k not in keys]
+    return pd.DataFrame({name: [col.get(k, "") for k in keys] for name, col in columns.items()},
+                        index=pd.Index(keys, name="parameter"))
+
+
+def _cell(value: Any) -> str:
+    # happy_vllm's table prints Python's repr of lists and None
+    return "None" if value is None else str(value)
+
+
+# -- figures ----------------------------------------------------------------------------------------------
+@dataclass
+class Figure:
+    """A figure of the card: its name (file stem), section, caption and plotly figure."""
+
+    name: str
+    section: str
+    caption: str
+    figure: Any = field(repr=False)
+
+
+def card_figures(results: Any) -> list[Figure]:
+    """The figures the results can draw, in card order: total throughput and per-request speed with
+    TTFT against parallel users (one per prompt/output pair, as the seeds), prompt ingestion,
+    text-generation-benchmark's latency against throughput, ITL distributions, the server's queue and
+    batch over time, KV usage, and the Pareto frontier when there are several configurations."""
+    from tgi_toolkit import plots
+
+    results = _as_results(results)
+    figures = []
+    concurrency = results.points[results.points[S.SCENARIO] == "concurrency"]
+    if len(concurrency):
+        figures.append(Figure("total_speed_generation_graph", "Total generation speed",
+                              "Total output throughput against the number of parallel requests, one line per "
+                              "prompt/output length.", plots.throughput_vs_users(concurrency)))
+        pairs = concurrency[[S.PROMPT_TOKENS, S.MAX_NEW_TOKENS]].drop_duplicates().sort_values(
+            [S.PROMPT_TOKENS, S.MAX_NEW_TOKENS], ascending=False)
+        for prompt, output in pairs.itertuples(index=False):
+            part = concurrency[(concurrency[S.PROMPT_TOKENS] == prompt) & (concurrency[S.MAX_NEW_TOKENS] == output)]
+            figures.append(Figure(
+                f"speed_generation/speed_generation_graph_input_{prompt}_output_{output}",
+                "Generation speed and latency",
+                f"Prompt of {prompt} tokens and {output} tokens generated: the lines show the median, the bars "
+                f"the 25th and 75th percentiles.",
+                plots.speed_and_ttft_vs_users(part, title=f"Per-request speed and TTFT, prompt {prompt} / "
+                                                          f"output {output} tokens")))
+    ingestion = results.requests[results.requests[S.SCENARIO] == "ingestion"]
+    if len(ingestion):
+        figures.append(Figure("prompt_ingestion", "Prompt ingestion",
+                              "TTFT against prompt length, one request at a time; the slope of the fitted line is "
+                              "the time per prompt token, its inverse the ingestion speed.",
+                              plots.ingestion_plot(ingestion)))
+    if len(results.batch):
+        figures.append(Figure("batch_latency_throughput", "Batch benchmark (text-generation-benchmark)",
+                              "Prefill and decode latency against throughput, one colour per batch size, one "
+                              "marker per run: up and to the right is more throughput bought with more latency.",
+                              plots.batch_latency_throughput(results.batch)))
+    conc_requests = results.requests[results.requests[S.SCENARIO] == "concurrency"]
+    if len(conc_requests):
+        figures.append(Figure("itl_distribution", "Inter-token latency",
+                              "Gaps between consecutive tokens of every request, per point: a wide or bimodal "
+                              "violin shows decode steps held up by other requests' prefills.",
+                              plots.itl_distribution(conc_requests)))
+    if len(results.server) and len(conc_requests):
+        run_id = conc_requests[S.RUN_ID].iloc[-1]
+        figures.append(Figure("server_timeline", "Server", "Queue and running batch size during the last "
+                              "concurrency run, with each request's TTFT at the moment it was sent.",
+                              plots.server_timeline(results.server, requests=conc_requests, run_id=run_id)))
+        figures.append(Figure("kv_usage", "Server", "Share of the KV-cache budget in use during the same run.",
+                              plots.kv_usage_timeline(results.server, run_id=run_id)))
+    if results.points[S.CONFIG_ID].nunique() > 1 and len(concurrency):
+        figures.append(Figure("pareto", "Configurations", "Every point of every configuration: output throughput "
+                              "against median TTFT; the joined points are the ones no other configuration beats "
+                              "on both.", plots.pareto_plot(concurrency)))
+    return figures
+
+
+def png_renderer_available() -> bool:
+    """True where plotly can write PNG offline: kaleido >= 1 and a Chromium-based browser already
+    installed (kaleido never downloads one here: that would need a network at run time)."""
+    try:
+        import kaleido  # noqa: F401
+        from choreographer.browsers.chromium import Chromium
+    except ImportError:
+        return False
+    try:
+        return Chromium.find_browser(skip_local=False) is not None
+    except Exception:  # a broken install: say no rather than fail the report
+        return False
+
+
+def _write_pngs(figures: Sequence[Figure], folder: Path) -> bool:
+    """All figures as PNG in one browser session; False (nothing kept) if the renderer fails."""
+    import plotly.io as pio
+
+    paths = [folder / f"{f.name}.png" for f in figures]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pio.write_images([f.figure for f in figures], paths, width=_FIGURE_WIDTH, height=_FIGURE_HEIGHT)
+    except Exception:  # no usable browser after all: the caller falls back to HTML figures
+        for path in paths:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return False
+    return all(p.exists() for p in paths)
+
+
+def _write_htmls(figures: Sequence[Figure], folder: Path) -> None:
+    # plotly.js once in the figures folder, each figure pointing at it: offline, 4 MB once, not per figure
+    from plotly.offline import get_plotlyjs
+
+    (folder / "plotly.min.js").write_text(get_plotlyjs())
+    for f in figures:
+        path = folder / f"{f.name}.html"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        script = Path(os.path.relpath(folder / "plotly.min.js", path.parent)).as_posix()
+        f.figure.write_html(path, include_plotlyjs=script, full_html=True)
+
+
+# -- the card ---------------------------------------------------------------------------------------------------
+def _title(results: Any) -> str:
+    info = _run_info(results)
+    model = (info.get("model_id") or "an unknown model").split("/")[-1]
+    first = results.runs[0] if results.runs else {}
+    hardware = first.get("hardware") or {}
+    gpus = [g.get("name", "GPU") for g in hardware.get("gpus") or []]
+    where = (f"{len(gpus)}x {gpus[0]}" if len(gpus) > 1 else gpus[0]) if gpus else \
+        f"{hardware.get('cores_logical', '?')}-core CPU"
+    return f"Model card for {model} on {where}"
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    # happy_vllm's centred tables; a pipe inside a cell would end it early
+    def row(cells: Sequence[str]) -> str:
+        return "|" + "|".join(str(c).replace("|", "\\|") for c in cells) + "|"
+    return "\n".join([row(headers), "|" + "|".join(" :---: " for _ in headers) + "|", *map(row, rows)])
+
+
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+@dataclass
+class _Section:
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    preformatted: str = ""
+
+
+def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures: Sequence[Figure]) -> list[_Section]:
+    configs = list(dict.fromkeys(metrics["config_label"]))
+    main = _Section("Main metrics", ["The main metrics are summarized in the following table :"])
+    if len(configs) == 1:
+        main.tables.append((["Metric", "Value"], [[r.label, r.text] for r in metrics.itertuples()]))
+    else:
+        rows = [[metrics.loc[metrics["metric"] == key, "label"].iloc[0],
+                 *(metrics[(metrics["metric"] == key) & (metrics["config_label"] == c)]["text"].iloc[0]
+                   for c in configs)] for key in (INGESTION, GENERATION, KV_CAPACITY)]
+        main.tables.append((["Metric", *configs], rows))
+    main.paragraphs.append("How each value was obtained:")
+    main.tables.append((["Configuration", "Metric", "Basis"] if len(configs) > 1 else ["Metric", "Basis"],
+                        [[*([r.config_label] if len(configs) > 1 else []), r.label, r.basis]
+                         for r in metrics.itertuples()]))
+    sections = [main]
+    by_section: dict[str, _Section] = {}
+    intros = {
+        "Total generation speed": "The following graph shows the total throughput with respect to the number of "
+                                  "parallel queries for different scenarii :",
+        "Generation speed and latency": "The following graphs show the throughput for each request with respect to "
+                                        "the number of parallel queries, and the time to first token. The lines "
+                                        "show the median whereas the bars show the 25th and 75th percentile.",
+    }
+    for fig in figures:
+        if fig.section not in by_section:
+            by_section[fig.section] = _Section(fig.section, [intros[fig.section]] if fig.section in intros else [])
+            sections.append(by_section[fig.section])
+        by_section[fig.section].figures.append(fig)
+    if len(results.batch) and "Batch benchmark (text-generation-benchmark)" in by_section:
+        with contextlib.suppress(Exception):  # the tables are extra: a partial batch run still gets its figure
+            by_section["Batch benchmark (text-generation-benchmark)"].preformatted = results.tables()
+    launched = _Section("Parameters", ["The server was launched using the following arguments :"])
+    launched.tables.append((["Parameter", *params.columns] if len(params.columns) > 1 else ["Parameter", "Value"],
+                            [[k, *row] for k, row in zip(params.index, params.values.tolist(), strict=True)]))
+    sections.append(launched)
+    return sections
+
+
+def _markdown(title: str, sections: Sequence[_Section], figure_links: dict[str, str], fmt: str) -> str:
+    out = [title, "=" * len(title), ""]
+    for sec in sections:
+        out += [f"# {sec.title}", ""]
+        for p in sec.paragraphs[:1]:
+            out += [p, ""]
+        for i, (headers, rows) in enumerate(sec.tables):
+            if i == 1 and len(sec.paragraphs) > 1:
+                out += [sec.paragraphs[1], ""]
+            out += [_md_table(headers, rows), ""]
+        if sec.preformatted:
+            out += [sec.preformatted, ""]
+        for fig in sec.figures:
+            out += [fig.caption, ""]
+            link = figure_links[fig.name]
+            out += [f'<img src="{link}" width="800"/>' if fmt == "png"
+                    else f"[{fig.figure.layout.title.text or fig.name} (interactive figure)]({link})", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:center}
+th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow-x:auto}.caption{color:#555}"""
+
+
+def _html(title: str, sections: Sequence[_Section]) -> str:
+    body, plotlyjs = [f"<h1>{html.escape(title)}</h1>"], True
+    for sec in sections:
+        body.append(f"<h2>{html.escape(sec.title)}</h2>")
+        for p in sec.paragraphs[:1]:
+            body.append(f"<p>{html.escape(p)}</p>")
+        for i, (headers, rows) in enumerate(sec.tables):
+            if i == 1 and len(sec.paragraphs) > 1:
+                body.append(f"<p>{html.escape(sec.paragraphs[1])}</p>")
+            body.append(_html_table(headers, rows))
+        if sec.preformatted:
+            body.append(f"<pre>{html.escape(sec.preformatted)}</pre>")
+        for fig in sec.figures:
+            body.append(f'<p class="caption">{html.escape(fig.caption)}</p>')
+            # plotly.js inline once, in the first figure: the page works offline and stays one file
+            body.append(fig.figure.to_html(full_html=False, include_plotlyjs=plotlyjs,
+                                           default_width="100%", default_height=f"{_FIGURE_HEIGHT}px"))
+            plotlyjs = False
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _as_results(results_or_folder: Any) -> Any:
+    if isinstance(results_or_folder, (str, os.PathLike)):
+        from tgi_toolkit.bench.results import load_results
+
+        return load_results(results_or_folder)
+    return results_or_folder
+
+
+def report_paths(output: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
+    """(Markdown card, HTML report, figures folder) for `output`: a folder (model_card.md and
+    model_card.html inside), or a file ending in .md or .html (the other beside it, same stem)."""
+    output = Path(output)
+    if output.suffix.lower() in (".md", ".html", ".htm"):
+        folder, stem = output.parent, output.stem
+    else:
+        folder, stem = output, "model_card"
+    return folder / f"{stem}.md", folder / f"{stem}.html", folder / FIGURES_DIR
+
+
+def write_report(results_or_folder: Any, output: str | os.PathLike[str], *, figure_format: str = "auto",
+                 users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
+                 max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> Path:
+    """Write the model card of a Results (or a results folder) to `output`; returns the path asked for
+    (for a folder, its model_card.md). Both the Markdown card and the HTML report are written (see
+    `report_paths`), the card's figures in `figures/` beside them.
+
+    figure_format: "png" (needs kaleido and a Chromium; ValueError without), "html" (one interactive
+    file per figure), or "auto" (PNG where it can be rendered, else HTML)."""
+    if figure_format not in FIGURE_FORMATS:
+        raise ValueError(f"figure_format={figure_format!r} is not one of {', '.join(FIGURE_FORMATS)}")
+    results = _as_results(results_or_folder)
+    if not len(results.points) and not len(results.requests) and not len(results.batch):
+        where = f" in {results.path}" if results.path else ""
+        raise ValueError(f"no results{where}: nothing to report (run `tgi-toolkit bench` or a sweep first)")
+    md_path, html_path, fig_dir = report_paths(output)
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    metrics = main_metrics(results, users, prompt_tokens, max_new_tokens)
+    params = parameters(results)
+    figures = card_figures(results)
+    fmt = figure_format
+    if fmt in ("auto", "png"):
+        ok = png_renderer_available() and _write_pngs(figures, fig_dir)
+        if not ok and fmt == "png":
+            raise ValueError("PNG figures need kaleido>=1 and an installed Chromium (e.g. Debian's `chromium`); "
+                             "use figure_format='html'")
+        fmt = "png" if ok else "html"
+    if fmt == "html":
+        _write_htmls(figures, fig_dir)
+    rel = os.path.relpath(fig_dir, md_path.parent)
+    links = {f.name: f"./{rel}/{f.name}.{fmt}" for f in figures}
+    title = _title(results)
+    sections = _sections(results, metrics, params, figures)
+    md_path.write_text(_markdown(title, sections, links, fmt))
+    html_path.write_text(_html(title, sections))
+    return Path(output) if Path(output).suffix else md_path
+
+
+# -- command line ---------------------------------------------------------------------------------------------
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report", help="write a model card (Markdown + HTML) from a results folder",
+        description="Write happy_vllm's model card (seeds 001/003) from a results folder: main metrics, figures "
+                    "and launch parameters, as Markdown with images and as one HTML page.")
+    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="a results folder (tgi-toolkit bench/sweep --output)")
+    parser.add_argument("--output", "-o", metavar="FILE",
+                        help="the card: a .md or .html file (the other is written beside it) or a folder "
+                             "(default: RESULTS_DIR/report/)")
+    parser.add_argument("--figures", choices=FIGURE_FORMATS, default="auto",
+                        help="png (kaleido + Chromium), html, or auto: png where it works (default)")
+    parser.add_argument("--users", type=int, default=CARD_USERS, help="parallel requests of the speed metric (10)")
+    parser.add_argument("--prompt-tokens", type=int, default=CARD_PROMPT_TOKENS, help="its prompt length (1024)")
+    parser.add_argument("--max-new-tokens", type=int, default=CARD_MAX_NEW_TOKENS, help="its output length (128)")
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    output = args.output or Path(args.results_dir) / "report"
+    try:
+        path = write_report(args.results_dir, output, figure_format=args.figures, users=args.users,
+                            prompt_tokens=args.prompt_tokens, max_new_tokens=args.max_new_tokens)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    md_path, html_path, _ = report_paths(output)
+    print(f"model card: {md_path}\nHTML report: {html_path}")
+    return 0
