@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.bench.results import empty
+from tgi_toolkit.bench.results import Results, empty
+from tgi_toolkit.bench.tables import main_metrics
 from tgi_toolkit.config import LauncherConfig, from_vllm_table
 from tgi_toolkit.reference import STAT, list_references, load_reference, load_references
 from tgi_toolkit.vllm_args import parse_parameter_table
@@ -149,10 +150,22 @@ def test_happy_vllm_main_metrics(name, prefix, ingestion, speed, kv, model, gpu)
     assert ref.meta["model_id"] == model and ref.meta["hardware"]["gpu_name"] == gpu
     # the table as printed in the seed, cell for cell
     printed = [row[1] for row in markdown_rows(seed(prefix), "Metric")]
-    assert printed == [c.strip() for c in ref.main_metrics["published"]]
+    assert printed == list(ref.main_metrics["printed_value"])
+    assert [row[0] for row in markdown_rows(seed(prefix), "Metric")] == list(ref.main_metrics["printed_metric"])
     assert [float(re.sub(r"[^\d.]", "", p.split()[0].replace("k", "000"))) for p in printed] == [ingestion, speed, kv]
     with pytest.raises(KeyError, match="prompt_ingestion_speed"):
         ref.metric("goodput")
+
+
+def test_happy_vllm_main_metrics_beside_ours():
+    ours = main_metrics(Results())  # an empty run: the table's shape and the card's wording
+    card = load_reference(CODELLAMA).main_metrics_table()
+    assert list(card.columns) == list(ours.columns) == ["metric", "value", "number"]
+    assert card["metric"].iloc[0] == ours["metric"].iloc[0] == "Prompt ingestion speed"
+    assert card["metric"].iloc[-1] == ours["metric"].iloc[-1]
+    assert card["number"].tolist() == [13500.0, 41.0, 100000.0]
+    assert card["value"].iloc[1] == "~41 t/s for each request"
+    assert load_reference(TGI).main_metrics_table().empty
 
 
 @pytest.mark.parametrize("name", [CODELLAMA, PHI3])

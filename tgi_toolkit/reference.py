@@ -130,6 +130,15 @@ class Reference:
             raise KeyError(f"{self.name} publishes no metric {name!r} (it has: {have})")
         return float(found["value"].iloc[0])
 
+    def main_metrics_table(self) -> pd.DataFrame:
+        """The card's "Main metrics" as `bench.tables.main_metrics` gives ours (columns metric, value,
+        number: the row name and cell as printed, and the number), to set the two side by side."""
+        if self.main_metrics.empty:
+            return pd.DataFrame(columns=["metric", "value", "number"])
+        return pd.DataFrame({"metric": self.main_metrics["printed_metric"],
+                             "value": self.main_metrics["printed_value"],
+                             "number": self.main_metrics["value"].astype(float)})
+
     def launcher_config(self) -> Any:
         """The published server settings as a LauncherConfig (TGI arguments, or the mapped vLLM ones)."""
         from tgi_toolkit.config import LauncherConfig, from_vllm_table
