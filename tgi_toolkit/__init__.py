@@ -14,9 +14,16 @@ _LAZY = {
     "LauncherConfig": "tgi_toolkit.config",
     "ConfigError": "tgi_toolkit.config",
     "Server": "tgi_toolkit.server",
+    "run_batch": "tgi_toolkit.bench",
+    "run_concurrency": "tgi_toolkit.bench",
+    "run_rate": "tgi_toolkit.bench",
+    "measure_ingestion": "tgi_toolkit.bench",
+    "load_results": "tgi_toolkit.bench",
+    "Results": "tgi_toolkit.bench",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.bench import Results, load_results, measure_ingestion, run_batch, run_concurrency, run_rate
     from tgi_toolkit.config import ConfigError, LauncherConfig
     from tgi_toolkit.server import Server
 
@@ -30,4 +37,5 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["ConfigError", "LauncherConfig", "Server", "__version__"]
+__all__ = ["ConfigError", "LauncherConfig", "Results", "Server", "__version__", "load_results", "measure_ingestion",
+           "run_batch", "run_concurrency", "run_rate"]
