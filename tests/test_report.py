@@ -1,0 +1,183 @@
+"""The model card (tgi_toolkit.report) from the committed example result set: main metrics and how each
+was obtained, parameters, figures, the Markdown + HTML files and the CLI."""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+
+import pandas as pd
+import pytest
+
+from tgi_toolkit import report
+from tgi_toolkit.bench import load_results
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.results import Results
+from tgi_toolkit.cli import main as cli_main
+from tgi_toolkit.cookbook import example_results_dir
+
+
+@pytest.fixture(scope="module")
+def example() -> Results:
+    return load_results(example_results_dir())
+
+
+def _copy(results: Results) -> Results:
+    return Results(results.requests.copy(), results.points.copy(), results.batch.copy(), results.server.copy(),
+                   copy.deepcopy(results.runs), results.path)
+
+
+def _only(results: Results, scenario: str) -> Results:
+    out = _copy(results)
+    for name in ("requests", "points", "batch"):
+        df = getattr(out, name)
+        setattr(out, name, df[df[S.SCENARIO] == scenario].reset_index(drop=True))
+    out.runs = [r for r in out.runs if r["scenario"] == scenario]
+    return out
+
+
+def test_main_metrics_of_the_example(example: Results) -> None:
+    metrics = report.main_metrics(example).set_index("metric")
+    assert list(metrics.index) == [report.INGESTION, report.GENERATION, report.KV_CAPACITY]
+    assert (metrics["value"] > 0).all()
+    # the example holds happy_vllm's exact point: 10 users, 1024-token prompts, 128 generated
+    gen = metrics.loc[report.GENERATION]
+    assert gen["label"] == ("Mean generation speed for 10 parallel requests with a prompt of 1024 tokens and "
+                            "128 tokens generated")
+    assert gen["basis"].startswith("measured at that point")
+    point = example.points[(example.points[S.USERS] == 10) & (example.points[S.PROMPT_TOKENS] == 1024)]
+    assert gen["value"] == pytest.approx(float(point[S.stat_column("speed", "mean")].iloc[0]))
+    assert gen["text"].endswith("t/s for each request")
+    assert metrics.loc[report.INGESTION, "value"] == pytest.approx(example.ingestion()["speed_tok_s"])
+    kv = metrics.loc[report.KV_CAPACITY]
+    assert kv["value"] == example.runs[0]["info"]["max_batch_total_tokens"]
+    assert kv["text"] == f"~{round(kv['value'] / 1000)}k tokens" and "stated by the server" in kv["basis"]
+
+
+def test_generation_speed_nearest_point_is_named(example: Results) -> None:
+    # 3 users: 4 is nearer than 2 on a log scale (4/3 < 3/2)
+    metric = report.generation_speed(example, users=3, prompt_tokens=128, max_new_tokens=32)
+    assert metric.label.startswith("Mean generation speed for 4 parallel requests with a prompt of 128 tokens and 32")
+    assert "nearest point" in metric.basis and "3 parallel requests" in metric.basis
+    exact = report.generation_speed(example, users=2, prompt_tokens=128, max_new_tokens=32)
+    assert exact.basis.startswith("measured at that point")
+
+
+def test_generation_speed_point_cut_to_what_the_server_takes(example: Results) -> None:
+    small = _copy(example)
+    for run in small.runs:
+        run["info"] = {**run["info"], "max_input_tokens": 100, "max_total_tokens": 132}
+    (users, prompt, output), why = report.card_point(small)
+    assert (users, prompt, output) == (10, 100, 32)
+    assert "max_input_tokens is 100" in why and "max_total_tokens is 132" in why
+    metric = report.generation_speed(small)
+    assert "the server takes at most 100/32" in metric.basis
+
+
+def test_metrics_missing_from_the_results_say_why(example: Results) -> None:
+    batch_only = _only(example, "batch")
+    metrics = report.main_metrics(batch_only).set_index("metric")
+    assert math.isnan(metrics.loc[report.INGESTION, "value"])
+    assert "no ingestion run" in metrics.loc[report.INGESTION, "basis"]
+    assert "no concurrency point" in metrics.loc[report.GENERATION, "basis"]
+    assert metrics.loc[report.GENERATION, "text"] == "-"
+
+
+def test_several_configurations_get_one_column_each(example: Results) -> None:
+    two = _copy(example)
+    other = _only(example, "concurrency")
+    for df in (other.points, other.requests):
+        df[S.CONFIG_ID] = "other"
+        df[S.CONFIG_LABEL] = "max_batch_size=4"
+    for run in other.runs:
+        run.update(config_id="other", config_label="max_batch_size=4",
+                   launcher_config={**run["launcher_config"], "max_batch_size": 4})
+    two.points = pd.concat([two.points, other.points], ignore_index=True)
+    two.requests = pd.concat([two.requests, other.requests], ignore_index=True)
+    two.runs = two.runs + other.runs
+    assert list(report.split_by_config(two)) == [example.runs[0]["config_label"], "max_batch_size=4"]
+    params = report.parameters(two)
+    assert list(params.columns) == [example.runs[0]["config_label"], "max_batch_size=4"]
+    assert params.loc["max_batch_size"].tolist() == ["16", "4"]
+    assert [f.name for f in report.card_figures(two)][-1] == "pareto"
+
+
+def test_parameters_come_from_the_provenance(example: Results) -> None:
+    params = report.parameters(example).iloc[:, 0]
+    assert params["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert params["backend"] == "embedded"
+    assert params["max_total_tokens"] == "2048" and params["max_batch_size"] == "16"
+    assert params["max_batch_prefill_tokens"] == "None"  # as recorded: left to the server
+    assert params["max_batch_prefill_tokens (resolved by the server)"] == "1586"
+    assert params["api_key"] == "None"
+
+
+def test_write_report_with_html_figures(example: Results, tmp_path) -> None:
+    path = report.write_report(example, tmp_path / "card", figure_format="html")
+    assert path == tmp_path / "card" / "model_card.md"
+    md = path.read_text()
+    html = (tmp_path / "card" / "model_card.html").read_text()
+    figures = tmp_path / "card" / "figures"
+    assert md.startswith("Model card for SmolLM2-135M-Instruct on 2-core CPU\n====")
+    # the seeds' section order, and their centred two-column table
+    assert [line for line in md.splitlines() if line.startswith("# ")][:3] == [
+        "# Main metrics", "# Total generation speed", "# Generation speed and latency"]
+    assert md.splitlines()[-1].startswith("|")  # the parameters table closes the card
+    assert "|Metric|Value|\n| :---: | :---: |\n|Prompt ingestion speed|~" in md
+    links = re.findall(r"\]\((\./figures/[^)]+)\)", md)
+    assert "./figures/total_speed_generation_graph.html" in links
+    assert "./figures/speed_generation/speed_generation_graph_input_1024_output_128.html" in links
+    for link in links:
+        assert (tmp_path / "card" / link).is_file()
+    assert (figures / "plotly.min.js").stat().st_size > 1_000_000
+    nested = (figures / "speed_generation" / "speed_generation_graph_input_128_output_32.html").read_text()
+    assert 'src="../plotly.min.js"' in nested
+    # the HTML report: one file, plotly.js inline once, every figure and table
+    assert html.count("<table>") == md.count("| :---: |")
+    assert html.count('class="plotly-graph-div"') == len(links)
+    assert html.count("Plotly.newPlot") == len(links)
+    assert not re.search(r'<script[^>]*src="https?:', html)  # opens offline
+    assert "<pre>" in html  # text-generation-benchmark's tables of the batch run
+
+
+def test_write_report_to_an_html_file_writes_the_markdown_beside_it(example: Results, tmp_path) -> None:
+    out = tmp_path / "report.html"
+    assert report.write_report(example, out, figure_format="html") == out
+    assert out.is_file() and (tmp_path / "report.md").is_file() and (tmp_path / "figures").is_dir()
+
+
+def test_png_asked_for_without_a_renderer_is_refused(example: Results, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(report, "png_renderer_available", lambda: False)
+    with pytest.raises(ValueError, match="kaleido"):
+        report.write_report(example, tmp_path, figure_format="png")
+    # auto falls back to HTML figures
+    md = report.write_report(example, tmp_path, figure_format="auto").read_text()
+    assert "(interactive figure)](./figures/" in md and "<img" not in md
+    with pytest.raises(ValueError, match="figure_format"):
+        report.write_report(example, tmp_path, figure_format="svg")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not report.png_renderer_available(), reason="needs kaleido and an installed Chromium")
+def test_write_report_with_png_figures(example: Results, tmp_path) -> None:
+    md = report.write_report(example, tmp_path, figure_format="png").read_text()
+    images = re.findall(r'<img src="(\./figures/[^"]+\.png)" width="800"/>', md)
+    assert "./figures/total_speed_generation_graph.png" in images
+    for image in images:
+        assert (tmp_path / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_empty_results_are_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match="nothing to report"):
+        report.write_report(Results(), tmp_path)
+
+
+def test_cli(tmp_path, capsys) -> None:
+    out = tmp_path / "card.md"
+    assert cli_main(["report", str(example_results_dir()), "--output", str(out), "--figures", "html"]) == 0
+    printed = capsys.readouterr().out
+    assert f"model card: {out}" in printed and f"HTML report: {tmp_path / 'card.html'}" in printed
+    assert out.is_file() and (tmp_path / "card.html").is_file()
+    assert cli_main(["report", str(tmp_path / "missing")]) == 2
+    assert "is not a results folder" in capsys.readouterr().err
