@@ -331,7 +331,7 @@ def test_pareto_plot_highlights_the_frontier_with_config_hover():
     table = P.label_sets({"max_batch_size=4": fast, "max_batch_size=32": big})
     fig = P.pareto_plot(table)
     assert_readable(fig)
-    assert [t.name for t in fig.data] == ["max_batch_size=32", "max_batch_size=4", "Pareto frontier"]
+    assert [t.name for t in fig.data] == ["max_batch_size=4", "max_batch_size=32", "Pareto frontier"]
     front = P.pareto_front(table, S.OUTPUT_THROUGHPUT, TTFT["p50"])
     frontier = fig.data[-1]
     assert list(frontier.x) == sorted(table.loc[front, S.OUTPUT_THROUGHPUT])
@@ -462,7 +462,7 @@ def test_ingestion_fit_drops_the_outlier():
     fig = P.ingestion_plot(ingestion_requests())
     assert_readable(fig)
     points, line = fig.data
-    assert len(points.x) == 20 and line.name == "fit (19 of 20 requests; the rest are outliers)"
+    assert len(points.x) == 20 and line.name == "fit (19 of 20 requests, outliers left out)"
     assert list(line.y) == pytest.approx([(0.02 + 64 / 8000) * 1000, (0.02 + 1024 / 8000) * 1000])
     assert "8,000 tokens/s" in fig.layout.title.text
     assert fig.layout.xaxis.title.text == "Prompt length (tokens)" and fig.layout.yaxis.title.text == "TTFT (ms)"
@@ -495,6 +495,32 @@ def test_figures_are_returned_not_shown(monkeypatch):
                 P.pareto_plot(points_table()), P.server_timeline(server_table()),
                 P.compare_batch({"a": batch_table()})):
         assert isinstance(fig, go.Figure)
+
+
+# -- real runs -----------------------------------------------------------------------------------------
+def test_figures_of_the_committed_example_set():
+    from tgi_toolkit.bench import load_results
+    from tgi_toolkit.cookbook import example_results_dir
+
+    results = load_results(example_results_dir())
+    conc = results.points[results.points[S.SCENARIO] == "concurrency"]
+    conc_requests = results.requests[results.requests[S.SCENARIO] == "concurrency"]
+    users = P.metrics_vs_users(conc)
+    # natural order: 128 before 1024, users=2 before users=10, whatever the text sorts to
+    assert [t.name for t in users.data[:2]] == ["prompt 128 / output 32", "prompt 1024 / output 128"]
+    itl = P.itl_distribution(conc_requests[conc_requests[S.PROMPT_TOKENS] == 128])
+    assert [t.name.split(",")[0] for t in itl.data] == ["users=1", "users=2", "users=4", "users=10"]
+    run_id = conc[S.RUN_ID].iloc[0]
+    server = P.server_timeline(results.server, requests=results.requests, run_id=run_id)
+    assert max(server.data[1].y) >= 2  # the running batch did grow under parallel users
+    ingestion = P.ingestion_plot(results.requests)
+    assert ingestion.data[1].name.startswith("fit (") and "tokens/s" in ingestion.layout.title.text
+    for fig in (users, itl, server, ingestion, P.batch_latency_throughput(results.batch), P.pareto_plot(conc),
+                P.kv_usage_timeline(results.server, run_id=run_id), P.batch_heatmap(results.batch),
+                P.compare_points({"ours": conc, "seed 001": load_reference("happy-vllm-codellama-7b-a100").points},
+                                 ("speed",), center="mean")):
+        assert_readable(fig)
+        assert fig.data and not [n for n in notes(fig) if n.startswith(("no ", "too few"))]
 
 
 # -- a real run -----------------------------------------------------------------------------------------

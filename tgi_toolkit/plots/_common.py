@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Iterable, Sequence
 
 import numpy as np
@@ -122,11 +123,13 @@ def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA
 
 
-def _sort_key(value: object) -> tuple[int, float, str]:
-    # numbers in numeric order before text, so 2 < 16 and "a" < "b" without mixing the two kinds
+def _sort_key(value: object) -> tuple[int, float, tuple[tuple[int, float, str], ...]]:
+    # numbers in numeric order before text, and text in natural order, its digits read as numbers:
+    # batch 2 < batch 16, "users=2,..." < "users=10,...", "prompt 128 / ..." < "prompt 1024 / ..."
     if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
-        return (0, float(value), "")
-    return (1, 0.0, str(value))
+        return (0, float(value), ())
+    chunks = re.split(r"(\d+(?:\.\d+)?)", str(value))
+    return (1, 0.0, tuple((1, float(c), "") if i % 2 else (0, 0.0, c) for i, c in enumerate(chunks)))
 
 
 def sorted_values(values: Iterable[Hashable]) -> list[Hashable]:

@@ -170,7 +170,8 @@ def ingestion_plot(requests: pd.DataFrame, *, title: str | None = None) -> go.Fi
     speed = ""
     if np.isfinite(fit["slope_s_per_tok"]):
         xs = np.array([data["x"].min(), data["x"].max()])
-        name = f"fit ({int(fit['n'])} of {len(data)} requests; the rest are outliers)"
+        left_out = ", outliers left out" if fit["n"] < len(data) else ""
+        name = f"fit ({int(fit['n'])} of {len(data)} requests{left_out})"
         fig.add_trace(go.Scatter(
             x=xs, y=(fit["intercept_s"] + fit["slope_s_per_tok"] * xs) * factor, mode="lines", name=name,
             line={"color": "#d62728", "dash": "dash"},

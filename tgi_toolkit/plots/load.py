@@ -85,7 +85,7 @@ def metrics_vs_users(points: pd.DataFrame, metrics: Sequence[str] = (S.OUTPUT_TH
     if not drawn:
         note(fig, "no measured points with values")
     default = " and ".join(_metric_name(m) for m in metrics) + f" against {column_name(x).lower()}"
-    return layout(fig, title or default, height=max(350, 300 * len(cols)))
+    return layout(fig, title or default, height=max(450, 300 * len(cols)))
 
 
 def _metric_name(metric: str) -> str:
