@@ -1,0 +1,367 @@
+"""What a sweep is: a base launcher config, a grid of overrides, workloads, and where it runs.
+
+Everything here is cheap (no server, no benchmark): `Sweep.configs()` expands and checks the grid
+so a notebook or `tgi-toolkit sweep --dry-run` can show what would be launched, and which
+configurations break a launcher rule, before anything starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.config import ConfigError, LauncherConfig
+from tgi_toolkit.config.options import suggest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.bench.results import Results
+    from tgi_toolkit.sweep.runner import Executor
+
+# Backends a sweep can relaunch ("url" attaches to one server: nothing to relaunch).
+BACKENDS = ("embedded", "tgi", "tgi-docker", "vllm")
+# Set by the sweep for every workload: a workload cannot redirect or silence them.
+RESERVED_OPTIONS = ("output", "resume", "progress", "on_point", "command")
+# The bench's options shared by every scenario (tgi_toolkit.bench.api's docstring).
+BENCH_OPTIONS = ("tokenizer", "seed", "prefix_tokens", "dataset", "api", "api_key", "ignore_eos", "sampling",
+                 "slo_ttft_s", "slo_tpot_s", "scrape_interval", "request_timeout")
+SERVER_OPTIONS = ("health_timeout", "env")
+SPEC_KEYS = ("name", "backend", "base", "grid", "configs", "workloads", "options", "server", "output", "executor",
+             "ray")
+EXECUTORS = ("local", "ray")
+
+
+class SweepError(ValueError):
+    """A sweep specification that cannot run at all (unknown field, scenario or option).
+
+    Configurations that merely break a launcher rule are not errors: they are recorded as invalid.
+    """
+
+
+def _stable(value: Any) -> Any:
+    """JSON-shaped copy (tuples and ranges become lists) so keys and manifests do not depend on spelling."""
+    return json.loads(json.dumps(value, default=lambda v: list(v) if isinstance(v, (tuple, range, set)) else str(v)))
+
+
+def _short_hash(value: Any) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def field_name(name: str) -> str:
+    """`--max-batch-size` or `max-batch-size` -> `max_batch_size`, checked against LauncherConfig."""
+    norm = str(name).strip().lstrip("-").replace("-", "_")
+    fields = list(LauncherConfig.model_fields)
+    if norm not in fields:
+        raise SweepError(f"grid: {name!r} is not a launcher option{suggest(norm, fields)}")
+    return norm
+
+
+def _scenario_parameters(scenario: str) -> tuple[str, ...]:
+    import inspect
+
+    from tgi_toolkit.bench.api import SCENARIO_FUNCTIONS
+
+    signature = inspect.signature(SCENARIO_FUNCTIONS[scenario])
+    return tuple(n for n, p in signature.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+class Workload:
+    """One bench scenario and its parameters, run against every configuration.
+
+    >>> Workload("concurrency", users=[1, 4], prompt_tokens=64, max_new_tokens=16)
+
+    `params` are the keyword arguments of the bench's `run_<scenario>` (tgi_toolkit.bench.api) and
+    its common options (seed, slo_ttft_s, ...); output, resume and progress belong to the sweep.
+    """
+
+    def __init__(self, scenario: str, *, name: str | None = None, **params: Any) -> None:
+        if scenario not in S.SCENARIOS:
+            raise SweepError(f"workload: scenario {scenario!r} is not known (allowed: {', '.join(S.SCENARIOS)})")
+        reserved = sorted(set(params) & set(RESERVED_OPTIONS))
+        if reserved:
+            raise SweepError(f"workload {scenario}: {', '.join(reserved)} belong to the sweep, not to a workload")
+        allowed = (*_scenario_parameters(scenario), *BENCH_OPTIONS)
+        for key in params:
+            if key not in allowed:
+                raise SweepError(f"workload {scenario}: {key!r} is not a parameter of run_{scenario}"
+                                 f"{suggest(key, list(allowed))} (allowed: {', '.join(allowed)})")
+        self.scenario = scenario
+        self.name = name
+        self.params: dict[str, Any] = _stable(params)
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the workload (scenario and parameters), used to resume it."""
+        return _short_hash({"scenario": self.scenario, "params": self.params})
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        inner = ",".join(f"{k}={v}" for k, v in self.params.items() if k not in ("api_key",))
+        return f"{self.scenario}({inner})"
+
+    def with_options(self, options: Mapping[str, Any]) -> Workload:
+        """This workload with sweep-wide options filled in where it sets none of its own."""
+        return Workload(self.scenario, name=self.name, **{**dict(options), **self.params})
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"scenario": self.scenario}
+        if self.name:
+            out["name"] = self.name
+        out.update(self.params)
+        if "api_key" in out:
+            out["api_key"] = "***"
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | Workload) -> Workload:
+        if isinstance(data, Workload):
+            return data
+        if not isinstance(data, Mapping) or "scenario" not in data:
+            raise SweepError(f"workload: {data!r} needs a `scenario` ({', '.join(S.SCENARIOS)})")
+        params = {k: v for k, v in data.items() if k not in ("scenario", "name")}
+        return cls(str(data["scenario"]), name=data.get("name"), **params)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Workload) and (self.scenario, self.params) == (other.scenario, other.params)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"Workload({self.scenario!r}{', ' if args else ''}{args})"
+
+
+@dataclass
+class SweepConfig:
+    """One configuration of a sweep: the overrides applied to the base, and what came of checking them.
+
+    `config` is None when a single field was refused outright (e.g. a negative size); `problems`
+    lists every broken launcher rule as {"fields": [...], "rule": "..."}; an invalid configuration
+    is recorded in the manifest and never launched.
+    """
+
+    index: int
+    overrides: dict[str, Any]
+    config: LauncherConfig | None
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    config_id: str = ""
+    config_label: str = ""  # the bench's label: every non-default setting, base included
+
+    @property
+    def valid(self) -> bool:
+        return self.config is not None and not self.problems
+
+    @property
+    def label(self) -> str:
+        """What this configuration changes from the base, e.g. "max_batch_size=4" ("base" for none)."""
+        return ",".join(f"{k}={v}" for k, v in self.overrides.items()) or "base"
+
+    def __repr__(self) -> str:
+        state = "valid" if self.valid else f"invalid: {'; '.join(p['rule'] for p in self.problems)}"
+        return f"SweepConfig({self.index}, {self.label}, {self.config_id}, {state})"
+
+
+def _problems(exc: ConfigError) -> list[dict[str, Any]]:
+    return [{"fields": list(p.fields), "rule": str(p)} for p in exc.problems]
+
+
+def make_config(base: LauncherConfig, overrides: Mapping[str, Any], index: int = 0) -> SweepConfig:
+    """Apply `overrides` to `base` and check every launcher rule (never raises for a broken rule)."""
+    from tgi_toolkit.bench import provenance
+
+    overrides = dict(overrides)
+    # Only the fields the user set on the base: the new config derives the rest like the launcher does.
+    values = {**base.model_dump(exclude_unset=True), **overrides}
+    try:
+        config = type(base)(**values)
+    except ConfigError as exc:
+        ident = "x" + _short_hash({"base": base.to_dict(non_default_only=True), "overrides": _stable(overrides)})[:9]
+        return SweepConfig(index, overrides, None, _problems(exc), ident, "")
+    problems = [{"fields": list(p.fields), "rule": str(p)} for p in config.problems()]
+    return SweepConfig(index, overrides, config, problems, provenance.config_id(config),
+                       provenance.config_label(config))
+
+
+def _as_base(base: LauncherConfig | Mapping[str, Any] | str | None) -> LauncherConfig:
+    if base is None:
+        return LauncherConfig()
+    if isinstance(base, LauncherConfig):
+        return base
+    if isinstance(base, str):  # launcher flags, as on a command line
+        return LauncherConfig.from_cli(shlex.split(base), environ={})
+    if isinstance(base, Mapping):
+        return LauncherConfig(**{field_name(k): v for k, v in base.items()})
+    raise SweepError(f"base: expected a LauncherConfig, a mapping of its fields or launcher flags; got {base!r}")
+
+
+class Sweep:
+    """A grid of launcher settings crossed with workloads; the server is relaunched per configuration.
+
+    >>> sweep = Sweep(base=LauncherConfig(max_input_tokens=256, max_total_tokens=512),
+    ...               grid={"max_batch_size": [1, 4], "max_batch_prefill_tokens": [256, 1024]},
+    ...               workloads=[Workload("concurrency", users=[1, 4], prompt_tokens=64, max_new_tokens=16)])
+    >>> [c.label for c in sweep.configs()]      # 4 configurations, checked, not launched
+    >>> results = sweep.run("results/sweep")     # bench Results of the whole folder
+
+    base: the settings every configuration shares (a LauncherConfig, a dict of its fields, or
+    launcher flags as one string). grid: field -> values, crossed (every combination). configs:
+    extra configurations, each a dict of overrides, not crossed. workloads: Workload objects or
+    dicts with a `scenario`. options: bench options for every workload (a workload's own value
+    wins), e.g. slo_ttft_s. server: Server options (health_timeout, env). output: default folder.
+    executor: "local" (one configuration after another) or "ray"; ray: RayExecutor arguments.
+    """
+
+    def __init__(self, base: LauncherConfig | Mapping[str, Any] | str | None = None,
+                 grid: Mapping[str, Any] | None = None, workloads: Sequence[Workload | Mapping[str, Any]] = (), *,
+                 backend: str = "embedded", configs: Sequence[Mapping[str, Any]] = (),
+                 options: Mapping[str, Any] | None = None, server: Mapping[str, Any] | None = None,
+                 output: str | Path | None = None, name: str | None = None, executor: str = "local",
+                 ray: Mapping[str, Any] | None = None) -> None:
+        if backend not in BACKENDS:
+            raise SweepError(f"backend: {backend!r} cannot be relaunched by a sweep (allowed: {', '.join(BACKENDS)}; "
+                             "to measure a running server use tgi_toolkit.bench with its URL)")
+        if executor not in EXECUTORS:
+            raise SweepError(f"executor: {executor!r} is not known (allowed: {', '.join(EXECUTORS)})")
+        self.base = _as_base(base)
+        self.grid: dict[str, list[Any]] = {}
+        for key, values in (grid or {}).items():
+            values = list(values) if isinstance(values, (list, tuple, range)) else [values]
+            if not values:
+                raise SweepError(f"grid: {key!r} has no values")
+            self.grid[field_name(key)] = _stable(values)
+        self.extra_configs = [{field_name(k): v for k, v in dict(c).items()} for c in configs]
+        self.workloads = [Workload.from_dict(w) for w in workloads]
+        if not self.workloads:
+            raise SweepError("workloads: a sweep needs at least one workload, e.g. "
+                             "Workload('concurrency', users=[1, 4], prompt_tokens=64, max_new_tokens=16)")
+        self.options = _stable(dict(options or {}))
+        for key in self.options:
+            if key in RESERVED_OPTIONS or key not in BENCH_OPTIONS:
+                raise SweepError(f"options: {key!r} is not a bench option for every workload"
+                                 f"{suggest(key, list(BENCH_OPTIONS))} (allowed: {', '.join(BENCH_OPTIONS)})")
+        self.resolved_workloads()  # the options must suit every scenario too (raises SweepError)
+        self.server = dict(server or {})
+        for key in self.server:
+            if key not in SERVER_OPTIONS:
+                raise SweepError(f"server: {key!r} is not a Server option (allowed: {', '.join(SERVER_OPTIONS)})")
+        self.backend = backend
+        self.output = Path(output) if output is not None else None
+        self.name = name
+        self.executor = executor
+        self.ray = dict(ray or {})
+
+    # -- reading and writing the specification ---------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Sweep:
+        if not isinstance(data, Mapping):
+            raise SweepError(f"a sweep specification is a mapping of {', '.join(SPEC_KEYS)}; got {type(data).__name__}")
+        unknown = [k for k in data if k not in SPEC_KEYS]
+        if unknown:
+            raise SweepError(f"{unknown[0]!r} is not a sweep key{suggest(str(unknown[0]), list(SPEC_KEYS))} "
+                             f"(allowed: {', '.join(SPEC_KEYS)})")
+        kwargs = {k: v for k, v in data.items() if v is not None}
+        kwargs["configs"] = kwargs.get("configs") or ()
+        kwargs["workloads"] = kwargs.get("workloads") or ()
+        return cls(**kwargs)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Sweep:
+        """Read a YAML specification (format: tgi_toolkit.sweep's docstring). A relative `output`
+        is taken relative to the YAML file's folder."""
+        import yaml
+
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise SweepError(f"{path}: not valid YAML: {exc}") from None
+        sweep = cls.from_dict(data or {})
+        if sweep.output is not None and not sweep.output.is_absolute():
+            sweep.output = (path.resolve().parent / sweep.output).resolve()
+        return sweep
+
+    def to_dict(self) -> dict[str, Any]:
+        """The specification as plain data (secrets redacted): what the manifest records."""
+        out: dict[str, Any] = {"name": self.name, "backend": self.backend,
+                               "base": self.base.to_dict(non_default_only=True, redact=True),
+                               "grid": self.grid, "configs": self.extra_configs,
+                               "workloads": [w.to_dict() for w in self.workloads], "options": self.options,
+                               "server": {k: v for k, v in self.server.items() if k != "env"},
+                               "output": str(self.output) if self.output is not None else None,
+                               "executor": self.executor, "ray": self.ray}
+        return _stable(out)
+
+    def to_yaml(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    # -- expansion ----------------------------------------------------------------------------------
+    def resolved_workloads(self) -> list[Workload]:
+        """The workloads with the sweep-wide options filled in (what each configuration runs)."""
+        return [w.with_options(self.options) for w in self.workloads]
+
+    def configs(self) -> list[SweepConfig]:
+        """Every configuration, checked: the grid's combinations, then `configs`; duplicates dropped.
+
+        Two combinations that end up as the same launcher settings (same config_id) run once.
+        """
+        combos: list[dict[str, Any]] = []
+        keys = list(self.grid)
+        for values in itertools.product(*(self.grid[k] for k in keys)):
+            combos.append(dict(zip(keys, values, strict=True)))
+        combos += [dict(c) for c in self.extra_configs]
+        if not combos:
+            combos = [{}]
+        out: list[SweepConfig] = []
+        seen: set[str] = set()
+        for overrides in combos:
+            made = make_config(self.base, overrides, len(out))
+            if made.config_id in seen:
+                continue
+            seen.add(made.config_id)
+            out.append(made)
+        return out
+
+    def knobs(self) -> list[str]:
+        """The fields this sweep varies (grid keys, then those of `configs`)."""
+        names = list(self.grid)
+        for c in self.extra_configs:
+            names += [k for k in c if k not in names]
+        return names
+
+    # -- running ---------------------------------------------------------------------------------------
+    def run(self, output: str | Path | None = None, *, resume: bool = True, progress: bool = True,
+            executor: str | Executor | None = None, retry_failed: bool = False,
+            on_point: Any = None, on_config: Any = None, command: Sequence[str] | None = None) -> Results:
+        """Launch each configuration, run every workload against it, and return the folder's Results.
+
+        output: the results folder (default: the spec's `output`). resume: skip configurations
+        (and points) already finished there; False measures everything again as new runs.
+        executor: "local", "ray", or a RayExecutor (default: the spec's). retry_failed: also
+        relaunch configurations recorded as failed (by default a failure is a result, kept).
+        on_point(row): called with each saved point (from the bench). on_config(entry): called with
+        each configuration's manifest entry when it is done. command: argv, for provenance.
+        """
+        from tgi_toolkit.sweep.runner import run_sweep
+
+        folder = Path(output) if output is not None else self.output
+        if folder is None:
+            raise SweepError("output: a sweep needs a results folder (run(output=...) or `output:` in the spec)")
+        return run_sweep(self, folder, resume=resume, progress=progress,
+                         executor=executor if executor is not None else self.executor,
+                         retry_failed=retry_failed, on_point=on_point, on_config=on_config, command=command)
+
+    def __repr__(self) -> str:
+        grid = ", ".join(f"{k}={v}" for k, v in self.grid.items())
+        return (f"Sweep(backend={self.backend!r}, grid={{{grid}}}, {len(self.extra_configs)} extra config(s), "
+                f"workloads={self.workloads})")
