@@ -570,7 +570,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "report", help="write a model card (Markdown + HTML) from a results folder",
         description="Write happy_vllm's model card (seeds 001/003) from a results folder: main metrics, figures "
                     "and launch parameters, as Markdown with images and as one HTML page.")
-    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="a results folder (tgi-toolkit bench/sweep --output)")
+    parser.add_argument("results_dir", metavar="RESULTS_DIR",
+                        help="a results folder (tgi-toolkit bench/sweep --output)")
     parser.add_argument("--output", "-o", metavar="FILE",
                         help="the card: a .md or .html file (the other is written beside it) or a folder "
                              "(default: RESULTS_DIR/report/)")
@@ -585,8 +586,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def _main(args: argparse.Namespace) -> int:
     output = args.output or Path(args.results_dir) / "report"
     try:
-        path = write_report(args.results_dir, output, figure_format=args.figures, users=args.users,
-                            prompt_tokens=args.prompt_tokens, max_new_tokens=args.max_new_tokens)
+        write_report(args.results_dir, output, figure_format=args.figures, users=args.users,
+                     prompt_tokens=args.prompt_tokens, max_new_tokens=args.max_new_tokens)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,565 @@
+"""Writes the cookbook's notebooks from the cells below: `python notebooks/make_notebooks.py`.
+
+The notebooks are committed as this script writes them (no outputs); edit here, then rerun it.
+`tests/test_notebooks.py` checks the committed files are what this script writes.
+Each notebook has exactly one cell tagged `parameters` (papermill's): its defaults run on a
+2-core CPU in a minute or two; tests and CI pass smaller or redirected values.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+# The first code cell after the parameters: what every notebook needs, and the plotly renderer.
+SETUP = """\
+import plotly.io as pio
+
+if plotly_renderer:
+    pio.renderers.default = plotly_renderer"""
+
+PLOTLY_PARAM = """\
+plotly_renderer = None  # None: plotly's choice for your front-end; "plotly_mimetype" keeps saved notebooks small"""
+
+
+def md(text: str) -> tuple[str, str]:
+    return ("md", text.strip("\n"))
+
+
+def code(text: str) -> tuple[str, str]:
+    return ("code", text.strip("\n"))
+
+
+def params(text: str) -> tuple[str, str]:
+    return ("params", text.strip("\n") + "\n" + PLOTLY_PARAM)
+
+
+# ------------------------------------------------------------------------------------------------------
+NB01 = [
+    md("""
+# 1. Configure and launch a text-generation server
+
+A server's launcher settings decide how many requests it batches, how long a prompt may be, and
+how much memory the KV cache gets; most latency and throughput trade-offs of the later notebooks
+come from these few knobs. This notebook builds a `LauncherConfig` (every `text-generation-launcher`
+option, checked the way TGI checks it), shows the exact command for TGI, TGI in Docker and vLLM,
+launches a server with it, reads back what the server decided at start-up, and asks it a question.
+
+By default the server is this package's **embedded engine**: a TGI-compatible HTTP server running
+SmolLM2-135M-Instruct on the CPU, with TGI's flags and batching rules. Set `backend` to `"tgi"`,
+`"tgi-docker"` or `"vllm"` where those are installed: the same cells run unchanged.
+"""),
+    params("""
+backend = "embedded"  # embedded | tgi | tgi-docker | vllm
+model_id = None  # None: the default model (SmolLM2-135M-Instruct for the embedded engine)
+max_input_tokens = 1024  # longest prompt accepted
+max_total_tokens = 1536  # prompt + generated tokens of one request
+max_batch_prefill_tokens = None  # None: TGI's default, max_input_tokens + 50
+max_batch_total_tokens = None  # None: what the server's warm-up finds room for
+max_batch_size = 8  # None: no limit beyond the token budgets
+max_concurrent_requests = 128
+waiting_served_ratio = 0.3
+max_waiting_tokens = 20
+quantize = None  # e.g. "bitsandbytes", "eetq" (the embedded engine: int8/nf4/fp4 on the CPU)
+dtype = None  # None: bfloat16 where the CPU computes in it, else float32 (GPU: float16/bfloat16)
+question = "What is the capital of France?"
+max_new_tokens = 48
+show_form = True  # the ipywidgets form (needs a front-end to be useful; harmless headless)"""),
+    code(SETUP + """
+
+from tgi_toolkit.config import LauncherConfig, to_vllm_args
+from tgi_toolkit.server import Server"""),
+    md("""
+## The knobs, and what each one does
+
+| knob | why it matters | TGI flag (env) | vLLM counterpart |
+|---|---|---|---|
+| `max_input_tokens` | longest prompt; TGI sizes its prefill budget from it | `--max-input-tokens` (`MAX_INPUT_TOKENS`) | none: prompt + output must fit `--max-model-len` |
+| `max_total_tokens` | a request's memory budget (prompt + output): larger values mean fewer requests fit in the KV cache | `--max-total-tokens` | `--max-model-len` |
+| `max_batch_prefill_tokens` | tokens one prefill pass may process: bounds the prefill's memory and how long running requests pause for it | `--max-batch-prefill-tokens` | `--max-num-batched-tokens` (counts decode tokens too) |
+| `max_batch_total_tokens` | the KV-cache capacity in tokens: how many tokens all running requests may hold together | `--max-batch-total-tokens` (found by warm-up when unset) | derived from `--gpu-memory-utilization` |
+| `max_batch_size` | most requests in one batch; required where the hardware cannot pad freely | `--max-batch-size` | `--max-num-seqs` |
+| `waiting_served_ratio`, `max_waiting_tokens` | when waiting requests may interrupt the running batch with a prefill: low values favour TTFT, high values the running requests' ITL | same names | no equivalent (vLLM's scheduler always mixes) |
+| `quantize`, `dtype` | weight format: less memory for weights leaves more for the KV cache, but is not always faster | `--quantize`, `--dtype` | `--quantization`, `--dtype` |
+| `max_concurrent_requests` | requests accepted at once; beyond it the server answers 429 instead of queueing | `--max-concurrent-requests` | none (vLLM queues everything) |
+
+Settings left at `None` take TGI's defaults, which depend on the model (see the resolved values
+after launch below).
+"""),
+    code("""
+settings = dict(model_id=model_id, max_input_tokens=max_input_tokens, max_total_tokens=max_total_tokens,
+                max_batch_prefill_tokens=max_batch_prefill_tokens, max_batch_total_tokens=max_batch_total_tokens,
+                max_batch_size=max_batch_size, max_concurrent_requests=max_concurrent_requests,
+                waiting_served_ratio=waiting_served_ratio, max_waiting_tokens=max_waiting_tokens,
+                quantize=quantize, dtype=dtype)
+config = LauncherConfig(**{k: v for k, v in settings.items() if v is not None})
+config.to_dict(non_default_only=True)"""),
+    md("""
+## The same settings as a command
+
+TGI's launcher, TGI's Docker image and vLLM take these settings under different names. The vLLM
+mapping also lists what has no counterpart, and why: check it before comparing the two servers.
+"""),
+    code("""
+vllm = to_vllm_args(config)
+print("text-generation-launcher " + " ".join(config.to_cli()))
+print()
+print(" ".join(config.docker_command()))
+print()
+print(" ".join(vllm.argv))
+for field, why in {**vllm.unmapped, **vllm.notes}.items():
+    print(f"  {field}: {why}")"""),
+    md("""
+## The launcher form
+
+The form below holds every launcher option in groups, checks each value as you type (the same
+rules as TGI: for example `max_input_tokens` must be below `max_total_tokens`) and shows the command
+it would run. `form.config` is the `LauncherConfig` it holds; pass it to `Server` as below.
+"""),
+    code("""
+if show_form:
+    from tgi_toolkit.widgets import launcher_form
+
+    form = launcher_form(config, target=backend if backend in ("embedded", "tgi", "tgi-docker", "vllm") else "embedded")
+    display(form)"""),
+    md("""
+## Launch
+
+`Server` starts the process, waits until `/health` answers, and keeps its log. It stops the server
+when you call `stop()` (or at the end of a `with Server(...)` block, or when Python exits).
+"""),
+    code("""
+server = Server(config, backend=backend).start()
+info = server.info()
+{k: info.get(k) for k in ("model_id", "model_dtype", "max_input_tokens", "max_total_tokens",
+                          "max_batch_prefill_tokens", "max_batch_total_tokens", "max_batch_size")}"""),
+    md("""
+## What the server decided at start-up
+
+`max_batch_total_tokens` is the server's KV-cache capacity: TGI measures it during warm-up (what is
+left of the GPU memory after the weights and a prefill of `max_batch_prefill_tokens`), vLLM logs it
+as its KV-cache size, and the embedded engine divides a fixed 2 GiB by the bytes one token's keys
+and values take. The capacity planner predicts it before launching; its `explain()` shows each step.
+Capacity / `max_total_tokens` is how many worst-case requests fit at once.
+"""),
+    code("""
+from tgi_toolkit.planner import compare, parse_reported_capacity
+
+reported = parse_reported_capacity("\\n".join(server.logs(None)))
+print("reported by the server:", reported.get("max_batch_total_tokens"), "tokens")
+if backend == "embedded":
+    from tgi_toolkit.engine.model import converted_model_dir, resolve_model
+    from tgi_toolkit.planner import plan_embedded
+
+    source = resolve_model(config.model_id)
+    model_dir = converted_model_dir(source) if source.gguf_file else source.path
+    plan = plan_embedded(model_dir, dtype=info.get("model_dtype"), max_input_tokens=info["max_input_tokens"],
+                         max_total_tokens=info["max_total_tokens"])
+    print(f"planned: {plan.max_batch_total_tokens} tokens (error {compare(plan, reported):+.1%})")
+    print(plan.explain())"""),
+    md("""
+## Ask a question
+
+A streaming chat request on the OpenAI route; the time to first token (TTFT) includes the prompt's
+prefill, the rest of the time is decoding one token after another.
+"""),
+    code("""
+from tgi_toolkit.quickstart import ask
+
+answer = ask(server.url, question, max_tokens=max_new_tokens)
+print(f"Q: {question}\\nA: {answer.text}")
+print(f"TTFT {answer.ttft_s * 1000:.0f} ms, {answer.tokens} chunks in {answer.total_s:.2f} s")"""),
+    code("""
+print("\\n".join(server.logs(8)))
+server.stop()"""),
+    md("""
+Next: `02_benchmark` measures this server under load, the way `text-generation-benchmark` and
+happy_vllm's benchmark do.
+"""),
+]
+
+# ------------------------------------------------------------------------------------------------------
+NB02 = [
+    md("""
+# 2. Benchmark a server over its HTTP API
+
+Three measurements, each a function of `tgi_toolkit.bench` that returns a `Results` (tables as
+DataFrames) and writes them to `output_dir` as it goes:
+
+1. **Batch** (`run_batch`): `text-generation-benchmark`'s experiment (seeds 000 and 004): B identical
+   prompts at once, prefill and decode latency and throughput per batch size. Over HTTP instead of
+   gRPC, so it runs against any server.
+2. **Concurrency** (`run_concurrency`): N users, each sending its next request when the last ends
+   (happy_vllm's benchmark): TTFT, time per output token, inter-token latency, throughput.
+3. **Prompt ingestion** (`measure_ingestion`): one request at a time with prompts of growing length
+   and one output token; the slope of TTFT against length is the prefill cost per token.
+
+Defaults are small enough for a 2-core CPU; on a GPU, raise the batch sizes, users and lengths to
+your workload's.
+"""),
+    params("""
+backend = "embedded"  # launch this backend; ignored when url is set
+url = None  # benchmark a server already running there instead
+launcher = {"max_batch_size": 8, "max_input_tokens": 1024, "max_total_tokens": 1536}  # LauncherConfig fields
+output_dir = None  # None: out/02_benchmark/results in the checkout
+batch_sizes = [1, 2, 4]
+sequence_length = 64
+decode_length = 16
+runs = 2
+warmups = 1
+users = [1, 2, 4]
+prompt_tokens = 128
+max_new_tokens = 32
+requests = 8  # measured requests per concurrency point
+ingestion_prompt_tokens = [32, 256, 512]
+ingestion_repeats = 2
+progress = True"""),
+    code(SETUP + """
+
+import contextlib
+
+from tgi_toolkit import plots
+from tgi_toolkit.bench import measure_ingestion, run_batch, run_concurrency
+from tgi_toolkit.config import LauncherConfig
+from tgi_toolkit.cookbook import out_dir
+from tgi_toolkit.server import Server
+
+output_dir = output_dir or str(out_dir("02_benchmark", "results"))
+stack = contextlib.ExitStack()
+server = url or stack.enter_context(Server(LauncherConfig(**launcher), backend=backend))
+print("results go to", output_dir)"""),
+    md("""
+## Batch: prefill and decode, as text-generation-benchmark measures them
+
+- `batch_sizes`: how many identical requests arrive together (text-generation-benchmark's
+  `--batch-size`, which it also calls virtual users). Prefill cost grows with B x S; decode cost
+  per step barely grows until the hardware is saturated, which is why batching pays.
+- `sequence_length` / `decode_length`: prompt and output tokens (`--sequence-length`,
+  `--decode-length`). Prompts are built to the exact token count; output length is forced with
+  `ignore_eos` where the server honours it.
+- `runs`, `warmups`: repeats per batch size; one run is noise, look at the spread.
+"""),
+    code("""
+batch = run_batch(server, batch_sizes=batch_sizes, sequence_length=sequence_length, decode_length=decode_length,
+                  runs=runs, warmups=warmups, output=output_dir, progress=progress)
+print(batch.tables())"""),
+    md("""
+**How to read it**: each marker is one run; colour is the batch size. In the prefill panel, moving
+right (more tokens/s) costs moving up (more latency): a larger batch fills the hardware better but
+every request waits for the whole prefill. In the decode panel, a flat line across colours means
+decode is memory-bound and batching is nearly free; when latency rises with B the compute is full.
+"""),
+    code("""
+plots.batch_latency_throughput(batch.batch)"""),
+    md("""
+## Concurrency: what users see
+
+- `users`: parallel users, each with one request in flight (happy_vllm's x axis). Beyond the
+  server's batch limits, requests queue and TTFT climbs while throughput levels off.
+- `prompt_tokens`, `max_new_tokens`: the request shape; long prompts make prefills that pause the
+  running batch (see the ITL tail), long outputs hold KV cache longer.
+- `requests`: measured requests per point (more: tighter percentiles, longer run).
+"""),
+    code("""
+load = run_concurrency(server, users=users, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
+                       requests=requests, output=output_dir, progress=progress)
+load.points[["point_id", "requests", "errors", "ttft_p50_s", "tpot_p50_s", "output_throughput_tok_s",
+             "server_batch_size_max", "client_bound"]]"""),
+    md("""
+**Total throughput**: output tokens per second across all users. It rises while the server can batch
+more requests per step and flattens where a limit binds (`max_batch_size`, the KV budget, or
+compute). The users count where it flattens is the most this configuration can usefully serve.
+"""),
+    code("""
+plots.throughput_vs_users(load.points)"""),
+    md("""
+**Per-request speed and TTFT** (happy_vllm's speed_generation graph): lines are medians, bars the
+25th to 75th percentiles. Per-request speed falls as users share each decode step; TTFT grows once
+requests wait in the queue or behind other prefills.
+"""),
+    code("""
+plots.speed_and_ttft_vs_users(load.points)"""),
+    md("""
+**Inter-token latency**: every gap between two tokens, per point. A long upper tail is a running
+request paused by someone else's prefill (TGI's `waiting_served_ratio`/`max_waiting_tokens` decide
+how often that happens).
+"""),
+    code("""
+plots.itl_distribution(load.requests)"""),
+    md("""
+**The server's view**: queue size and running batch size from its `/metrics`, on the same clock as
+each request's TTFT. Requests that wait in the queue show up as TTFT spikes.
+"""),
+    code("""
+plots.server_timeline(load.server, requests=load.requests, run_id=load.run_ids[-1])"""),
+    md("""
+## Prompt ingestion speed
+
+- `ingestion_prompt_tokens`: prompt lengths to fit (at least two; spread them up to
+  `max_input_tokens`). `ingestion_repeats`: requests per length; outliers are dropped from the fit.
+"""),
+    code("""
+ingestion = measure_ingestion(server, prompt_tokens=ingestion_prompt_tokens, repeats=ingestion_repeats,
+                              output=output_dir, progress=progress)
+fit = ingestion.ingestion()
+print(f"prompt ingestion speed: {fit['speed_tok_s']:.0f} tokens/s (r2 {fit['r2']:.2f}, {fit['n']:.0f} requests)")
+plots.ingestion_plot(ingestion.requests)"""),
+    md("""
+## The main metrics of a model card
+
+`tgi_toolkit.report.main_metrics` reads the three numbers of a happy_vllm card from everything in
+the results folder; `basis` says how each was obtained (here the generation speed comes from the
+nearest point measured, not from 10 users with 1024-token prompts: `05_model_card` explains).
+"""),
+    code("""
+from tgi_toolkit.bench import load_results
+from tgi_toolkit.report import main_metrics
+
+stack.close()  # stops the server this notebook launched
+main_metrics(load_results(output_dir))[["label", "text", "basis"]]"""),
+]
+
+# ------------------------------------------------------------------------------------------------------
+NB04 = [
+    md("""
+# 4. Compare results, and put them beside published ones
+
+Numbers mean little alone. This notebook puts a result set beside another (two configurations,
+two machines) and beside the results the seeds published: `text-generation-benchmark`'s tables for
+mt0-xxl on 4 GPUs (seed 000) and happy_vllm's model cards for CodeLlama-7b on an A100 and
+Phi-3-vision on an H100 (seeds 001, 003). The published numbers are read into the same tables as
+our runs (`tgi_toolkit.reference`), so every figure takes them as it takes a run.
+
+It needs no server: by default it reads the example result set in `data/examples/` (a real run of
+the embedded engine on 2 CPU cores); point `results_dir` at your own (`02_benchmark`'s output).
+"""),
+    params("""
+results_dir = None  # None: data/examples/smollm2-135m-cpu
+other_results_dir = None  # a second result set to compare with (e.g. out/02_benchmark/results); None: skip
+references = ["tgi-benchmark-mt0-xxl", "happy-vllm-codellama-7b-a100", "happy-vllm-phi-3-vision-h100"]"""),
+    code(SETUP + """
+
+import pandas as pd
+
+from tgi_toolkit import plots
+from tgi_toolkit.bench import load_results
+from tgi_toolkit.cookbook import example_results_dir
+from tgi_toolkit.reference import list_references, load_reference
+from tgi_toolkit.report import main_metrics
+
+ours = load_results(results_dir or example_results_dir())
+refs = {name: load_reference(name) for name in references}
+print(ours)
+print("available references:", ", ".join(list_references()))"""),
+    md("""
+## The published tables
+
+text-generation-benchmark prints one latency table and one throughput table per experiment. Its
+prefill throughput counts one token per request (B / latency); ours counts prompt tokens
+(B x S / latency), so the loader converts: compare `prefill_throughput_tok_s` columns, not the
+printed numbers.
+"""),
+    code("""
+tgi_ref = next((r for r in refs.values() if not r.tables.empty), None)
+tgi_ref.tables if tgi_ref is not None else "no text-generation-benchmark reference selected\""""),
+    code("""
+cards = {name: r for name, r in refs.items() if not r.main_metrics.empty}
+pd.DataFrame({r.label: r.main_metrics.set_index("metric")["printed_value"] for r in cards.values()})"""),
+    md("""
+## Our main metrics beside the cards'
+
+The same three numbers from our results (`report.main_metrics`), with how each was obtained. A
+135M-parameter model on two CPU cores is of course far from a 7B model on an A100: the point is that
+the numbers are measured the same way, so your own GPU runs land in the same table.
+"""),
+    code("""
+mine = main_metrics(ours)
+table = pd.DataFrame({"ours": mine.set_index("metric")["text"]})
+for r in cards.values():
+    table[r.label] = r.main_metrics.set_index("metric")["printed_value"]
+table"""),
+    code("""
+mine[["label", "basis"]]"""),
+    md("""
+## Batch results beside the published ones
+
+Grouped bars per batch size, one colour per set; whiskers span the lowest to the highest run. The
+reference ran a 13B model with 500-token prompts on 4 GPUs; ours a 135M model on a CPU: read the
+shape (how each metric moves with the batch size), not the level.
+"""),
+    code("""
+sets = {"ours": ours.batch}
+if tgi_ref is not None:
+    sets[tgi_ref.label] = tgi_ref.batch
+if other_results_dir:
+    sets["other"] = load_results(other_results_dir).batch
+plots.compare_batch(sets)"""),
+    md("""
+**Latency against throughput**, text-generation-benchmark's own picture, with the reference's
+averages as a second marker symbol. Log axes, because the two sets are orders of magnitude apart.
+"""),
+    code("""
+frames = [ours.batch] + ([tgi_ref.batch] if tgi_ref is not None else [])
+plots.batch_latency_throughput(pd.concat(frames, ignore_index=True), log_axes=True)"""),
+    md("""
+## Load curves beside the cards' point
+
+happy_vllm's cards publish the mean per-request speed at 10 users with 1024-token prompts; our
+concurrency points are drawn with their mean too (`center="mean"`) so that the two agree in kind.
+"""),
+    code("""
+point_sets = {"ours": ours.points[ours.points["scenario"] == "concurrency"]}
+point_sets.update({r.label: r.points for r in cards.values()})
+if other_results_dir:
+    other = load_results(other_results_dir).points
+    point_sets["other"] = other[other["scenario"] == "concurrency"]
+plots.compare_points(point_sets, metrics=("speed",), center="mean")"""),
+    md("""
+## A heatmap of a metric over two knobs
+
+Decode throughput over batch size and sequence length (one cell per pair measured). With a single
+sequence length the map is one column; a sweep (`03_sweep`) over lengths fills it in.
+"""),
+    code("""
+plots.batch_heatmap(ours.batch)"""),
+    md("""
+## The Pareto frontier
+
+Each point is one load level of one configuration: throughput (right is better) against median TTFT
+(down is better). The joined points are those no other point beats on both; a configuration that
+never reaches the frontier is dominated. With one configuration it is simply its load curve.
+"""),
+    code("""
+plots.pareto_plot(ours.points[ours.points["scenario"] == "concurrency"])"""),
+]
+
+# ------------------------------------------------------------------------------------------------------
+NB05 = [
+    md("""
+# 5. The model card
+
+A model card in the layout of happy_vllm's (seeds 001, 003): the main metrics, the figures, and every
+launcher parameter the results were measured with, taken from the runs' provenance. It is written
+as Markdown (with PNG images where kaleido finds a Chromium, else interactive HTML figures) and as
+one HTML page you can open offline. The same is `tgi-toolkit report RESULTS_DIR`.
+
+The three main metrics:
+
+- **Prompt ingestion speed**: 1 / slope of TTFT against prompt length (one request at a time).
+- **Mean generation speed for 10 parallel requests with a 1024-token prompt and 128 generated
+  tokens**: per-request decode speed at that concurrency point. When the results do not hold that
+  point, or the server cannot take it (its `max_total_tokens` is smaller), the nearest measured point
+  is used and named, and the table says so.
+- **KV-cache capacity**: the token budget the server states (`max_batch_total_tokens`), or
+  happy_vllm's estimate from cache usage under load where it states none (vLLM).
+"""),
+    params("""
+results_dir = None  # None: data/examples/smollm2-135m-cpu
+output = None  # a .md or .html file, or a folder; None: out/05_model_card/model_card.md
+figure_format = "auto"  # png (kaleido + Chromium), html, or auto
+users = 10
+prompt_tokens = 1024
+max_new_tokens = 128"""),
+    code(SETUP + """
+
+from IPython.display import Markdown
+
+from tgi_toolkit.bench import load_results
+from tgi_toolkit.cookbook import example_results_dir, out_dir
+from tgi_toolkit.report import card_figures, main_metrics, parameters, report_paths, write_report
+
+results = load_results(results_dir or example_results_dir())
+output = output or str(out_dir("05_model_card") / "model_card.md")
+results"""),
+    md("""
+## Main metrics, and how each was obtained
+
+`users`, `prompt_tokens` and `max_new_tokens` choose the generation-speed point; keep happy_vllm's
+10 / 1024 / 128 to compare with published cards.
+"""),
+    code("""
+metrics = main_metrics(results, users=users, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens)
+metrics[["config_label", "label", "text", "basis"]]"""),
+    md("""
+## Parameters
+
+Every launcher setting as the runs recorded it (defaults included, secrets redacted), with where it
+ran (backend, versions, hardware) and the budgets the server resolved at start-up.
+"""),
+    code("""
+parameters(results)"""),
+    md("""
+## Write the card
+"""),
+    code("""
+path = write_report(results, output, figure_format=figure_format, users=users, prompt_tokens=prompt_tokens,
+                    max_new_tokens=max_new_tokens)
+md_path, html_path, figures_dir = report_paths(output)
+print(f"model card: {md_path}\\nHTML report (open in a browser): {html_path}")
+print("figures:", ", ".join(sorted(p.name for p in figures_dir.rglob("*") if p.suffix in (".png", ".html"))))"""),
+    code("""
+Markdown(md_path.read_text().split("# Total generation speed")[0])"""),
+    md("""
+## The card's figures
+
+The same figures the card holds, interactive here. How to read each: see `02_benchmark`.
+"""),
+    code("""
+figures = card_figures(results)
+for figure in figures:
+    figure.figure.show()"""),
+]
+
+
+NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
+    "01_configure_and_launch": NB01,
+    "02_benchmark": NB02,
+    "04_compare_and_visualize": NB04,
+    "05_model_card": NB05,
+}
+
+
+def build(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
+    nb = new_notebook(metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
+    for i, (kind, text) in enumerate(cells):
+        cell_id = f"cell-{i:02d}"  # stable ids: regenerating gives the same file
+        if kind == "md":
+            nb.cells.append(new_markdown_cell(text, id=cell_id))
+        else:
+            cell = new_code_cell(text, id=cell_id)
+            if kind == "params":
+                cell.metadata["tags"] = ["parameters"]
+            nb.cells.append(cell)
+    nbformat.validate(nb)
+    return nb
+
+
+def render(name: str) -> str:
+    return nbformat.writes(build(NOTEBOOKS[name])) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for name in NOTEBOOKS:
+        path = HERE / f"{name}.ipynb"
+        text = render(name)
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            path.write_text(text)
+    if stale:
+        print("out of date (run python notebooks/make_notebooks.py):", ", ".join(stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

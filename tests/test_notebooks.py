@@ -1,0 +1,165 @@
+"""The cookbook: notebooks as the generator writes them, one `parameters` cell each, and (slow) each
+executed headlessly by papermill against the embedded engine with small parameters, checked by what
+it produced. Executed notebooks are kept in out/notebooks/ (CI uploads out/)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from tgi_toolkit.cookbook import NOTEBOOKS, example_results_dir, out_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+NB_DIR = ROOT / "notebooks"
+PLOTLY = "application/vnd.plotly.v1+json"
+PRESENT = [name for name in NOTEBOOKS if (NB_DIR / f"{name}.ipynb").exists()]
+
+
+def test_committed_notebooks_are_what_the_generator_writes() -> None:
+    result = subprocess.run([sys.executable, str(NB_DIR / "make_notebooks.py"), "--check"], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", PRESENT)
+def test_one_parameters_cell_of_plain_assignments_and_no_outputs(name: str) -> None:
+    nb = nbformat.read(NB_DIR / f"{name}.ipynb", as_version=4)
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    # papermill injects new values after it: every line is `name = literal  # why`
+    for node in ast.parse(tagged[0].source).body:
+        assert isinstance(node, ast.Assign) and len(node.targets) == 1
+        ast.literal_eval(node.value)
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
+    assert nb.cells[0].cell_type == "markdown"
+
+
+# -- headless runs ----------------------------------------------------------------------------------------
+def execute(name: str, **parameters: Any) -> nbformat.NotebookNode:
+    import papermill
+
+    target = out_dir("notebooks") / f"{name}.ipynb"
+    papermill.execute_notebook(str(NB_DIR / f"{name}.ipynb"), str(target), kernel_name="python3",
+                               cwd=str(NB_DIR), progress_bar=False,
+                               parameters={"plotly_renderer": "plotly_mimetype", **parameters})
+    return nbformat.read(target, as_version=4)
+
+
+def figures(nb: nbformat.NotebookNode) -> list[dict[str, Any]]:
+    """The plotly figures the notebook displayed, in order."""
+    return [o["data"][PLOTLY] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if PLOTLY in o.get("data", {})]
+
+
+def text(nb: nbformat.NotebookNode) -> str:
+    parts = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            parts.append(o.get("text", "") if o.get("output_type") == "stream" else
+                         o.get("data", {}).get("text/plain", ""))
+    return "\n".join(parts)
+
+
+def values(array: Any) -> list[Any]:
+    """A trace's x or y as a list: plotly writes numpy arrays as {"dtype", "bdata": base64}."""
+    if isinstance(array, dict) and "bdata" in array:
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
+
+
+def trace_names(fig: dict[str, Any]) -> list[str]:
+    return [t.get("name") for t in fig["data"]]
+
+
+@pytest.fixture(scope="module")
+def server():
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.server import Server
+
+    with Server(LauncherConfig(max_batch_size=8, max_input_tokens=512, max_total_tokens=768),
+                startup_progress=False) as running:
+        yield running
+
+
+@pytest.mark.slow
+def test_01_configure_and_launch() -> None:
+    nb = execute("01_configure_and_launch", max_input_tokens=256, max_total_tokens=512, max_batch_size=4,
+                 max_new_tokens=8)
+    out = text(nb)
+    assert "text-generation-launcher --model-id HuggingFaceTB/SmolLM2-135M-Instruct --max-input-tokens 256" in out
+    assert "vllm serve HuggingFaceTB/SmolLM2-135M-Instruct --max-model-len 512 --max-num-seqs 4" in out
+    reported = int(out.split("reported by the server: ")[1].split()[0])
+    assert f"planned: {reported} tokens (error +0.0%)" in out  # the planner predicts the engine exactly
+    assert "A: " in out and "TTFT " in out
+    widgets = [o for c in nb.cells for o in c.get("outputs", [])
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert widgets  # the launcher form
+
+
+@pytest.mark.slow
+def test_02_benchmark(server, tmp_path) -> None:
+    from tgi_toolkit.bench import load_results
+
+    results_dir = tmp_path / "results"
+    nb = execute("02_benchmark", url=server.url, output_dir=str(results_dir), batch_sizes=[1, 2], sequence_length=16,
+                 decode_length=4, runs=1, warmups=0, users=[1, 2], prompt_tokens=16, max_new_tokens=4, requests=2,
+                 ingestion_prompt_tokens=[16, 64], ingestion_repeats=1, progress=False)
+    results = load_results(results_dir)
+    assert sorted({r["scenario"] for r in results.runs}) == ["batch", "concurrency", "ingestion"]
+    assert all(r["status"] == "complete" for r in results.runs)
+    assert sorted(results.batch["batch_size"].unique()) == [1, 2]
+    assert sorted(results.points.loc[results.points["scenario"] == "concurrency", "users"]) == [1, 2]
+    figs = figures(nb)
+    titles = [f["layout"]["title"]["text"] for f in figs]
+    assert len(figs) == 6, titles
+    batch_fig, throughput, speed_ttft, itl, timeline, ingestion = figs
+    assert {"batch 1", "batch 2"} <= {n.split(" (")[0].lower() for n in trace_names(batch_fig) if n}
+    assert sorted(values(throughput["data"][0]["x"])) == [1, 2]
+    assert len(itl["data"]) == 2  # one per concurrency point
+    assert "ingestion" in ingestion["layout"]["title"]["text"].lower()
+    assert "Prompt ingestion speed" in text(nb) and "Mean generation speed for 2 parallel requests" in text(nb)
+
+
+@pytest.mark.slow
+def test_04_compare_and_visualize() -> None:
+    example = str(example_results_dir())
+    nb = execute("04_compare_and_visualize", results_dir=example, other_results_dir=example)
+    figs = figures(nb)
+    assert len(figs) == 5
+    compare_batch, latency_throughput, compare_points, heatmap, pareto = figs
+    from tgi_toolkit.reference import load_reference
+
+    tgi, codellama, phi3 = (load_reference(n).label for n in ("tgi-benchmark-mt0-xxl", "happy-vllm-codellama-7b-a100",
+                                                              "happy-vllm-phi-3-vision-h100"))
+    assert set(trace_names(compare_batch)) == {"ours", tgi, "other"}
+    assert any(tgi in n for n in trace_names(latency_throughput))  # the reference as a second marker
+    for label in ("ours", "other", codellama, phi3):
+        assert any(n.startswith(f"{label} / prompt") for n in trace_names(compare_points)), label
+    assert heatmap["data"][0]["type"] == "heatmap"
+    out = text(nb)
+    assert "~93k tokens" in out and "13500" in out  # ours beside CodeLlama's published card
+
+
+@pytest.mark.slow
+def test_05_model_card(tmp_path) -> None:
+    from tgi_toolkit.report import card_figures
+
+    output = tmp_path / "card" / "model_card.md"
+    nb = execute("05_model_card", results_dir=str(example_results_dir()), output=str(output), figure_format="html")
+    assert output.is_file() and output.with_suffix(".html").is_file()
+    assert (tmp_path / "card" / "figures" / "total_speed_generation_graph.html").is_file()
+    assert f"model card: {output}" in text(nb)
+    expected = card_figures(example_results_dir())
+    assert [f["layout"]["title"]["text"] for f in figures(nb)] == [f.figure.layout.title.text for f in expected]
+    assert "# Main metrics" in json.dumps(nb.cells[[c.id for c in nb.cells].index("cell-09")].outputs)
