@@ -3,7 +3,9 @@ per-chunk usage, multi-token chunks, role-only chunks, cut streams) is simulated
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -56,6 +58,9 @@ async def fake() -> AsyncIterator[tuple[str, list[dict]]]:
                                      status=422)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        if script == "stall":  # one token, then silence
+            await response.write(tgi_event(0))
+            await asyncio.sleep(3)
         for chunk in SCRIPTS[script]:
             await response.write(chunk)
         await response.write_eof()
@@ -65,7 +70,7 @@ async def fake() -> AsyncIterator[tuple[str, list[dict]]]:
     app.router.add_post("/generate_stream", stream)
     app.router.add_post("/v1/completions", stream)
     app.router.add_post("/v1/chat/completions", stream)
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(app, shutdown_timeout=0.2)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -129,6 +134,23 @@ async def test_chat_skips_the_role_only_chunk(fake):
     assert rec.finish_reason == "eos_token"
     assert bodies[0]["messages"] == [{"role": "user", "content": "p"}]
     assert bodies[0]["temperature"] == 1.0 and bodies[0]["top_p"] == 0.9
+
+
+async def test_a_silent_stream_times_out_and_the_client_goes_on(fake):
+    url, _ = fake
+    async with TgiClient(url, read_timeout=0.3) as client:
+        began = time.monotonic()
+        stalled = await _scripted(client, "stall").stream(GenerationRequest("x", 4))
+        assert stalled.error == "ReadTimeout" and stalled.events == 1
+        assert 0.3 <= time.monotonic() - began < 2.0
+        fine = await _scripted(client, "tgi").stream(GenerationRequest("x", 4))
+        assert fine.ok and fine.events == 4
+        # a cancellation by the caller is not swallowed
+        task = asyncio.ensure_future(_scripted(client, "stall").stream(GenerationRequest("x", 4)))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
 
 
 def test_unknown_api_names_the_choices():

@@ -13,6 +13,7 @@ per-token events recognised without a JSON parse; only the last event and errors
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -66,14 +67,16 @@ class StreamingClient:
     """Base: one pooled aiohttp session; subclasses build bodies and read events.
 
     `max_connections=0` leaves the pool unbounded: a client-side cap would queue requests inside
-    the client and hide the server's own queueing in TTFT (pitfall 4).
+    the client and hide the server's own queueing in TTFT (pitfall 4). `read_timeout`: seconds
+    without a byte before a request fails; one watchdog task checks every stream now and then,
+    as aiohttp's own per-read timer would cost a timer reschedule on every chunk.
     """
 
     kind = ""
     route = ""
 
     def __init__(self, url: str, *, api_key: str | None = None, model: str | None = None,
-                 max_connections: int = 0, read_timeout: float = 600.0, connect_timeout: float = 30.0) -> None:
+                 max_connections: int = 0, read_timeout: float | None = 600.0, connect_timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.endpoint = self.url + self.route
         self.model = model or "tgi"
@@ -81,8 +84,12 @@ class StreamingClient:
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self._max_connections = max_connections
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
+        self.read_timeout = read_timeout
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
         self._session: aiohttp.ClientSession | None = None
+        # streams in flight: [last activity ns, their task, timed out]
+        self._live: dict[int, list[Any]] = {}
+        self._watchdog: asyncio.Task | None = None
 
     async def __aenter__(self) -> StreamingClient:
         self.open()
@@ -99,6 +106,9 @@ class StreamingClient:
                                                   auto_decompress=False)
 
     async def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -133,6 +143,11 @@ class StreamingClient:
         state: dict[str, Any] = {}
         done = False
         record.sent_ns = now_ns()
+        entry = [record.sent_ns, asyncio.current_task(), False]
+        if self.read_timeout:
+            self._live[id(entry)] = entry
+            if self._watchdog is None:
+                self._watchdog = asyncio.get_running_loop().create_task(self._watch())
         try:
             async with self.session.post(self.endpoint, data=data, headers=self.headers) as response:
                 record.status = response.status
@@ -141,7 +156,7 @@ class StreamingClient:
                     return record
                 pending = b""
                 async for chunk in response.content.iter_any():
-                    t = now_ns()
+                    t = entry[0] = now_ns()
                     pending += chunk
                     if b"\n" not in chunk:
                         continue
@@ -158,10 +173,31 @@ class StreamingClient:
             record.error, record.error_message = type(exc).__name__, str(exc)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             record.error, record.error_message = type(exc).__name__, str(exc) or repr(exc)
+        except asyncio.CancelledError:
+            if not entry[2]:
+                raise  # cancelled by the caller, not by the watchdog
+            task = asyncio.current_task()
+            if task is not None and hasattr(task, "uncancel"):
+                task.uncancel()
+            record.error, record.error_message = "ReadTimeout", f"no data for {self.read_timeout:g} s"
+        finally:
+            self._live.pop(id(entry), None)
         if record.output_tokens is None and record.token_ns:
             counts = record.token_counts
             record.output_tokens = sum(counts) if counts is not None else len(record.token_ns)
         return record
+
+
+    async def _watch(self) -> None:
+        limit = int(self.read_timeout * 1e9)
+        period = min(max(self.read_timeout / 4, 0.01), 5.0)
+        while True:
+            await asyncio.sleep(period)
+            now = now_ns()
+            for entry in list(self._live.values()):
+                if not entry[2] and now - entry[0] > limit:
+                    entry[2] = True
+                    entry[1].cancel()
 
 
 def _http_error(record: StreamRecord, status: int, raw: bytes) -> None:

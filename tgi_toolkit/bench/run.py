@@ -27,7 +27,7 @@ from tgi_toolkit.bench.errors import BenchError, ServerDiedError
 from tgi_toolkit.bench.prompts import PromptFactory, make_tokenizer
 from tgi_toolkit.bench.results import Results, ResultsFolder, frame, load_results
 from tgi_toolkit.bench.target import Target
-from tgi_toolkit.bench.telemetry import Telemetry, client_bound
+from tgi_toolkit.bench.telemetry import Telemetry, client_bound, frozen_gc
 
 # Errors the client raised itself (no answer, connection lost) rather than ones the server sent.
 LOST = {"ClientConnectorError", "ServerDisconnectedError", "ClientPayloadError", "ClientOSError",
@@ -139,6 +139,8 @@ class Run:
 
     # -- context ----------------------------------------------------------------------------------
     async def __aenter__(self) -> Run:
+        self._gc = frozen_gc()
+        self._gc.__enter__()
         self._start_provenance()
         t = self.target
         self.client = make_client(t.api, t.url, api_key=t.api_key, model=t.model_name,
@@ -169,6 +171,7 @@ class Run:
                 self.provenance["status"] = "failed"
                 self.provenance["error"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self._write_provenance()
+            self._gc.__exit__(None, None, None)
         if isinstance(exc, ServerDiedError):
             exc.results = self.results()  # finished points, also for callers without an output folder
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -65,6 +66,22 @@ def parse_prometheus(text: str, prefixes: tuple[str, ...] = METRIC_PREFIXES) -> 
         rendered = ",".join(f"{k}={v}" for k, v in _LABEL.findall(labels or ""))
         out.append((name, rendered, number))
     return out
+
+
+@contextlib.contextmanager
+def frozen_gc() -> Iterator[None]:
+    """Keep what exists before a run out of the garbage collector's full passes during it.
+
+    A full collection walks every tracked object: in a notebook full of DataFrames that stalls
+    the event loop for tens of milliseconds, and every token arriving meanwhile is stamped late
+    (measured with benchmarks/harness_capacity.py: 17-35 ms pauses, the p99 of the added latency).
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def is_local(url: str) -> bool:
