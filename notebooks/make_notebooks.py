@@ -326,6 +326,123 @@ main_metrics(load_results(output_dir))[["label", "text", "basis"]]"""),
 ]
 
 # ------------------------------------------------------------------------------------------------------
+NB03 = [
+    md("""
+# 3. Sweep launcher settings
+
+One configuration's numbers do not say which setting to choose. A sweep launches the server once per
+configuration (a grid of `LauncherConfig` fields, every combination), runs the same workloads against
+each, and keeps everything in one results folder, each row tagged with its configuration. A
+configuration that breaks one of TGI's rules is recorded with the rule and never launched; one whose
+server fails to start is recorded with its log; an interrupted sweep resumes where it stopped when
+run again with the same folder.
+
+The same sweep runs from the command line as a YAML file (`tgi-toolkit sweep spec.yaml`, printed
+below), and on a Ray cluster with `executor="ray"`.
+"""),
+    params("""
+backend = "embedded"  # embedded | tgi | tgi-docker | vllm: relaunched for each configuration
+base = {"max_input_tokens": 256, "max_total_tokens": 512}  # settings every configuration shares
+grid = {"max_batch_size": [1, 4]}  # field: values, crossed; add e.g. "max_batch_prefill_tokens": [256, 1024]
+extra_configs = [{"max_batch_prefill_tokens": 128}]  # not crossed; this one breaks a TGI rule on purpose
+users = [1, 4]
+prompt_tokens = 64
+max_new_tokens = 16
+requests = 8
+output_dir = None  # None: out/03_sweep/results in the checkout
+report_path = None  # the model card of the sweep; None: out/03_sweep/report/model_card.html
+resume = True  # False: measure every configuration again as new runs
+executor = "local"  # local | ray
+progress = True"""),
+    code(SETUP + """
+
+import pandas as pd
+
+from tgi_toolkit import plots
+from tgi_toolkit.cookbook import out_dir
+from tgi_toolkit.sweep import Sweep, Workload, sweep_status
+
+output_dir = output_dir or str(out_dir("03_sweep", "results"))
+sweep = Sweep(base=base, grid=grid, configs=extra_configs, backend=backend, executor=executor,
+              workloads=[Workload("concurrency", users=users, prompt_tokens=prompt_tokens,
+                                  max_new_tokens=max_new_tokens, requests=requests)])
+print(sweep.to_yaml())"""),
+    md("""
+## Which knobs to sweep
+
+- `max_batch_size` (vLLM `--max-num-seqs`): the most requests decoded together. Larger batches raise
+  total throughput until compute or memory saturates, at the cost of each request's speed.
+- `max_batch_prefill_tokens` (vLLM `--max-num-batched-tokens`): how much prompt one prefill pass may
+  take. Larger values admit more waiting requests at once (better TTFT under load) but pause running
+  requests for longer (worse inter-token latency). TGI requires it to be at least `max_input_tokens`.
+- `max_batch_total_tokens`: the KV budget; smaller values cap concurrency the way a smaller GPU would.
+- `waiting_served_ratio`, `max_waiting_tokens`: how eagerly waiting requests interrupt decoding.
+- `quantize`, `dtype`: weight formats; on a GPU they change the KV budget too.
+
+Each configuration is checked before anything starts:
+"""),
+    code("""
+pd.DataFrame([{"label": c.label, "valid": c.valid, "why not": "; ".join(p["rule"] for p in c.problems) or ""}
+              for c in sweep.configs()])"""),
+    md("""
+## Run it
+
+Each configuration: launch, wait until healthy, run the workloads, stop. Rerunning this cell with the
+same folder skips what is finished (`resume`).
+"""),
+    code("""
+results = sweep.run(output_dir, resume=resume, progress=progress)
+status = sweep_status(output_dir)
+status[["label", *sweep.knobs(), "status", "problems"]]"""),
+    md("""
+## Throughput and latency per configuration
+
+One line per configuration (and prompt/output length). Where the lines part is where the knob
+matters: with `max_batch_size=1` the server decodes one request at a time, so more users only
+queue (TTFT grows, throughput stays flat); a larger batch turns users into throughput.
+"""),
+    code("""
+points = results.points[results.points["scenario"] == "concurrency"]
+plots.throughput_vs_users(points)"""),
+    code("""
+plots.speed_and_ttft_vs_users(points)"""),
+    md("""
+## The Pareto frontier
+
+Every point of every configuration: output throughput against median TTFT. The joined points are
+those no other point beats on both; the configurations on it are the ones worth choosing between,
+depending on whether you are after throughput or latency. A configuration never on the frontier is
+dominated whatever the load.
+"""),
+    code("""
+plots.pareto_plot(points)"""),
+    md("""
+## A metric over a knob and the load
+
+The swept values come from `sweep_status`; merged with the points they give a heatmap of throughput
+over `max_batch_size` and users (the first swept field; change `knob` to see another).
+"""),
+    code("""
+knob = sweep.knobs()[0]
+swept = points.merge(status[["config_id", knob]], on="config_id")
+swept[knob] = swept[knob].astype(str)
+plots.batch_heatmap(swept, z="output_throughput_tok_s", x="users", y=knob, facet_by=None)"""),
+    md("""
+## The main metrics of each configuration
+
+`report.main_metrics` gives the model card's numbers per configuration, and `write_report` a card
+with one column per configuration (see `05_model_card`).
+"""),
+    code("""
+from tgi_toolkit.report import main_metrics, write_report
+
+metrics = main_metrics(results)
+display(metrics.pivot(index="metric", columns="config_label", values="text"))
+card = write_report(results, report_path or out_dir("03_sweep", "report") / "model_card.html", figure_format="html")
+print("HTML report:", card)"""),
+]
+
+# ------------------------------------------------------------------------------------------------------
 NB04 = [
     md("""
 # 4. Compare results, and put them beside published ones
@@ -520,6 +637,7 @@ for figure in figures:
 NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
     "01_configure_and_launch": NB01,
     "02_benchmark": NB02,
+    "03_sweep": NB03,
     "04_compare_and_visualize": NB04,
     "05_model_card": NB05,
 }

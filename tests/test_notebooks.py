@@ -132,6 +132,26 @@ def test_02_benchmark(server, tmp_path) -> None:
 
 
 @pytest.mark.slow
+def test_03_sweep(tmp_path) -> None:
+    from tgi_toolkit.sweep import sweep_status
+
+    results_dir, card = tmp_path / "results", tmp_path / "card.html"
+    nb = execute("03_sweep", base={"max_input_tokens": 64, "max_total_tokens": 128}, grid={"max_batch_size": [1, 2]},
+                 extra_configs=[{"max_batch_prefill_tokens": 32}], users=[1, 2], prompt_tokens=16, max_new_tokens=4, requests=2, output_dir=str(results_dir),
+                 report_path=str(card), progress=False)
+    status = sweep_status(results_dir).set_index("label")
+    assert status["status"].to_dict() == {"max_batch_size=1": "complete", "max_batch_size=2": "complete",
+                                          "max_batch_prefill_tokens=32": "invalid"}
+    throughput, speed_ttft, pareto, heatmap, *rest = figures(nb)
+    assert rest == []
+    assert [n.split(",")[0] for n in trace_names(throughput)] == ["max_batch_size=1", "max_batch_size=2"]
+    assert trace_names(pareto)[-1] == "Pareto frontier"
+    assert heatmap["data"][0]["type"] == "heatmap"
+    assert card.is_file() and card.with_suffix(".md").is_file()
+    assert "|Metric|max_batch_size=1," in card.with_suffix(".md").read_text()  # one column per configuration
+
+
+@pytest.mark.slow
 def test_04_compare_and_visualize() -> None:
     example = str(example_results_dir())
     nb = execute("04_compare_and_visualize", results_dir=example, other_results_dir=example)
