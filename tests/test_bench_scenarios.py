@@ -10,6 +10,7 @@ from pandas.testing import assert_frame_equal
 
 from tgi_toolkit.bench import (
     BenchError,
+    kv_capacity,
     load_results,
     measure_ingestion,
     run_batch,
@@ -113,6 +114,7 @@ def test_ingestion_speed_and_main_metrics(engine_url):
     table = results.main_metrics()
     assert table["metric"].tolist()[0] == "Prompt ingestion speed"
     assert table["value"].iloc[0].endswith("t/s") and table["number"].iloc[-1] > 0
+    assert kv_capacity(engine_url) == results.runs[0]["info"]["max_batch_total_tokens"] == table["number"].iloc[-1]
 
 
 def test_bad_input_is_refused_before_anything_is_sent(engine_url, tmp_path):
@@ -120,6 +122,7 @@ def test_bad_input_is_refused_before_anything_is_sent(engine_url, tmp_path):
         (lambda: run_batch(engine_url, batch_sizes=[0], output=tmp_path), "batch_size: 0 is not allowed"),
         (lambda: run_batch(engine_url, sequence_length=5000, output=tmp_path), "sequence_length.*max_input_tokens"),
         (lambda: run_concurrency(engine_url, users=[], output=tmp_path), "users: needs at least one value"),
+        (lambda: run_concurrency(engine_url, users=[8], requests=4), "requests: 4 is fewer than 8 users"),
         (lambda: run_rate(engine_url, arrival="burst", output=tmp_path), "arrival.*constant, poisson"),
         (lambda: run_scenario("soak", engine_url), "scenario.*batch, concurrency, rate, ingestion"),
         (lambda: run_batch(engine_url, batch_size=[1]), "batch_size.*not an option"),

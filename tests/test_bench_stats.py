@@ -12,7 +12,7 @@ from tgi_toolkit.bench import stats
 from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.scenarios import arrival_offsets
 from tgi_toolkit.bench.tables import markdown_table
-from tgi_toolkit.bench.telemetry import client_bound, parse_prometheus
+from tgi_toolkit.bench.telemetry import Telemetry, client_bound, parse_prometheus
 
 MS = 1_000_000  # ns
 
@@ -148,3 +148,19 @@ def test_markdown_table_is_padded_like_seed_000():
     assert lines[0] == "| Step    | Batch Size | Average   |"
     assert lines[1] == "|---------|------------|-----------|"
     assert re.fullmatch(r"\| Decode  \|            \| 1 ms      \|", lines[3])
+
+
+def test_telemetry_window_reads_tgi_and_vllm_gauges():
+    tgi = Telemetry("http://bench.invalid", 0, session=None, gpu=False)
+    tgi.samples = [(0.5, "tgi_batch_max_total_tokens", "", 1000.0), (1.0, "tgi_batch_current_max_tokens", "", 250.0),
+                   (1.5, "tgi_batch_current_size", "", 3.0), (1.5, "tgi_queue_size", "", 2.0),
+                   (2.0, "tgi_batch_current_max_tokens", "", 500.0), (9.0, "tgi_queue_size", "", 7.0)]
+    tgi.lag = [(1.0, 0.2), (1.2, 4.0), (20.0, 99.0)]
+    w = tgi.window(0.0, 5.0)
+    assert (w.kv_capacity_tokens, w.kv_usage_max, w.batch_size_max, w.queue_size_max) == (1000, 0.5, 3, 2)
+    assert w.lag_max_ms == 4.0
+    vllm = Telemetry("http://bench.invalid", 0, session=None, gpu=False)
+    vllm.samples = [(1.0, "vllm:num_requests_running", "model_name=m", 8.0),
+                    (1.0, "vllm:kv_cache_usage_perc", "model_name=m", 0.2)]
+    w = vllm.window(0.0, 5.0)
+    assert math.isnan(w.kv_capacity_tokens) and w.kv_usage == [(1.0, 0.2)] and w.batch_size_max == 8

@@ -141,8 +141,9 @@ async def run_concurrency_async(server: Any, *, users: Sequence[int] = (1, 2, 4,
     target = _target(server, options)
     counts = check_positive_ints("users", _listed(users))
     grid = _grid(target, prompt_tokens, max_new_tokens)
-    if requests is not None:
-        _count("requests", requests, 1)
+    if requests is not None and _count("requests", requests, 1) < max(counts):
+        raise BenchError("requests", f"{requests} is fewer than {max(counts)} users: the point would never have "
+                                     f"them all in flight", f"integers >= {max(counts)}, or None (4 per user)")
     _count("warmup_requests", warmup_requests, 0)
     workload = {"users": counts, "grid": grid, "requests": requests, "warmup_requests": warmup_requests}
     async with Run(target, "concurrency", workload, **_options(target, options)) as run:

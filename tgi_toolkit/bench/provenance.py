@@ -6,10 +6,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import platform
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -101,8 +99,3 @@ def git_revision() -> dict[str, Any] | None:
         return None
     return {"revision": rev or None, "dirty": bool(dirty)}
 
-
-def command() -> list[str] | None:
-    """argv when the process was started as the CLI."""
-    argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
-    return list(sys.argv) if argv0 in ("tgi-toolkit", "__main__.py") or "tgi_toolkit" in argv0 else None

@@ -38,6 +38,13 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _tokenizer_name(tokenizer: Any) -> str | None:
+    # a name that stays the same from one session to the next (it is part of the resume key)
+    if tokenizer is None or isinstance(tokenizer, (str, Path)):
+        return None if tokenizer is None else str(tokenizer)
+    return str(getattr(tokenizer, "name_or_path", None) or getattr(tokenizer, "name", None) or type(tokenizer).__name__)
+
+
 async def gather_all(aws: Iterable[Awaitable[Any]]) -> list[Any]:
     """Like asyncio.gather, but the first failure cancels the rest (no orphan requests)."""
     tasks = [asyncio.ensure_future(a) for a in aws]
@@ -80,7 +87,7 @@ class Run:
                                "dataset": dataset}
         self.workload = {**workload, "seed": seed, "prefix_tokens": prefix_tokens,
                          "dataset": str(dataset) if dataset is not None else None,
-                         "tokenizer": tokenizer if isinstance(tokenizer, (str, type(None))) else str(tokenizer),
+                         "tokenizer": _tokenizer_name(tokenizer),
                          "api": target.api, "ignore_eos": self.ignore_eos, "sampling": self.sampling,
                          "slo_ttft_s": slo_ttft_s, "slo_tpot_s": slo_tpot_s}
         self.command = list(command) if command is not None else None
@@ -169,7 +176,10 @@ class Run:
                 self.provenance["status"] = "complete"
             else:
                 self.provenance["status"] = "failed"
-                self.provenance["error"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
+                    self.provenance["error"] = "interrupted"
+                else:
+                    self.provenance["error"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self._write_provenance()
             self._gc.__exit__(None, None, None)
         if isinstance(exc, ServerDiedError):
