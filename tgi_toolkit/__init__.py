@@ -20,12 +20,17 @@ _LAZY = {
     "measure_ingestion": "tgi_toolkit.bench",
     "load_results": "tgi_toolkit.bench",
     "Results": "tgi_toolkit.bench",
+    "Sweep": "tgi_toolkit.sweep",
+    "Workload": "tgi_toolkit.sweep",
+    "Objectives": "tgi_toolkit.tune",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.bench import Results, load_results, measure_ingestion, run_batch, run_concurrency, run_rate
     from tgi_toolkit.config import ConfigError, LauncherConfig
     from tgi_toolkit.server import Server
+    from tgi_toolkit.sweep import Sweep, Workload
+    from tgi_toolkit.tune import Objectives
 
 
 def __getattr__(name: str) -> Any:
@@ -37,5 +42,6 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["ConfigError", "LauncherConfig", "Results", "Server", "__version__", "load_results", "measure_ingestion",
-           "run_batch", "run_concurrency", "run_rate"]
+# `tune` itself is not re-exported: `tgi_toolkit.tune` is its package (from tgi_toolkit.tune import tune).
+__all__ = ["ConfigError", "LauncherConfig", "Objectives", "Results", "Server", "Sweep", "Workload", "__version__",
+           "load_results", "measure_ingestion", "run_batch", "run_concurrency", "run_rate"]

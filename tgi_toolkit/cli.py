@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "launch": "tgi_toolkit.server.cli",
     "bench": "tgi_toolkit.bench.cli",
     "sweep": "tgi_toolkit.sweep",
+    "tune": "tgi_toolkit.tune",
     "report": "tgi_toolkit.report",
     "plan": "tgi_toolkit.planner",
 }

@@ -1,0 +1,58 @@
+"""Auto-tuning: search launcher settings for the most goodput under latency objectives.
+
+    from tgi_toolkit.sweep import Workload
+    from tgi_toolkit.tune import Objectives, tune
+
+    result = tune({"model_id": "HuggingFaceTB/SmolLM2-135M-Instruct"},
+                  Workload("concurrency", users=[4], prompt_tokens=64, max_new_tokens=16, requests=8),
+                  Objectives(ttft_s=1.0, tpot_s=0.25), output="results/tune")
+    result.best                  # the configuration to use (None when none met the objectives)
+    result.closest               # then: the one nearest to meeting them
+    result.table                 # every configuration tried, ranked
+    result.pareto                # operating points on the latency/throughput frontier
+    result.to_launcher_config()  # the winner as a LauncherConfig
+
+The capacity planner bounds the space (tgi_toolkit.tune.search explains how), the sweep runner
+measures each candidate into one folder (resumable), the selection (tgi_toolkit.tune.select) ranks
+them, and tune.json beside the results keeps the outcome (`load_tune(folder)`).
+`tgi-toolkit tune --ttft 1 --tpot 0.25 --users 4 --output results/tune` does the same.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tgi_toolkit.tune.cli import add_parser
+
+_LAZY = {
+    "tune": "search", "build_space": "search", "workload_demand": "search", "plan_for": "search", "Knob": "search",
+    "DEFAULT_KNOBS": "search", "Objectives": "select", "TuneResult": "select", "choose": "select",
+    "rank_configs": "select", "pareto_points": "select", "evaluate_points": "select", "load_tune": "select",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.tune.search import DEFAULT_KNOBS, Knob, build_space, plan_for, tune, workload_demand
+    from tgi_toolkit.tune.select import (
+        Objectives,
+        TuneResult,
+        choose,
+        evaluate_points,
+        load_tune,
+        pareto_points,
+        rank_configs,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tgi_toolkit.tune' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"tgi_toolkit.tune.{module}"), name)
+
+
+__all__ = [
+    "DEFAULT_KNOBS", "Knob", "Objectives", "TuneResult", "add_parser", "build_space", "choose", "evaluate_points",
+    "load_tune", "pareto_points", "plan_for", "rank_configs", "tune", "workload_demand",
+]

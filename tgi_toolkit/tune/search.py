@@ -1,0 +1,416 @@
+"""Searching launcher settings with the sweep runner: a planner-bounded space, a coarse grid, then
+bisection around the best, then a second measurement of the winner.
+
+1. Plan: the capacity planner (tgi_toolkit.planner) turns the model, the hardware and the
+   workload's lengths into max_input_tokens / max_total_tokens for the workload, the KV-cache
+   capacity (max_batch_total_tokens that fits) and how many requests fit at once.
+2. Space: each knob gets an ordered ladder of candidate values bounded by what can matter:
+   max_batch_size 1 .. the workload's concurrency (capped by the requests that fit);
+   max_batch_total_tokens from one request's tokens (the launcher's floor, max_total_tokens) up
+   to min(capacity, concurrency x tokens per request), in steps of doubling requests;
+   max_batch_prefill_tokens from one prompt (the launcher's floor, max_input_tokens) up to every
+   concurrent prompt in one prefill. Beyond those bounds a setting changes nothing, or does not fit.
+   waiting_served_ratio and max_waiting_tokens have short default ladders; any other field (dtype,
+   quantize, ...) is searched over the values given in `space`.
+3. Coarse round: up to `levels` values per knob (ends included); when their product exceeds the
+   round's budget, a spread subset chosen by farthest-point sampling from the planner's own
+   recommendation.
+4. Refinement rounds: around the best configuration so far (the closest, when none meets the
+   objectives), each knob is bisected toward its nearest tried values on either side.
+5. Confirmation: the winner is measured again with other prompts (seed + 1); the result says
+   whether it still meets the objectives.
+Every configuration runs through `Sweep` into one folder, so an interrupted tuning resumes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.sweep.spec import Sweep, Workload, _as_base, make_config
+from tgi_toolkit.tune.select import MEETS, Objectives, TuneResult, choose, config_row, rank_configs
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.planner import Plan
+
+DEFAULT_KNOBS = ("max_batch_size", "max_batch_total_tokens", "max_batch_prefill_tokens")
+SCHEDULER_LADDERS: dict[str, list[float | int]] = {"waiting_served_ratio": [0.0, 0.3, 1.2, 3.0],
+                                                  "max_waiting_tokens": [1, 5, 20, 50]}
+TUNABLE_SCENARIOS = ("concurrency", "rate", "batch")
+
+
+@dataclass
+class Demand:
+    """What a workload asks of the server: the longest prompt and output, and requests in flight."""
+
+    prompt_tokens: int
+    output_tokens: int
+    concurrency: int
+
+
+@dataclass
+class Knob:
+    """One searched field: its ordered candidate values and why those."""
+
+    name: str
+    values: list[Any]
+    source: str
+
+    def index(self, value: Any) -> int:
+        """Position of `value` on the ladder (the nearest one for a number between two rungs)."""
+        if value in self.values:
+            return self.values.index(value)
+        if isinstance(value, (int, float)) and all(isinstance(v, (int, float)) for v in self.values):
+            return min(range(len(self.values)), key=lambda i: (abs(self.values[i] - value), i))
+        raise ValueError(f"{self.name}={value!r} is not one of the candidates {self.values}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"values": self.values, "source": self.source}
+
+
+def _default(scenario: str, name: str) -> Any:
+    from tgi_toolkit.bench.api import SCENARIO_FUNCTIONS
+
+    return inspect.signature(SCENARIO_FUNCTIONS[scenario]).parameters[name].default
+
+
+def _top(value: Any) -> int:
+    return int(max(value)) if isinstance(value, (list, tuple)) else int(value)
+
+
+def workload_demand(workload: Workload) -> Demand:
+    """The demand of a concurrency, rate or batch workload (the bench's defaults where it sets none)."""
+    scenario, params = workload.scenario, workload.params
+
+    def get(name: str) -> Any:
+        return params[name] if name in params else _default(scenario, name)
+
+    if scenario == "concurrency":
+        return Demand(_top(get("prompt_tokens")), _top(get("max_new_tokens")), _top(get("users")))
+    if scenario == "rate":
+        in_flight = get("max_concurrency") or get("requests")  # open loop: at most every request at once
+        return Demand(_top(get("prompt_tokens")), _top(get("max_new_tokens")), int(in_flight))
+    if scenario == "batch":
+        return Demand(int(get("sequence_length")), int(get("decode_length")), _top(get("batch_sizes")))
+    raise ValueError(f"workload: {scenario!r} cannot be tuned for ({scenario} sends one request at a time, so "
+                     f"batching settings change nothing); use one of {', '.join(TUNABLE_SCENARIOS)}")
+
+
+def model_config_path(config: LauncherConfig) -> Path:
+    """config.json of the model the server would load, found the way the embedded engine finds it."""
+    from tgi_toolkit.engine.model import ModelNotFoundError, converted_model_dir, resolve_model
+
+    try:
+        path = converted_model_dir(resolve_model(config.model_id, config.revision)) / "config.json"
+    except ModelNotFoundError as exc:
+        raise ValueError(f"model_config: cannot find {config.model_id!r} locally to plan its capacity ({exc}); "
+                         "pass model_config= (a config.json, a model directory or a dict)") from None
+    return path
+
+
+def plan_for(base: LauncherConfig, backend: str, demand: Demand, *, model_config: Any = None,
+             gpu: str | int | None = None) -> Plan:
+    """The capacity plan for `base` serving `demand`: the CPU engine's, or a GPU's for other backends."""
+    from tgi_toolkit.planner import plan, plan_embedded
+
+    model = model_config if model_config is not None else model_config_path(base)
+    common: dict[str, Any] = dict(
+        dtype=base.dtype, quantize=base.quantize, memory_fraction=base.cuda_memory_fraction,
+        prompt_tokens=demand.prompt_tokens, output_tokens=demand.output_tokens,
+        max_input_tokens=base.max_input_tokens or base.max_input_length, max_total_tokens=base.max_total_tokens,
+        max_batch_prefill_tokens=base.max_batch_prefill_tokens, model_id=base.model_id)
+    if backend == "embedded":
+        result = plan_embedded(model, **common)
+    elif gpu is None:
+        raise ValueError(f"gpu: planning backend {backend!r} needs the GPU (a card such as 'A100-80GB', or a "
+                         "memory size such as '24GiB')")
+    else:
+        result = plan(model, gpu, kv_cache_dtype=base.kv_cache_dtype, num_shard=base.num_shard or 1, **common)
+    if not result.fits:
+        raise ValueError("the capacity plan does not fit, so there is nothing to tune: "
+                         + "; ".join(result.warnings + result.suggestions))
+    return result
+
+
+def _doubling(unit: int, low: int, high: int) -> list[int]:
+    """unit x 1, 2, 4, ... within [low, high], with both ends."""
+    values = {low, high}
+    step = unit
+    while step <= high:
+        if step >= low:
+            values.add(step)
+        step *= 2
+    return sorted(values)
+
+
+def build_space(base: LauncherConfig, demand: Demand, plan: Plan, knobs: Sequence[str] = DEFAULT_KNOBS,
+                given: Mapping[str, Sequence[Any]] | None = None) -> dict[str, Knob]:
+    """Candidate ladders for `knobs` (plus every field in `given`), bounded by the plan and the workload."""
+    given = {k: list(v) for k, v in (given or {}).items()}
+    users = max(1, min(demand.concurrency, plan.concurrent_users))
+    why_users = (f"the workload's {demand.concurrency} requests in flight"
+                 + (f", capped at the {plan.concurrent_users} that fit" if plan.concurrent_users < demand.concurrency
+                    else ""))
+    per_request = plan.tokens_per_request
+    total_high = max(plan.max_total_tokens, min(plan.max_batch_total_tokens, users * per_request))
+    prefill_low = plan.max_input_tokens
+    derived = {
+        "max_batch_size": (_doubling(1, 1, users), f"1 to {users}: {why_users}"),
+        "max_batch_total_tokens": (
+            _doubling(per_request, plan.max_total_tokens, total_high),
+            f"{plan.max_total_tokens} (one request: max_total_tokens) to {total_high} = min(KV capacity "
+            f"{plan.max_batch_total_tokens}, {users} x {per_request} tokens per request)"),
+        "max_batch_prefill_tokens": (
+            _doubling(demand.prompt_tokens, prefill_low, max(prefill_low, min(users * demand.prompt_tokens,
+                                                                              total_high))),
+            f"{prefill_low} (one prompt: max_input_tokens) to every concurrent prompt in one prefill, "
+            f"at most {total_high}"),
+    }
+    space: dict[str, Knob] = {}
+    for name in [*knobs, *(k for k in given if k not in knobs)]:
+        if name in given:
+            values = given[name]
+            if not values:
+                raise ValueError(f"space: {name!r} has no values")
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                values = sorted(set(values))
+            space[name] = Knob(name, values, "given")
+        elif name in derived:
+            space[name] = Knob(name, *derived[name])
+        elif name in SCHEDULER_LADDERS:
+            space[name] = Knob(name, list(SCHEDULER_LADDERS[name]), "default ladder (around TGI's default)")
+        else:
+            raise ValueError(f"space: no ladder is known for {name!r}; give its values, e.g. space={{{name!r}: [...]}}")
+    return space
+
+
+def tuned_base(base: LauncherConfig, plan: Plan) -> LauncherConfig:
+    """The base with the request limits the plan derived from the workload (where the base sets none)."""
+    update: dict[str, Any] = {}
+    if base.max_input_tokens is None and base.max_input_length is None:
+        update["max_input_tokens"] = plan.max_input_tokens
+    if base.max_total_tokens is None:
+        update["max_total_tokens"] = plan.max_total_tokens
+    return type(base)(**{**base.model_dump(exclude_unset=True), **update})
+
+
+def repair(candidate: dict[str, Any], base: LauncherConfig) -> dict[str, Any]:
+    """Keep a combination within the launcher's rules: a prefill budget above the total budget is
+    lowered to it (it could never be used anyway)."""
+    out = dict(candidate)
+    total = out.get("max_batch_total_tokens", base.max_batch_total_tokens)
+    prefill = out.get("max_batch_prefill_tokens", base.max_batch_prefill_tokens)
+    if total is not None:
+        if prefill is None:  # the launcher's default, max_input_tokens + 50, may exceed a small budget
+            prefill = (base.max_input_tokens or 0) + 50
+            if prefill > total:
+                out["max_batch_prefill_tokens"] = total
+        elif prefill > total:
+            out["max_batch_prefill_tokens"] = total
+    return out
+
+
+def _spread(n: int, levels: int) -> list[int]:
+    if n <= levels:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (levels - 1)) for i in range(levels)})
+
+
+def coarse(space: Mapping[str, Knob], levels: int, budget: int, seed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Up to `levels` values per knob (both ends); over `budget` combinations, a spread subset by
+    farthest-point sampling that starts at `seed` (the planner's recommendation)."""
+    names = list(space)
+    per_knob = [_spread(len(space[n].values), max(2, levels)) for n in names]
+    grid = list(itertools.product(*per_knob))
+
+    def position(point: Sequence[int]) -> list[float]:
+        return [i / (len(space[n].values) - 1) if len(space[n].values) > 1 else 0.0 for n, i in zip(names, point,
+                                                                                                     strict=True)]
+
+    if len(grid) > budget:
+        start = position([space[n].index(seed[n]) for n in names])
+        chosen = [min(grid, key=lambda p: (math.dist(position(p), start), p))]
+        while len(chosen) < budget:
+            chosen.append(max((p for p in grid if p not in chosen),
+                              key=lambda p: (min(math.dist(position(p), position(c)) for c in chosen), p)))
+        grid = chosen
+    return [{n: space[n].values[i] for n, i in zip(names, point, strict=True)} for point in grid]
+
+
+def refine(space: Mapping[str, Knob], center: Mapping[str, Any], tried: Sequence[Mapping[str, Any]]
+           ) -> list[dict[str, Any]]:
+    """Bisect each knob between `center`'s value and the nearest tried values below and above it."""
+    out: list[dict[str, Any]] = []
+    for name, knob in space.items():
+        if name not in center:
+            continue
+        here = knob.index(center[name])
+        seen = sorted({knob.index(t[name]) for t in tried if name in t})
+        below = max((i for i in seen if i < here), default=None)
+        above = min((i for i in seen if i > here), default=None)
+        for other in (below, above):
+            if other is None:
+                continue
+            middle = (here + other) // 2 if other > here else (here + other + 1) // 2
+            if middle not in (here, other):
+                out.append({**center, name: knob.values[middle]})
+    return out
+
+
+def _label(overrides: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in overrides.items()) or "base"
+
+
+def _entries(folder: Path, config_ids: set[str]) -> list[dict[str, Any]]:
+    from tgi_toolkit.sweep.manifest import load_manifest
+
+    return [e for e in load_manifest(folder).get("configs", []) if e["config_id"] in config_ids]
+
+
+def _points(folder: Path, entries: Sequence[Mapping[str, Any]], workload: Workload) -> pd.DataFrame:
+    """The points `workload` measured for these configurations (other runs in the folder are left out)."""
+    from tgi_toolkit.bench.results import load_results
+
+    run_ids = {e["workloads"][workload.key]["run_id"] for e in entries
+               if e.get("workloads", {}).get(workload.key, {}).get("run_id")}
+    points = load_results(folder).points
+    return points[points[S.RUN_ID].isin(run_ids)].reset_index(drop=True)
+
+
+def _confirm(folder: Path, base: LauncherConfig, backend: str, server: Mapping[str, Any], overrides: dict[str, Any],
+             searched: Workload, again: Workload, objectives: Objectives, progress: bool) -> dict[str, Any]:
+    """Measure one configuration again with `again` (other prompts); its best point against the objectives."""
+    from tgi_toolkit.sweep.manifest import Manifest
+    from tgi_toolkit.sweep.runner import ConfigJob, run_config
+
+    made = make_config(base, overrides)
+    manifest = Manifest(folder)
+    entry = manifest.entry(made.config_id)
+    if entry.get("workloads", {}).get(again.key, {}).get("status") != "complete":
+        job = ConfigJob(made.config_id, made.label, made.config, backend, [searched, again], dict(server))
+        entry = run_config(job, folder, entry, save=manifest.put, progress=progress)
+    points = _points(folder, [entry], again)
+    if points.empty:
+        record = entry.get("workloads", {}).get(again.key, {})
+        return {MEETS: False, "error": record.get("error") or entry.get("error")}
+    row = rank_configs(points, objectives).iloc[0]
+    keep = [MEETS, S.GOODPUT_RPS, S.OUTPUT_THROUGHPUT, S.POINT_ID, S.stat_column("ttft", objectives.percentile),
+            S.stat_column("tpot", objectives.percentile), "error_rate", "violation"]
+    return {k: (bool(row[k]) if k == MEETS else row[k]) for k in keep} | {"run_id": points[S.RUN_ID].iloc[0]}
+
+
+def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Workload | Mapping[str, Any],
+         objectives: Objectives | Mapping[str, Any], *, output: str | Path, backend: str = "embedded",
+         knobs: Sequence[str] = DEFAULT_KNOBS, space: Mapping[str, Sequence[Any]] | None = None,
+         model_config: Any = None, gpu: str | int | None = None, max_configs: int = 8, levels: int = 3,
+         rounds: int = 2, confirm: int = 1, server: Mapping[str, Any] | None = None, executor: Any = "local",
+         resume: bool = True, progress: bool = True) -> TuneResult:
+    """Search launcher settings for the most goodput under `objectives` on `workload`; save tune.json.
+
+    base: settings every candidate shares (model, dtype, quantize, ...). workload: the traffic to
+    tune for (concurrency, rate or batch). objectives: Objectives(ttft_s=, tpot_s=, percentile=).
+    knobs: the fields searched with planner-bounded ladders; space: explicit values for any field
+    (they replace the ladder). model_config / gpu: for the planner (default: the model's local
+    config.json; gpu is needed for GPU backends). max_configs: configurations measured in all;
+    levels: values per knob in the coarse round; rounds: coarse + refinement rounds; confirm: how
+    many of the best to measure again until one still meets the objectives (0: none).
+    Returns a TuneResult: .best, .closest, .table, .pareto, .to_launcher_config().
+    """
+    objectives = Objectives.of(objectives)
+    if not objectives.limits():
+        raise ValueError("objectives: give ttft_s and/or tpot_s (seconds at the percentile) to tune for")
+    if max_configs < 1 or rounds < 1 or levels < 2:
+        raise ValueError("max_configs and rounds must be >= 1, levels >= 2")
+    base_config = _as_base(base)
+    workload = Workload.from_dict(workload)
+    demand = workload_demand(workload)
+    plan = plan_for(base_config, backend, demand, model_config=model_config, gpu=gpu)
+    shared = tuned_base(base_config, plan)
+    knob_space = build_space(shared, demand, plan, knobs, space)
+    slo = {k: v for k, v in (("slo_ttft_s", objectives.ttft_s), ("slo_tpot_s", objectives.tpot_s)) if v is not None}
+    # The objectives define goodput: they win over any SLO the workload carried.
+    searched = Workload(workload.scenario, name=workload.name, **{**workload.params, **slo})
+    folder = Path(output).resolve()
+    server = dict(server or {})
+
+    # The coarse round starts from what the planner would launch for this workload.
+    recommended = {"max_batch_size": plan.max_batch_size, "max_batch_total_tokens": plan.max_batch_total_tokens,
+                   "max_batch_prefill_tokens": plan.max_batch_prefill_tokens}
+    seed = {}
+    for name, knob in knob_space.items():
+        value = recommended.get(name)
+        usable = value is not None and (value in knob.values or isinstance(value, (int, float)))
+        seed[name] = value if usable else knob.values[-1]
+    first_budget = max_configs if rounds == 1 else max(2, math.ceil(max_configs / 2))
+    candidates = coarse(knob_space, levels, min(first_budget, max_configs), seed)
+    tried: list[dict[str, Any]] = []
+    history: list[dict[str, Any]] = []
+    result: TuneResult | None = None
+    for number in range(1, rounds + 1):
+        new = []
+        for candidate in candidates:
+            fixed = repair(candidate, shared)
+            if fixed not in tried and fixed not in new:
+                new.append(fixed)
+        new = new[:max_configs - len(tried)]
+        if not new:
+            break
+        tried += new
+        kind = "coarse grid" if number == 1 else f"refinement around {history[-1]['center']}"
+        Sweep(shared, workloads=[searched], configs=tried, backend=backend, server=server,
+              name=f"tune round {number}").run(folder, resume=resume, progress=progress, executor=executor)
+        ids = {make_config(shared, c).config_id for c in tried}
+        entries = _entries(folder, ids)
+        result = choose(_points(folder, entries, searched), objectives, configs=entries, knobs=list(knob_space))
+        center = result.best or result.closest
+        history.append({"round": number, "kind": kind, "configs": [_label(c) for c in new],
+                        "center": center["label"] if center else None})
+        if center is None:
+            break
+        candidates = refine(knob_space, {n: center["overrides"].get(n) for n in knob_space}, tried)
+    if result is None:  # pragma: no cover - the coarse round always has a candidate
+        raise ValueError("nothing to try: the search space is empty")
+
+    if result.best is not None and confirm > 0:
+        again = Workload(searched.scenario, name=searched.name,
+                         **{**searched.params, "seed": int(searched.params.get("seed", 0)) + 1})
+        meeting = [r for _, r in result.table.iterrows() if r[MEETS]][:confirm]
+        confirmations = []
+        for row in meeting:
+            overrides = next(e["overrides"] for e in entries if e["config_id"] == row[S.CONFIG_ID])
+            check = _confirm(folder, shared, backend, server, overrides, searched, again, objectives, progress)
+            confirmations.append((row, check))
+            if check[MEETS]:
+                break
+        row, check = next(((r, c) for r, c in confirmations if c[MEETS]), confirmations[0])
+        if row[S.CONFIG_ID] != result.best[S.CONFIG_ID]:  # the first winner did not hold; the next one did
+            result.best = config_row(result.table, row[S.CONFIG_ID], entries)
+        result.best["confirmation"] = check
+        history.append({"round": len(history) + 1, "kind": "confirmation (seed + 1)",
+                        "configs": [r["label"] for r, _ in confirmations], "center": result.best["label"]})
+        if S.CONFIG_ID in result.table:
+            result.table["confirmed"] = result.table[S.CONFIG_ID].map(
+                {r[S.CONFIG_ID]: c[MEETS] for r, c in confirmations})
+
+    result.base = shared.to_dict(non_default_only=True, redact=True)
+    result.base_config = shared
+    result.backend = backend
+    result.workload = searched.to_dict()
+    result.space = {n: k.to_dict() for n, k in knob_space.items()}
+    result.plan = {k: getattr(plan, k) for k in ("model", "gpu", "dtype", "quantize", "max_batch_total_tokens",
+                                                 "concurrent_users", "tokens_per_request", "max_input_tokens",
+                                                 "max_total_tokens", "max_batch_prefill_tokens", "max_batch_size")}
+    result.plan["steps"] = list(plan.steps)
+    result.rounds = history
+    result.save(folder)
+    return result
+
