@@ -434,10 +434,9 @@ plots.batch_heatmap(swept, z="output_throughput_tok_s", x="users", y=knob, facet
 with one column per configuration (see `05_model_card`).
 """),
     code("""
-from tgi_toolkit.report import main_metrics, write_report
+from tgi_toolkit.report import main_metrics, main_metrics_table, write_report
 
-metrics = main_metrics(results)
-display(metrics.pivot(index="metric", columns="config_label", values="text"))
+display(main_metrics_table(main_metrics(results)))
 card = write_report(results, report_path or out_dir("03_sweep", "report") / "model_card.html", figure_format="html")
 print("HTML report:", card)"""),
 ]

@@ -101,6 +101,16 @@ def test_several_configurations_get_one_column_each(example: Results) -> None:
     assert list(params.columns) == [example.runs[0]["config_label"], "max_batch_size=4"]
     assert params.loc["max_batch_size"].tolist() == ["16", "4"]
     assert [f.name for f in report.card_figures(two)][-1] == "pareto"
+    table = report.main_metrics_table(report.main_metrics(two))
+    assert table.columns.tolist() == params.columns.tolist()
+    assert table.index[1].startswith("Mean generation speed for 10 parallel requests with a prompt of 1024")
+
+    # measured at different points: the row says what was asked, each cell where it was measured
+    two.points = two.points[~((two.points[S.CONFIG_ID] == "other") & (two.points[S.PROMPT_TOKENS] == 1024))]
+    table = report.main_metrics_table(report.main_metrics(two))
+    assert table.index[1] == "Mean generation speed (see each cell for the point)"
+    assert table.iloc[1, 0].endswith("(10 users, 1024/128 tokens)")
+    assert table.iloc[1, 1].endswith("(10 users, 128/32 tokens)")
 
 
 def test_parameters_come_from_the_provenance(example: Results) -> None:

@@ -1,7 +1,13 @@
 """`tgi-toolkit quickstart` (what `make quickstart` runs): the whole toolkit in one command.
 
-Start the embedded engine on the default model, ask it a question over the OpenAI chat route
-with a streaming client, and print the answer with its time to first token.
+1. Start the embedded engine on the default model, ask it a question over the OpenAI chat route
+   with a streaming client, and print the answer with its time to first token.
+2. A small sweep: the server relaunched with two `max_batch_size` settings, each measured with the
+   three benchmarks of the cookbook (prompt ingestion, text-generation-benchmark's batch
+   experiment, parallel users), all in one results folder.
+3. The model card of that folder: Markdown and an HTML report with every figure, whose path is printed.
+
+Sizes are chosen to finish in a few minutes on a 2-core CPU; `--question-only` stops after step 1.
 """
 
 from __future__ import annotations
@@ -9,9 +15,13 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 DEFAULT_QUESTION = "What is the capital of France?"
+# The quickstart's sweep: the knob whose effect is plainest on any hardware (1 = no batching).
+SWEEP_GRID = {"max_batch_size": [1, 8]}
+SWEEP_BASE = {"max_input_tokens": 512, "max_total_tokens": 768}
 
 
 @dataclass
@@ -40,23 +50,78 @@ def ask(url: str, question: str = DEFAULT_QUESTION, max_tokens: int = 64) -> Ans
     return Answer("".join(parts).strip(), (first or end) - sent, end - sent, len(parts))
 
 
-def run(config: Any = None, backend: str = "embedded", question: str = DEFAULT_QUESTION) -> Answer:
+def run(config: Any = None, backend: str = "embedded", question: str = DEFAULT_QUESTION,
+        progress: bool = True) -> Answer:
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.server import Server
 
-    with Server(config or LauncherConfig(), backend=backend) as server:
+    with Server(config or LauncherConfig(), backend=backend, startup_progress=progress) as server:
         print(f"server ready at {server.url} ({server.info().get('model_id')})", flush=True)
         return ask(server.url, question)
 
 
+def quickstart_sweep(backend: str = "embedded") -> Any:
+    """The sweep step 2 runs: SWEEP_GRID over SWEEP_BASE, with small ingestion, batch and
+    concurrency workloads (a `tgi_toolkit.sweep.Sweep`, not yet run)."""
+    from tgi_toolkit.sweep import Sweep, Workload
+
+    return Sweep(base=SWEEP_BASE, grid=SWEEP_GRID, backend=backend, name="quickstart", workloads=[
+        Workload("ingestion", prompt_tokens=[32, 192, 384], repeats=2),
+        Workload("batch", batch_sizes=[1, 2, 4], sequence_length=64, decode_length=16, runs=2, warmups=1),
+        Workload("concurrency", users=[1, 2, 4], prompt_tokens=128, max_new_tokens=32, requests=8),
+    ])
+
+
+def benchmark_and_report(output: str | Path, backend: str = "embedded", figure_format: str = "auto",
+                         progress: bool = True) -> tuple[Any, Path]:
+    """Steps 2 and 3: run `quickstart_sweep()` into `output`/results and write the card to
+    `output`/report/; returns (Results, the HTML report's path)."""
+    from tgi_toolkit.report import report_paths, write_report
+
+    output = Path(output)
+    results = quickstart_sweep(backend).run(output / "results", progress=progress)
+    write_report(results, output / "report", figure_format=figure_format)
+    return results, report_paths(output / "report")[1]
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("quickstart", help="start the embedded engine and ask it a question")
+    parser = subparsers.add_parser(
+        "quickstart", help="start the embedded engine, ask it a question, sweep two settings, write a model card",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--question", default=DEFAULT_QUESTION)
+    parser.add_argument("--question-only", action="store_true", help="stop after the answer (step 1)")
+    parser.add_argument("--output", metavar="DIR",
+                        help="where results and report go (default: out/quickstart/<date-time>/)")
+    parser.add_argument("--figures", choices=("auto", "png", "html"), default="auto",
+                        help="the card's figure files: png (kaleido + Chromium), html, or auto (default)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     parser.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
-    answer = run(question=args.question)
+    started = time.perf_counter()
+    print("1/3 starting the embedded engine and asking it a question", flush=True)
+    answer = run(question=args.question, progress=args.progress)
     print(f"\nQ: {args.question}\nA: {answer.text}\n")
     print(f"time to first token: {answer.ttft_s * 1000:.0f} ms; {answer.tokens} chunks in {answer.total_s:.2f} s")
-    return 0
+    if args.question_only:
+        return 0
+    from tgi_toolkit.cookbook import out_dir
+    from tgi_toolkit.sweep import sweep_status
+
+    output = Path(args.output) if args.output else out_dir("quickstart", time.strftime("%Y%m%d-%H%M%S"))
+    grid = ", ".join(f"{k} in {v}" for k, v in SWEEP_GRID.items())
+    print(f"\n2/3 sweeping {grid}: the server relaunched per setting, each measured for prompt ingestion, "
+          f"batches of 1-4 and 1-4 parallel users (a few minutes on 2 cores)", flush=True)
+    results, html_path = benchmark_and_report(output, figure_format=args.figures, progress=args.progress)
+    status = sweep_status(output / "results")
+    print(status[["label", "status"]].to_string(index=False))
+    from tgi_toolkit.report import main_metrics, main_metrics_table
+
+    print("\n3/3 model card\n")
+    print(main_metrics_table(main_metrics(results)).to_string())
+    print(f"\nresults: {output / 'results'} (tgi_toolkit.bench.load_results)")
+    print(f"model card (Markdown): {html_path.with_suffix('.md')}")
+    print(f"HTML report, open it in a browser: {html_path}")
+    print(f"done in {time.perf_counter() - started:.0f} s")
+    return 0 if (status["status"] == "complete").all() else 1

@@ -60,10 +60,11 @@ class MainMetric:
     unit: str  # tokens/s or tokens
     text: str  # the table cell, e.g. "~864 t/s"
     basis: str  # how the value was obtained, in one sentence
+    point: str = ""  # where it was measured, for the generation speed: "10 users, 1024/128 tokens"
 
     def as_dict(self) -> dict[str, Any]:
         return {"metric": self.key, "label": self.label, "value": self.value, "unit": self.unit, "text": self.text,
-                "basis": self.basis}
+                "basis": self.basis, "point": self.point}
 
 
 def _approx(value: float) -> str:
@@ -153,7 +154,8 @@ def generation_speed(results: Any, users: int = CARD_USERS, prompt_tokens: int =
     short = int(best[S.SHORT_OUTPUTS]) if pd.notna(best[S.SHORT_OUTPUTS]) else 0
     if short:
         basis += f"; {short} request(s) stopped before {got[2]} tokens (EOS could not be ignored)"
-    return MainMetric(GENERATION, label, value, "tokens/s", f"{_approx(value)} t/s for each request", basis)
+    return MainMetric(GENERATION, label, value, "tokens/s", f"{_approx(value)} t/s for each request", basis,
+                      f"{got[0]} users, {got[1]}/{got[2]} tokens")
 
 
 def kv_cache_capacity(results: Any) -> MainMetric:
@@ -221,14 +223,15 @@ def main_metrics(results: Any, users: int = CARD_USERS, prompt_tokens: int = CAR
                  max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> pd.DataFrame:
     """The card's three main metrics for each configuration in `results` (a Results or a folder).
 
-    Columns: config_label, metric (INGESTION, GENERATION, KV_CAPACITY), label, value, unit, text, basis."""
+    Columns: config_label, metric (INGESTION, GENERATION, KV_CAPACITY), label, value, unit, text, basis,
+    point (the generation speed's users and prompt/output tokens; "" for the others)."""
     results = _as_results(results)
     rows = []
     for config, part in split_by_config(results).items():
         for metric in (ingestion_speed(part), generation_speed(part, users, prompt_tokens, max_new_tokens),
                        kv_cache_capacity(part)):
             rows.append({"config_label": config, **metric.as_dict()})
-    return pd.DataFrame(rows, columns=["config_label", "metric", "label", "value", "unit", "text", "basis"])
+    return pd.DataFrame(rows, columns=["config_label", "metric", "label", "value", "unit", "text", "basis", "point"])
 
 
 # -- parameters ---------------------------------------------------------------------------------------------
@@ -422,16 +425,32 @@ class _Section:
     preformatted: str = ""
 
 
+def main_metrics_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """`main_metrics` as the card shows it: one row per metric (happy_vllm's row names), one column
+    per configuration, the cells' text. Where configurations were measured at different points for
+    the generation speed, the row says what was asked and each cell names its point."""
+    configs = list(dict.fromkeys(metrics["config_label"]))
+    rows: dict[str, list[str]] = {}
+    for key in (INGESTION, GENERATION, KV_CAPACITY):
+        part = metrics[metrics["metric"] == key].set_index("config_label")
+        labels = set(part["label"])
+        cells = [part.loc[c, "text"] if c in part.index else "-" for c in configs]
+        if len(labels) > 1:
+            cells = [f"{t} ({part.loc[c, 'point']})" if c in part.index else t
+                     for c, t in zip(configs, cells, strict=True)]
+            label = "Mean generation speed (see each cell for the point)"
+        else:
+            label = labels.pop() if labels else key
+        rows[label] = cells
+    return pd.DataFrame.from_dict(rows, orient="index", columns=configs)
+
+
 def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures: Sequence[Figure]) -> list[_Section]:
     configs = list(dict.fromkeys(metrics["config_label"]))
     main = _Section("Main metrics", ["The main metrics are summarized in the following table :"])
-    if len(configs) == 1:
-        main.tables.append((["Metric", "Value"], [[r.label, r.text] for r in metrics.itertuples()]))
-    else:
-        rows = [[metrics.loc[metrics["metric"] == key, "label"].iloc[0],
-                 *(metrics[(metrics["metric"] == key) & (metrics["config_label"] == c)]["text"].iloc[0]
-                   for c in configs)] for key in (INGESTION, GENERATION, KV_CAPACITY)]
-        main.tables.append((["Metric", *configs], rows))
+    table = main_metrics_table(metrics)
+    main.tables.append((["Metric", "Value"] if len(configs) == 1 else ["Metric", *configs],
+                        [[label, *cells] for label, cells in zip(table.index, table.values.tolist(), strict=True)]))
     main.paragraphs.append("How each value was obtained:")
     main.tables.append((["Configuration", "Metric", "Basis"] if len(configs) > 1 else ["Metric", "Basis"],
                         [[*([r.config_label] if len(configs) > 1 else []), r.label, r.basis]
