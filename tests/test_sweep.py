@@ -96,6 +96,7 @@ def test_configs_breaking_a_launcher_rule_carry_the_rule_and_its_fields():
     ({"server": {"port": 3000}}, "not a Server option"),
     ({"backend": "url"}, "cannot be relaunched"),
     ({"executor": "dask"}, "not known"),
+    ({"ray": {"adress": "auto"}}, "not a RayExecutor option"),
 ])
 def test_specifications_that_cannot_run_are_refused_up_front(kwargs, message):
     spec = {"workloads": [{"scenario": "concurrency", "users": [1]}], **kwargs}

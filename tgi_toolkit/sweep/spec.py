@@ -11,7 +11,7 @@ import hashlib
 import itertools
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ RESERVED_OPTIONS = ("output", "resume", "progress", "on_point", "command")
 BENCH_OPTIONS = ("tokenizer", "seed", "prefix_tokens", "dataset", "api", "api_key", "ignore_eos", "sampling",
                  "slo_ttft_s", "slo_tpot_s", "scrape_interval", "request_timeout")
 SERVER_OPTIONS = ("health_timeout", "env")
+RAY_OPTIONS = ("address", "num_cpus", "shared_folder", "init")  # RayExecutor's arguments
 SPEC_KEYS = ("name", "backend", "base", "grid", "configs", "workloads", "options", "server", "output", "executor",
              "ray")
 EXECUTORS = ("local", "ray")
@@ -191,7 +192,7 @@ def make_config(base: LauncherConfig, overrides: Mapping[str, Any], index: int =
                        provenance.config_label(config))
 
 
-def _as_base(base: LauncherConfig | Mapping[str, Any] | str | None) -> LauncherConfig:
+def as_base(base: LauncherConfig | Mapping[str, Any] | str | None) -> LauncherConfig:
     if base is None:
         return LauncherConfig()
     if isinstance(base, LauncherConfig):
@@ -231,7 +232,7 @@ class Sweep:
                              "to measure a running server use tgi_toolkit.bench with its URL)")
         if executor not in EXECUTORS:
             raise SweepError(f"executor: {executor!r} is not known (allowed: {', '.join(EXECUTORS)})")
-        self.base = _as_base(base)
+        self.base = as_base(base)
         self.grid: dict[str, list[Any]] = {}
         for key, values in (grid or {}).items():
             values = list(values) if isinstance(values, (list, tuple, range)) else [values]
@@ -253,11 +254,14 @@ class Sweep:
         for key in self.server:
             if key not in SERVER_OPTIONS:
                 raise SweepError(f"server: {key!r} is not a Server option (allowed: {', '.join(SERVER_OPTIONS)})")
+        self.ray = dict(ray or {})
+        for key in self.ray:
+            if key not in RAY_OPTIONS:
+                raise SweepError(f"ray: {key!r} is not a RayExecutor option (allowed: {', '.join(RAY_OPTIONS)})")
         self.backend = backend
         self.output = Path(output) if output is not None else None
         self.name = name
         self.executor = executor
-        self.ray = dict(ray or {})
 
     # -- reading and writing the specification ---------------------------------------------------
     @classmethod
@@ -342,15 +346,18 @@ class Sweep:
     # -- running ---------------------------------------------------------------------------------------
     def run(self, output: str | Path | None = None, *, resume: bool = True, progress: bool = True,
             executor: str | Executor | None = None, retry_failed: bool = False,
-            on_point: Any = None, on_config: Any = None, command: Sequence[str] | None = None) -> Results:
+            on_point: Callable[[dict[str, Any]], None] | None = None,
+            on_config: Callable[[dict[str, Any]], None] | None = None,
+            command: Sequence[str] | None = None) -> Results:
         """Launch each configuration, run every workload against it, and return the folder's Results.
 
         output: the results folder (default: the spec's `output`). resume: skip configurations
         (and points) already finished there; False measures everything again as new runs.
         executor: "local", "ray", or a RayExecutor (default: the spec's). retry_failed: also
         relaunch configurations recorded as failed (by default a failure is a result, kept).
-        on_point(row): called with each saved point (from the bench). on_config(entry): called with
-        each configuration's manifest entry when it is done. command: argv, for provenance.
+        on_point(row): called with each saved point (from the bench; local executor only: Ray tasks
+        run elsewhere). on_config(entry): called with each configuration's manifest entry when it is
+        done. command: argv, for provenance.
         """
         from tgi_toolkit.sweep.runner import run_sweep
 

@@ -35,12 +35,13 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.sweep.spec import Sweep, Workload, _as_base, make_config
+from tgi_toolkit.sweep.spec import Sweep, Workload, as_base, make_config
 from tgi_toolkit.tune.select import MEETS, Objectives, TuneResult, choose, config_row, rank_configs
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.planner import Plan
+    from tgi_toolkit.sweep.runner import Executor
 
 DEFAULT_KNOBS = ("max_batch_size", "max_batch_total_tokens", "max_batch_prefill_tokens")
 SCHEDULER_LADDERS: dict[str, list[float | int]] = {"waiting_served_ratio": [0.0, 0.3, 1.2, 3.0],
@@ -312,7 +313,8 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
          objectives: Objectives | Mapping[str, Any], *, output: str | Path, backend: str = "embedded",
          knobs: Sequence[str] = DEFAULT_KNOBS, space: Mapping[str, Sequence[Any]] | None = None,
          model_config: Any = None, gpu: str | int | None = None, max_configs: int = 8, levels: int = 3,
-         rounds: int = 2, confirm: int = 1, server: Mapping[str, Any] | None = None, executor: Any = "local",
+         rounds: int = 2, confirm: int = 1, server: Mapping[str, Any] | None = None,
+         executor: str | Executor = "local",
          resume: bool = True, progress: bool = True) -> TuneResult:
     """Search launcher settings for the most goodput under `objectives` on `workload`; save tune.json.
 
@@ -330,7 +332,7 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
         raise ValueError("objectives: give ttft_s and/or tpot_s (seconds at the percentile) to tune for")
     if max_configs < 1 or rounds < 1 or levels < 2:
         raise ValueError("max_configs and rounds must be >= 1, levels >= 2")
-    base_config = _as_base(base)
+    base_config = as_base(base)
     workload = Workload.from_dict(workload)
     demand = workload_demand(workload)
     plan = plan_for(base_config, backend, demand, model_config=model_config, gpu=gpu)
