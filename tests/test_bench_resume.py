@@ -17,7 +17,7 @@ from .conftest import ENGINE_ARGS, engine_process
 
 pytestmark = pytest.mark.slow
 
-PARAMS = {"users": [1, 2, 3], "prompt_tokens": 16, "max_new_tokens": 4, "requests": 2, "progress": False,
+PARAMS = {"users": [1, 2, 3], "prompt_tokens": 16, "max_new_tokens": 4, "requests": 3, "progress": False,
           "scrape_interval": 0.2}
 
 
@@ -46,7 +46,7 @@ def test_an_interrupted_run_resumes_with_only_the_missing_points(engine_url, tmp
     assert results.runs[0]["status"] == "complete" and results.runs[0]["sessions"] == 2
     kept = results.requests[results.requests[S.POINT_ID] == seen[0]].reset_index(drop=True)
     assert kept[S.SENT_S].tolist() == first.requests[S.SENT_S].tolist()  # finished rows untouched
-    assert len(results.requests) == 2 * 3
+    assert len(results.requests) == 3 * 3
 
     nothing: list[str] = []
     same = run_concurrency(engine_url, output=tmp_path, on_point=nothing.append, **PARAMS)
