@@ -137,8 +137,8 @@ def test_03_sweep(tmp_path) -> None:
 
     results_dir, card = tmp_path / "results", tmp_path / "card.html"
     nb = execute("03_sweep", base={"max_input_tokens": 64, "max_total_tokens": 128}, grid={"max_batch_size": [1, 2]},
-                 extra_configs=[{"max_batch_prefill_tokens": 32}], users=[1, 2], prompt_tokens=16, max_new_tokens=4, requests=2, output_dir=str(results_dir),
-                 report_path=str(card), progress=False)
+                 extra_configs=[{"max_batch_prefill_tokens": 32}], users=[1, 2], prompt_tokens=16, max_new_tokens=4,
+                 requests=2, output_dir=str(results_dir), report_path=str(card), progress=False)
     status = sweep_status(results_dir).set_index("label")
     assert status["status"].to_dict() == {"max_batch_size=1": "complete", "max_batch_size=2": "complete",
                                           "max_batch_prefill_tokens=32": "invalid"}
@@ -183,3 +183,21 @@ def test_05_model_card(tmp_path) -> None:
     expected = card_figures(example_results_dir())
     assert [f["layout"]["title"]["text"] for f in figures(nb)] == [f.figure.layout.title.text for f in expected]
     assert "# Main metrics" in json.dumps(nb.cells[[c.id for c in nb.cells].index("cell-09")].outputs)
+
+
+@pytest.mark.slow
+def test_06_tune(tmp_path) -> None:
+    from tgi_toolkit.tune import load_tune
+
+    results_dir = tmp_path / "results"
+    nb = execute("06_tune", users=[2], prompt_tokens=16, max_new_tokens=4, requests=4, ttft_s=5.0, tpot_s=1.0,
+                 knobs=["max_batch_size"], max_configs=2, levels=2, rounds=1, confirm=1, output_dir=str(results_dir),
+                 progress=False)
+    saved = load_tune(results_dir)
+    out = text(nb)
+    assert saved.message in out  # what the notebook printed is what tune.json holds
+    assert len(saved.table) == 2 and saved.space["max_batch_size"]["values"] == [1, 2]
+    (pareto,) = figures(nb)
+    assert trace_names(pareto)[-1] == "Pareto frontier"
+    chosen = saved.to_launcher_config(closest=not saved.met)
+    assert f"--max-batch-size {chosen.max_batch_size}" in out and "vllm serve " in out
