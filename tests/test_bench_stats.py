@@ -164,3 +164,19 @@ def test_telemetry_window_reads_tgi_and_vllm_gauges():
                     (1.0, "vllm:kv_cache_usage_perc", "model_name=m", 0.2)]
     w = vllm.window(0.0, 5.0)
     assert math.isnan(w.kv_capacity_tokens) and w.kv_usage == [(1.0, 0.2)] and w.batch_size_max == 8
+
+
+def test_printed_prefill_throughput_is_text_generation_benchmarks_own_figure():
+    # Seed 000: batch 16, prefill 958.80 ms -> "16.69 tokens/secs" (batch size / latency); the
+    # schema's column keeps prompt tokens per second (x sequence length 500).
+    from tgi_toolkit.bench.results import Results, frame
+
+    row = {S.RUN_ID: "r", S.BATCH_SIZE: 16, S.SEQUENCE_LENGTH: 500, S.DECODE_LENGTH: 1000, S.REPEAT: 0,
+           S.WARMUP: False, S.PREFILL_LATENCY_S: 0.9588, S.PREFILL_THROUGHPUT: 16 * 500 / 0.9588,
+           S.DECODE_TOKEN_LATENCY_S: 0.12188, S.DECODE_TOTAL_LATENCY_S: 121.758,
+           S.DECODE_THROUGHPUT: 16 * 999 / 121.758}
+    results = Results(batch=frame([row], "batch"), runs=[{"run_id": "r", "scenario": "batch", "workload": {}}])
+    tables = results.tables()
+    assert re.search(r"\| Prefill \| 16 +\| 16\.69 tokens/secs", tables), tables
+    assert "131.28 tokens/secs" in tables and "8344." not in tables
+    assert S.PREFILL_THROUGHPUT in tables  # the note says where prompt tokens per second are

@@ -43,6 +43,15 @@ def _tok_s(rate: float) -> str:
     return "-" if math.isnan(rate) else f"{rate:.2f} tokens/secs"
 
 
+# text-generation-benchmark's "Prefill ... tokens/secs" is batch size / prefill latency: the first
+# tokens of the B sequences per second (benchmark/src/generation.rs), not prompt tokens per second.
+# The tables print its figure so they compare like for like with published ones (seed 000); the
+# prompt-token rate B * S / latency is the schema's PREFILL_THROUGHPUT.
+PREFILL_NOTE = ("Prefill throughput as text-generation-benchmark computes it: batch size / prefill latency. "
+                "Prompt tokens per second (batch size x sequence length / latency) are in "
+                f"`{S.PREFILL_THROUGHPUT}`.")
+
+
 def batch_tables(results: Any) -> str:
     """For each batch run: the parameter table, the latency table and the throughput table."""
     out = []
@@ -63,12 +72,13 @@ def batch_tables(results: Any) -> str:
                                   ("Decode (total)", S.DECODE_TOTAL_LATENCY_S)):
                 d = describe(group[column], stats)
                 latency.append([label, str(size) if label == "Prefill" else "", *(_ms(d[s]) for s in stats)])
-            for label, column in (("Prefill", S.PREFILL_THROUGHPUT), ("Decode", S.DECODE_THROUGHPUT)):
-                d = describe(group[column], stats[:3])
+            first_tokens = size / group[S.PREFILL_LATENCY_S]
+            for label, values in (("Prefill", first_tokens), ("Decode", group[S.DECODE_THROUGHPUT])):
+                d = describe(values, stats[:3])
                 throughput.append([label, str(size) if label == "Prefill" else "", *(_tok_s(d[s]) for s in stats[:3])])
         names = list(S.BATCH_STATS.values())
         parts.append(markdown_table(["Step", "Batch Size", *names], latency))
-        parts.append("\n" + markdown_table(["Step", "Batch Size", *names[:3]], throughput))
+        parts.append("\n" + markdown_table(["Step", "Batch Size", *names[:3]], throughput) + "\n\n" + PREFILL_NOTE)
         out.append("\n\n".join(parts))
     return "\n\n\n".join(out)
 
