@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup quickstart test lint clean
+.PHONY: setup quickstart test lint clean browser
 
 setup: $(VENV)/.installed
 
@@ -24,8 +24,26 @@ $(VENV)/.installed: pyproject.toml requirements/no-deps.txt
 quickstart: setup
 	$(VENV)/bin/tgi-toolkit quickstart
 
-test: setup
+test: setup browser
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# What the app's browser tests and the Space's lint use from Debian: chromium (driven by playwright,
+# which never downloads a browser here) and shellcheck. Installed once, where apt-get may run (root, or
+# sudo without a password); otherwise those tests skip and say why. Another Chromium-based browser
+# (Google Chrome on GitHub's runners, or TGI_TOOLKIT_CHROMIUM) serves as well.
+BROWSERS := $(TGI_TOOLKIT_CHROMIUM) /usr/bin/chromium /usr/bin/chromium-browser /usr/bin/google-chrome
+browser:
+	@missing=""; \
+	for b in $(BROWSERS); do test -x "$$b" && break; b=""; done; test -n "$$b" || missing=" chromium"; \
+	command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
+	test -n "$$missing" || exit 0; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+	else echo "browser: cannot install$$missing (not root, no sudo): those tests will be skipped"; exit 0; fi; \
+	command -v apt-get >/dev/null || { echo "browser: no apt-get to install$$missing: those tests will be skipped"; exit 0; }; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$sudo apt-get install -y -qq --no-install-recommends $$missing >/dev/null 2>&1 \
+	|| { $$sudo apt-get update -qq && $$sudo apt-get install -y -qq --no-install-recommends $$missing; } \
+	|| echo "browser: apt-get could not install$$missing: those tests will be skipped"
 
 lint: setup
 	$(VENV)/bin/ruff check .
