@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "tune": "tgi_toolkit.tune",
     "report": "tgi_toolkit.report",
     "plan": "tgi_toolkit.planner",
+    "app": "tgi_toolkit.app.cli",
 }
 
 

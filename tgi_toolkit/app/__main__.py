@@ -1,0 +1,5 @@
+import sys
+
+from tgi_toolkit.app.cli import main
+
+sys.exit(main())
