@@ -36,14 +36,16 @@ BROWSERS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-c
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps",
                 "--disable-extensions"]
+NO_BROWSER = ("no Chromium-based browser installed: `make browser` installs Debian's chromium (needs root or "
+              "sudo), or set TGI_TOOLKIT_CHROMIUM")
 RUN_TIMEOUT_MS = 240_000  # engine start (5-20 s) plus a few tiny points, on a busy 2-core machine
 
 
 def find_browser() -> str | None:
     """TGI_TOOLKIT_CHROMIUM, else the first Chromium-based browser installed in the usual places."""
     chosen = os.environ.get("TGI_TOOLKIT_CHROMIUM")
-    if chosen:
-        return chosen
+    if chosen:  # an explicit choice: that browser or none
+        return chosen if os.access(chosen, os.X_OK) else None
     return next((path for path in BROWSERS if os.access(path, os.X_OK)), None) or shutil.which("chromium")
 
 
@@ -52,6 +54,8 @@ def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, obje
     """The app running in its own process; on teardown it gets SIGTERM and must stop its engine too."""
     import psutil
 
+    if find_browser() is None:
+        pytest.skip(NO_BROWSER)
     work = tmp_path_factory.mktemp("app")
     net_log = work / "network.log"
     port = free_port()
@@ -96,8 +100,7 @@ def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, obje
 def page(app_url: dict[str, object]) -> Iterator[object]:
     executable = find_browser()
     if executable is None:
-        pytest.skip("no Chromium-based browser installed: `make browser` installs Debian's chromium "
-                    "(needs root or sudo), or set TGI_TOOLKIT_CHROMIUM")
+        pytest.skip(NO_BROWSER)
     outside: list[str] = []
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=executable, headless=True, args=BROWSER_ARGS)
