@@ -155,6 +155,9 @@ def test_write_report_to_an_html_file_writes_the_markdown_beside_it(example: Res
     out = tmp_path / "report.html"
     assert report.write_report(example, out, figure_format="html") == out
     assert out.is_file() and (tmp_path / "report.md").is_file() and (tmp_path / "figures").is_dir()
+    # any other ending is a folder
+    assert report.write_report(example, tmp_path / "card.v2", figure_format="html") == \
+        tmp_path / "card.v2" / "model_card.md"
 
 
 def test_png_asked_for_without_a_renderer_is_refused(example: Results, tmp_path, monkeypatch) -> None:

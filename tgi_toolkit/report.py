@@ -46,6 +46,7 @@ KV_CAPACITY = "kv_cache_capacity"
 
 FIGURE_FORMATS = ("auto", "png", "html")
 FIGURES_DIR = "figures"
+_FILE_SUFFIXES = (".md", ".html", ".htm")  # an output ending otherwise is a folder (e.g. "results.v2")
 _FIGURE_WIDTH, _FIGURE_HEIGHT = 1000, 550
 
 
@@ -538,7 +539,7 @@ def report_paths(output: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
     """(Markdown card, HTML report, figures folder) for `output`: a folder (model_card.md and
     model_card.html inside), or a file ending in .md or .html (the other beside it, same stem)."""
     output = Path(output)
-    if output.suffix.lower() in (".md", ".html", ".htm"):
+    if output.suffix.lower() in _FILE_SUFFIXES:
         folder, stem = output.parent, output.stem
     else:
         folder, stem = output, "model_card"
@@ -580,7 +581,7 @@ def write_report(results_or_folder: Any, output: str | os.PathLike[str], *, figu
     sections = _sections(results, metrics, params, figures)
     md_path.write_text(_markdown(title, sections, links, fmt))
     html_path.write_text(_html(title, sections))
-    return Path(output) if Path(output).suffix else md_path
+    return Path(output) if Path(output).suffix.lower() in _FILE_SUFFIXES else md_path
 
 
 # -- command line ---------------------------------------------------------------------------------------------
