@@ -197,3 +197,66 @@ async def test_async_client_streams_concurrently(engine_url):
 
     counts = await asyncio.gather(*(one(i) for i in range(6)))
     assert all(1 <= n <= 12 for n in counts)
+
+
+def _metrics(url: str) -> dict[str, float]:
+    """Every sample of /metrics by name and labels, e.g. 'tgi_batch_forward_duration_count{method=decode}'."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            out[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
+    return out
+
+
+def test_metrics_follow_the_scheduler_during_a_batch(engine_url):
+    import threading
+
+    streams, new_tokens, prompt = 4, 60, "Tell me about the weather today."
+    input_length = len(httpx.post(engine_url + "/tokenize", json={"inputs": prompt}).json())
+    before = _metrics(engine_url)
+    all_streaming, during = threading.Barrier(streams + 1), {}
+
+    def stream() -> None:
+        body = {"inputs": prompt, "parameters": {"max_new_tokens": new_tokens, "ignore_eos": True}}
+        with httpx.stream("POST", engine_url + "/generate_stream", json=body, timeout=120) as r:
+            lines = r.iter_lines()
+            for _ in range(3):  # a few tokens in: every stream has joined the running batch
+                next(line for line in lines if line.startswith("data:"))
+            all_streaming.wait(60)
+            all_streaming.wait(60)  # hold on while the test reads /metrics
+            for _ in lines:
+                pass
+
+    threads = [threading.Thread(target=stream) for _ in range(streams)]
+    for t in threads:
+        t.start()
+    all_streaming.wait(60)
+    during.update(_metrics(engine_url))
+    all_streaming.wait(60)
+    for t in threads:
+        t.join(120)
+    after = _metrics(engine_url)
+
+    assert during["tgi_batch_current_size"] == streams
+    assert during["tgi_batch_current_max_tokens"] == streams * (input_length + new_tokens)  # reservations
+    assert during["tgi_queue_size"] == 0
+    assert during["tgi_batch_max_total_tokens"] >= during["tgi_batch_current_max_tokens"]
+    assert after["tgi_batch_current_size"] == 0 and after["tgi_batch_current_max_tokens"] == 0
+
+    def grew(name: str) -> float:
+        return after[name] - before.get(name, 0.0)
+
+    assert grew('tgi_batch_forward_duration_count{method=prefill}') >= 1
+    assert grew('tgi_batch_forward_duration_count{method=decode}') >= new_tokens - 1
+    assert grew('tgi_batch_forward_duration_sum{method=decode}') > 0
+    assert grew('tgi_batch_inference_count_total{method=decode}') == grew(
+        'tgi_batch_forward_duration_count{method=decode}')
+    assert grew("tgi_batch_next_size_count") >= 1 and grew("tgi_batch_next_size_sum") == streams
+    for name in ("tgi_request_queue_duration_count", "tgi_request_inference_duration_count",
+                 "tgi_request_duration_count", "tgi_request_success_total"):
+        assert grew(name) == streams, name
+    assert grew("tgi_request_generated_tokens_sum") == streams * new_tokens
+    assert grew("tgi_request_input_length_sum") == streams * input_length

@@ -46,18 +46,21 @@ class _Layer:
         return {"qkv": self.qkv, "o": self.o, "gate_up": self.gate_up, "down": self.down}
 
 
-SKINNY_ROWS = 32
+SKINNY_ROWS = 16
+SKINNY_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear`, fast for the few-row inputs of decode steps.
 
-    For a handful of rows, MKL's `x @ W.T` kernels ran 1.5-3x slower on the 2-core CPU than the
-    same product computed as `(W @ x.T).T`, which streams the weight rows once; one row is
-    computed as two, which takes that same kernel.
+    In bfloat16 (oneDNN/AMX kernels), `x @ W.T` for a handful of rows ran 15-25% slower on the
+    2-core CPU than the same product computed as `(W @ x.T).T`, which streams the weight rows
+    once; one row is computed as two, which takes that same kernel. In float32 the opposite
+    holds (MKL's GEMV path): `(W @ x.T).T` made a one-row decode step 2.2x slower (71 against
+    32 ms), so float32 keeps `F.linear`. Measured with benchmarks/engine_throughput.py's model.
     """
     rows = x.shape[0]
-    if x.dim() != 2 or rows > SKINNY_ROWS or x.device.type != "cpu":
+    if x.dim() != 2 or rows > SKINNY_ROWS or x.dtype not in SKINNY_DTYPES or x.device.type != "cpu":
         return F.linear(x, weight, bias)
     xt = x.T if rows > 1 else torch.cat([x, x]).T
     y = torch.mm(weight, xt).T[:rows].contiguous()
@@ -190,7 +193,13 @@ class LlamaRunner:
 
     # -- helpers ---------------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+        # As transformers' LlamaRMSNorm: normalise in float32, round to the model dtype, then scale.
+        # F.rms_norm with a bfloat16 input and weight rounds differently: its logits were up to 1.5
+        # off transformers' and the greedy chat answer to "What is the capital of France?" was
+        # nonsense in bfloat16; this form gives transformers' logits exactly.
+        return weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
 
     @staticmethod
     def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
