@@ -81,42 +81,31 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     if refused:
         raise UnsupportedSetting("\n".join(refused))
 
-    import torch
-
     from tgi_toolkit.engine.api import Api, ServerInfo
-    from tgi_toolkit.engine.infer import Engine, ModelBackend
+    from tgi_toolkit.engine.infer import ComputeThread, Engine, ModelBackend
     from tgi_toolkit.engine.metrics import Metrics
-    from tgi_toolkit.engine.model import load_model, resolve_model
-    from tgi_toolkit.engine.runner import LlamaRunner
     from tgi_toolkit.engine.scheduler import BatchingLimits
     from tgi_toolkit.engine.validation import Limits
 
     if cfg.huggingface_hub_cache:
         os.environ["HF_HUB_CACHE"] = str(cfg.huggingface_hub_cache)
-    source = resolve_model(cfg.model_id, cfg.revision)
-    log.info("Loading %s", source.describe())
-    loaded = load_model(source, dtype=cfg.dtype, tokenizer_config_path=cfg.tokenizer_config_path)
-    cfg = cfg.resolved(loaded.max_position_embeddings)
-
-    max_total = cfg.max_total_tokens
-    rows = cfg.max_batch_size or cfg.max_concurrent_requests
-    runner = LlamaRunner(loaded.model, max_rows=rows, max_positions=max_total + 1)
-    if cfg.quantize:
-        from tgi_toolkit.engine.quantization import quantize_runner
-
-        quantize_runner(runner, cfg.quantize)
-    # The runner holds its own (fused, maybe quantized) copies of the decoder weights.
-    loaded.model.model.layers = torch.nn.ModuleList()
-    log.info("Weights: %.1f MiB (%s%s)", runner.weight_bytes() / 2**20, runner.dtype,
-             f", {cfg.quantize}" if cfg.quantize else "")
-    batch_total = cfg.max_batch_total_tokens
-    if batch_total is None:
-        fraction = getattr(cfg, "cuda_memory_fraction", 1.0) or 1.0
-        batch_total = int(DEFAULT_KV_CACHE_BYTES * fraction // runner.cache.bytes_per_token())
-        batch_total = max(batch_total, max_total)
-        cfg = cfg.model_copy(update={"max_batch_total_tokens": batch_total})
-        log.info("Setting max batch total tokens to %d", batch_total)
-    cfg.validate()
+    # Every torch computation, loading included, happens in one thread (see ComputeThread).
+    compute = ComputeThread()
+    try:
+        source, loaded, cfg, runner = compute.call(_load, cfg)
+        max_total = cfg.max_total_tokens
+        batch_total = cfg.max_batch_total_tokens
+        if batch_total is None:
+            fraction = getattr(cfg, "cuda_memory_fraction", 1.0) or 1.0
+            batch_total = int(DEFAULT_KV_CACHE_BYTES * fraction // runner.cache.bytes_per_token())
+            batch_total = max(batch_total, max_total)
+            cfg = cfg.model_copy(update={"max_batch_total_tokens": batch_total})
+            log.info("Setting max batch total tokens to %d", batch_total)
+        cfg.validate()
+        compute.call(_warm_up, runner)
+    except BaseException:
+        compute.close()
+        raise
 
     metrics = Metrics()
     metrics.batch_max_total_tokens.set(batch_total)
@@ -127,8 +116,7 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     )
     backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids)
     engine = Engine(backend, limits, metrics)
-    _warm_up(runner)
-    engine.start()
+    engine.start(compute)
     api = Api(
         engine, loaded.tokenizer,
         Limits(max_best_of=cfg.max_best_of, max_stop_sequences=cfg.max_stop_sequences,
@@ -142,8 +130,31 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
                    model_dtype=str(loaded.dtype).removeprefix("torch."), quantize=cfg.quantize),
         metrics,
     )
-    torch.set_num_threads(torch.get_num_threads())
     return Built(api.app, engine, api, cfg, time.perf_counter() - started)
+
+
+def _load(cfg: Any) -> tuple[Any, Any, Any, Any]:
+    """Resolve and load the model, build its runner (quantized if asked); the config resolved for it."""
+    import torch
+
+    from tgi_toolkit.engine.model import load_model, resolve_model
+    from tgi_toolkit.engine.runner import LlamaRunner
+
+    source = resolve_model(cfg.model_id, cfg.revision)
+    log.info("Loading %s", source.describe())
+    loaded = load_model(source, dtype=cfg.dtype, tokenizer_config_path=cfg.tokenizer_config_path)
+    cfg = cfg.resolved(loaded.max_position_embeddings)
+    rows = cfg.max_batch_size or cfg.max_concurrent_requests
+    runner = LlamaRunner(loaded.model, max_rows=rows, max_positions=cfg.max_total_tokens + 1)
+    if cfg.quantize:
+        from tgi_toolkit.engine.quantization import quantize_runner
+
+        quantize_runner(runner, cfg.quantize)
+    # The runner holds its own (fused, maybe quantized) copies of the decoder weights.
+    loaded.model.model.layers = torch.nn.ModuleList()
+    log.info("Weights: %.1f MiB (%s%s)", runner.weight_bytes() / 2**20, runner.dtype,
+             f", {cfg.quantize}" if cfg.quantize else "")
+    return source, loaded, cfg, runner
 
 
 def _warm_up(runner: Any) -> None:
