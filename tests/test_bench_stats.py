@@ -140,6 +140,10 @@ def test_client_bound_rule():
     assert not client_bound(8.0, 0.100)
     assert client_bound(0.3, 0.020, client_cpu=0.97)
     assert not client_bound(float("nan"), float("nan"))
+    # one output token per request (ingestion): 8 ms of lag against 300 ms TTFTs is noise, against 20 ms it is not
+    assert not client_bound(8.0, float("nan"), ttft_p50_s=0.300)
+    assert client_bound(8.0, float("nan"), ttft_p50_s=0.020)
+    assert client_bound(8.0, float("nan"))
 
 
 def test_markdown_table_is_padded_like_seed_000():

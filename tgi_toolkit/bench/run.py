@@ -333,7 +333,8 @@ class Run:
                 if self.target.facts.get(fact):
                     capacity = float(self.target.facts[fact])
                     break
-        bound = client_bound(window.lag_p99_ms, summary[S.stat_column("itl", "p50")], window.client_cpu)
+        bound = client_bound(window.lag_p99_ms, summary[S.stat_column("itl", "p50")], window.client_cpu,
+                             summary[S.stat_column("ttft", "p50")])
         if send_lag_s and float(pd.Series(send_lag_s).quantile(0.99)) > 0.01:
             bound = True  # the client could not keep the arrival schedule
         return {S.CLIENT_LAG_P99_MS: window.lag_p99_ms, S.CLIENT_LAG_MAX_MS: window.lag_max_ms,

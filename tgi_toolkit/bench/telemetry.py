@@ -307,13 +307,19 @@ class Telemetry:
         return math.nan
 
 
-def client_bound(lag_p99_ms: float, itl_p50_s: float, client_cpu: float = math.nan) -> bool:
-    """The client's own delays were a visible part of the latencies it measured (module docstring)."""
+def client_bound(lag_p99_ms: float, itl_p50_s: float, client_cpu: float = math.nan,
+                 ttft_p50_s: float = math.nan) -> bool:
+    """The client's own delays were a visible part of the latencies it measured (module docstring).
+
+    The latency the lag is weighed against is the median inter-token gap; a point without gaps (one
+    output token each, as prompt ingestion measures) reports only TTFTs, so it is weighed against those.
+    """
     if client_cpu >= CPU_BOUND:
         return True
     if math.isnan(lag_p99_ms):
         return False
+    latency_s = ttft_p50_s if math.isnan(itl_p50_s) else itl_p50_s
     threshold = LAG_FLOOR_MS
-    if not math.isnan(itl_p50_s):
-        threshold = max(threshold, LAG_SHARE * itl_p50_s * 1000)
+    if not math.isnan(latency_s):
+        threshold = max(threshold, LAG_SHARE * latency_s * 1000)
     return lag_p99_ms > threshold
