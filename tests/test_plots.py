@@ -176,6 +176,7 @@ def test_throughput_and_ttft_against_users_with_bands():
     assert fig.layout.yaxis.title.text == "Output throughput (tokens/s)"
     assert fig.layout.yaxis2.title.text == "TTFT p50 (ms)"
     assert fig.layout.xaxis2.title.text == "Parallel users"
+    assert list(fig.layout.xaxis2.tickvals) == [1, 2, 4, 8, 16]  # whole users only
     assert "p25–p75" in lines[2].hovertemplate
 
 

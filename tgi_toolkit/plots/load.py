@@ -82,6 +82,9 @@ def metrics_vs_users(points: pd.DataFrame, metrics: Sequence[str] = (S.OUTPUT_TH
             drawn.add(label)
         fig.update_yaxes(title_text=axis_title(line_col, unit), row=row, col=1)
     fig.update_xaxes(title_text=axis_title(x), row=len(cols), col=1)
+    if x == S.USERS and len(df):
+        # Users come in whole numbers: tick the measured counts, never 1.2 or 1.4 users.
+        fig.update_xaxes(tickmode="array", tickvals=sorted(pd.to_numeric(df[x]).dropna().unique().tolist()))
     if not drawn:
         note(fig, "no measured points with values")
     default = " and ".join(_metric_name(m) for m in metrics) + f" against {column_name(x).lower()}"
