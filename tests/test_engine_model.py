@@ -194,3 +194,20 @@ def test_half_precision_dtypes_run_and_agree_with_float32(loaded, dtype):
     seqs, logits = runner.prefill([chat], all_logits=[True])
     runner.release(seqs[0])
     assert (logits[0] - expected).abs().max() < 0.25
+
+
+def test_compute_thread_runs_every_job_in_one_thread_and_hands_errors_back():
+    import threading
+
+    from tgi_toolkit.engine.infer import ComputeThread
+
+    compute = ComputeThread(name="compute-test")
+    loader = compute.call(threading.get_ident)
+    assert loader != threading.get_ident()
+    assert compute.call(lambda a, b=0: a + b, 2, b=3) == 5
+    with pytest.raises(ZeroDivisionError):
+        compute.call(lambda: 1 / 0)
+    ran_in = []
+    compute.hand_over(lambda: ran_in.append(threading.get_ident()))  # the batching loop's place
+    compute.thread.join(5)
+    assert ran_in == [loader] and not compute.thread.is_alive()  # the thread that loaded, then it ends
