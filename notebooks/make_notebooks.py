@@ -313,16 +313,16 @@ plots.ingestion_plot(ingestion.requests)"""),
     md("""
 ## The main metrics of a model card
 
-`tgi_toolkit.report.main_metrics` reads the three numbers of a happy_vllm card from everything in
-the results folder; `basis` says how each was obtained (here the generation speed comes from the
-nearest point measured, not from 10 users with 1024-token prompts: `05_model_card` explains).
+`Results.main_metrics()` reads the three numbers of a happy_vllm card from everything in the
+results folder, as the model card does; `basis` says how each was obtained (here the generation
+speed comes from the nearest point measured, not from 10 users with 1024-token prompts:
+`05_model_card` explains).
 """),
     code("""
 from tgi_toolkit.bench import load_results
-from tgi_toolkit.report import main_metrics
 
 stack.close()  # stops the server this notebook launched
-main_metrics(load_results(output_dir))[["label", "text", "basis"]]"""),
+load_results(output_dir).main_metrics()[["label", "text", "basis"]]"""),
 ]
 
 # ------------------------------------------------------------------------------------------------------
@@ -466,8 +466,8 @@ import pandas as pd
 from tgi_toolkit import plots
 from tgi_toolkit.bench import load_results
 from tgi_toolkit.cookbook import example_results_dir
+from tgi_toolkit.bench.main_metrics import main_metrics, main_metrics_table
 from tgi_toolkit.reference import list_references, load_reference
-from tgi_toolkit.report import main_metrics
 
 ours = load_results(results_dir or example_results_dir())
 refs = {name: load_reference(name) for name in references}
@@ -486,20 +486,21 @@ tgi_ref = next((r for r in refs.values() if not r.tables.empty), None)
 tgi_ref.tables if tgi_ref is not None else "no text-generation-benchmark reference selected\""""),
     code("""
 cards = {name: r for name, r in refs.items() if not r.main_metrics.empty}
-pd.DataFrame({r.label: r.main_metrics.set_index("metric")["printed_value"] for r in cards.values()})"""),
+published = [r.card_metrics() for r in cards.values()]
+main_metrics_table(pd.concat(published)) if published else "no happy_vllm card selected\""""),
     md("""
 ## Our main metrics beside the cards'
 
-The same three numbers from our results (`report.main_metrics`), with how each was obtained. A
-135M-parameter model on two CPU cores is of course far from a 7B model on an A100: the point is that
-the numbers are measured the same way, so your own GPU runs land in the same table.
+The same three numbers from our results (`main_metrics`, what the model card and
+`Results.main_metrics()` give), with how each was obtained. A 135M-parameter model on two CPU cores
+is of course far from a 7B model on an A100: the point is that the numbers are measured the same
+way, so your own GPU runs land in the same table. A row measured at different points for different
+sets names each cell's point.
 """),
     code("""
 mine = main_metrics(ours)
-table = pd.DataFrame({"ours": mine.set_index("metric")["text"]})
-for r in cards.values():
-    table[r.label] = r.main_metrics.set_index("metric")["printed_value"]
-table"""),
+mine["config_label"] = "ours: " + mine["config_label"]  # one column per configuration of ours
+main_metrics_table(pd.concat([mine, *published]))"""),
     code("""
 mine[["label", "basis"]]"""),
     md("""

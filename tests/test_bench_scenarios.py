@@ -19,6 +19,7 @@ from tgi_toolkit.bench import (
     run_scenario,
 )
 from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.main_metrics import INGESTION, KV_CAPACITY
 from tgi_toolkit.cli import main as cli_main
 
 pytestmark = pytest.mark.slow
@@ -111,10 +112,12 @@ def test_ingestion_speed_and_main_metrics(engine_url):
     assert fit["speed_tok_s"] > 0 and fit["n"] >= 4
     assert (results.requests[S.OUTPUT_TOKENS] == 1).all()
     assert results.requests.groupby(S.PROMPT_TOKENS)[S.TTFT_S].median().is_monotonic_increasing
-    table = results.main_metrics()
-    assert table["metric"].tolist()[0] == "Prompt ingestion speed"
-    assert table["value"].iloc[0].endswith("t/s") and table["number"].iloc[-1] > 0
-    assert kv_capacity(engine_url) == results.runs[0]["info"]["max_batch_total_tokens"] == table["number"].iloc[-1]
+    table = results.main_metrics().set_index("metric")
+    assert table["label"].tolist()[0] == "Prompt ingestion speed"
+    assert table.loc[INGESTION, "value"] == pytest.approx(fit["speed_tok_s"])
+    assert table.loc[INGESTION, "text"].endswith("t/s") and table.loc[KV_CAPACITY, "value"] > 0
+    assert kv_capacity(engine_url) == results.runs[0]["info"]["max_batch_total_tokens"] == \
+        table.loc[KV_CAPACITY, "value"]
 
 
 def test_bad_input_is_refused_before_anything_is_sent(engine_url, tmp_path):

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.main_metrics import COLUMNS, METRICS, approx, kv_text, main_metrics, main_metrics_table
 from tgi_toolkit.bench.results import Results, empty
-from tgi_toolkit.bench.tables import main_metrics
 from tgi_toolkit.config import LauncherConfig, from_vllm_table
 from tgi_toolkit.reference import STAT, list_references, load_reference, load_references
 from tgi_toolkit.vllm_args import parse_parameter_table
@@ -159,13 +159,24 @@ def test_happy_vllm_main_metrics(name, prefix, ingestion, speed, kv, model, gpu)
 
 def test_happy_vllm_main_metrics_beside_ours():
     ours = main_metrics(Results())  # an empty run: the table's shape and the card's wording
-    card = load_reference(CODELLAMA).main_metrics_table()
-    assert list(card.columns) == list(ours.columns) == ["metric", "value", "number"]
-    assert card["metric"].iloc[0] == ours["metric"].iloc[0] == "Prompt ingestion speed"
-    assert card["metric"].iloc[-1] == ours["metric"].iloc[-1]
-    assert card["number"].tolist() == [13500.0, 41.0, 100000.0]
-    assert card["value"].iloc[1] == "~41 t/s for each request"
-    assert load_reference(TGI).main_metrics_table().empty
+    ref = load_reference(CODELLAMA)
+    card = ref.card_metrics()
+    assert list(card.columns) == list(ours.columns) == list(COLUMNS)
+    assert card["metric"].tolist() == ours["metric"].tolist() == list(METRICS)
+    # our row names are happy_vllm's, the generation speed's at the card's own point
+    assert card["label"].tolist() == ours["label"].tolist()
+    assert card["label"].iloc[0] == "Prompt ingestion speed"
+    assert card["value"].tolist() == [13500.0, 41.0, 100000.0]
+    assert card["text"].iloc[1] == "~41 t/s for each request" and card["point"].iloc[1] == "10 users, 1024/128 tokens"
+    # our cells are formatted as the card prints its own
+    assert [f"{approx(13500.0)} t/s", f"{approx(41.0)} t/s for each request", kv_text(100000.0)] == \
+        card["text"].tolist()
+    side = main_metrics_table(pd.concat([ours, card], ignore_index=True))
+    assert side.columns.tolist() == ["default", ref.label]
+    assert side.index.tolist() == card["label"].tolist()
+    assert side[ref.label].tolist() == card["text"].tolist() and (side["default"] == "-").all()
+    assert ref.main_metrics_table().equals(side[[ref.label]])
+    assert load_reference(TGI).main_metrics_table().empty and load_reference(TGI).card_metrics().empty
 
 
 @pytest.mark.parametrize("name", [CODELLAMA, PHI3])

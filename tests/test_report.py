@@ -53,6 +53,10 @@ def test_main_metrics_of_the_example(example: Results) -> None:
     kv = metrics.loc[report.KV_CAPACITY]
     assert kv["value"] == example.runs[0]["info"]["max_batch_total_tokens"]
     assert kv["text"] == f"~{round(kv['value'] / 1000)}k tokens" and "stated by the server" in kv["basis"]
+    # one implementation: Results.main_metrics() and a folder path give the card's very table
+    assert example.main_metrics().equals(report.main_metrics(example))
+    assert report.main_metrics(example_results_dir()).drop(columns="config_label").equals(
+        report.main_metrics(example).drop(columns="config_label"))
 
 
 def test_generation_speed_nearest_point_is_named(example: Results) -> None:

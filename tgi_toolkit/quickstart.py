@@ -116,7 +116,7 @@ def _main(args: argparse.Namespace) -> int:
     results, html_path = benchmark_and_report(output, figure_format=args.figures, progress=args.progress)
     status = sweep_status(output / "results")
     print(status[["label", "status"]].to_string(index=False))
-    from tgi_toolkit.report import main_metrics, main_metrics_table
+    from tgi_toolkit.bench.main_metrics import main_metrics, main_metrics_table
 
     print("\n3/3 model card\n")
     print(main_metrics_table(main_metrics(results)).to_string())

@@ -130,14 +130,30 @@ class Reference:
             raise KeyError(f"{self.name} publishes no metric {name!r} (it has: {have})")
         return float(found["value"].iloc[0])
 
+    def card_metrics(self) -> pd.DataFrame:
+        """The card's "Main metrics" in the rows `bench.main_metrics.main_metrics` gives ours (columns
+        COLUMNS: config_label is this reference's label, label and text as printed, basis names the seed),
+        so `main_metrics_table(pd.concat([main_metrics(ours), ref.card_metrics()]))` sets them side by side."""
+        from tgi_toolkit.bench.main_metrics import COLUMNS, CONFIG_LABEL, GENERATION, point_text
+
+        rows = []
+        for rec in self.main_metrics.to_dict("records"):
+            point = (point_text(*(int(rec[c]) for c in ("parallel_requests", "prompt_tokens", "output_tokens")))
+                     if rec["metric"] == GENERATION else "")
+            rows.append({CONFIG_LABEL: self.label, "metric": rec["metric"], "label": rec["printed_metric"],
+                         "value": float(rec["value"]), "unit": rec["unit"], "text": rec["printed_value"],
+                         "basis": f"published ({self.source or self.name})", "point": point})
+        return pd.DataFrame(rows, columns=list(COLUMNS))
+
     def main_metrics_table(self) -> pd.DataFrame:
-        """The card's "Main metrics" as `bench.tables.main_metrics` gives ours (columns metric, value,
-        number: the row name and cell as printed, and the number), to set the two side by side."""
+        """The card's "Main metrics" as `bench.main_metrics.main_metrics_table` shows ours: one row per
+        metric (the printed row names), one column (this reference's label), the cells as printed.
+        Empty for a reference that publishes none."""
+        from tgi_toolkit.bench.main_metrics import main_metrics_table
+
         if self.main_metrics.empty:
-            return pd.DataFrame(columns=["metric", "value", "number"])
-        return pd.DataFrame({"metric": self.main_metrics["printed_metric"],
-                             "value": self.main_metrics["printed_value"],
-                             "number": self.main_metrics["value"].astype(float)})
+            return pd.DataFrame()
+        return main_metrics_table(self.card_metrics())
 
     def launcher_config(self) -> Any:
         """The published server settings as a LauncherConfig (TGI arguments, or the mapped vLLM ones)."""

@@ -15,7 +15,9 @@ with interactive figures that a person can open without a network.
 
 The main metrics say how each was obtained (`basis`): a card made from a small CPU run rarely
 holds the exact 10 x 1024/128 point, and a model with a short context cannot take it at all; the
-nearest measured point is used and named instead of being passed off as the asked-for one.
+nearest measured point is used and named instead of being passed off as the asked-for one. They
+are computed in `tgi_toolkit.bench.main_metrics` (re-exported here), which `Results.main_metrics()`
+and the app share.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import html
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -35,204 +36,31 @@ import pandas as pd
 
 from tgi_toolkit.bench import schema as S
 
-# happy_vllm's reference point for the generation speed (seeds 001 and 003).
-CARD_USERS = 10
-CARD_PROMPT_TOKENS = 1024
-CARD_MAX_NEW_TOKENS = 128
-
-INGESTION = "prompt_ingestion_speed"
-GENERATION = "generation_speed_per_request"
-KV_CAPACITY = "kv_cache_capacity"
+# The main metrics live in bench (Results.main_metrics, the app and the notebooks use them too); the
+# card's names stay importable from here.
+from tgi_toolkit.bench.main_metrics import (  # noqa: F401
+    CARD_MAX_NEW_TOKENS,
+    CARD_PROMPT_TOKENS,
+    CARD_USERS,
+    GENERATION,
+    INGESTION,
+    KV_CAPACITY,
+    MainMetric,
+    card_point,
+    generation_speed,
+    ingestion_speed,
+    kv_cache_capacity,
+    main_metrics,
+    main_metrics_table,
+    run_info,
+    split_by_config,
+)
+from tgi_toolkit.bench.results import as_results
 
 FIGURE_FORMATS = ("auto", "png", "html")
 FIGURES_DIR = "figures"
 _FILE_SUFFIXES = (".md", ".html", ".htm")  # an output ending otherwise is a folder (e.g. "results.v2")
 _FIGURE_WIDTH, _FIGURE_HEIGHT = 1000, 550
-
-
-# -- main metrics --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MainMetric:
-    """One row of the card's main metrics table."""
-
-    key: str  # INGESTION | GENERATION | KV_CAPACITY (the keys of data/reference/*/main_metrics.csv)
-    label: str  # the row name as happy_vllm prints it
-    value: float  # NaN when the results cannot give it
-    unit: str  # tokens/s or tokens
-    text: str  # the table cell, e.g. "~864 t/s"
-    basis: str  # how the value was obtained, in one sentence
-    point: str = ""  # where it was measured, for the generation speed: "10 users, 1024/128 tokens"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"metric": self.key, "label": self.label, "value": self.value, "unit": self.unit, "text": self.text,
-                "basis": self.basis, "point": self.point}
-
-
-def _approx(value: float) -> str:
-    """happy_vllm's '~13500': three significant digits, no decimals from 10 up."""
-    if not math.isfinite(value):
-        return "-"
-    if abs(value) >= 100:
-        digits = int(math.floor(math.log10(abs(value)))) - 2
-        return f"~{int(round(value, -digits))}"
-    return f"~{value:.0f}" if abs(value) >= 10 else f"~{value:.2g}"
-
-
-def _run_info(results: Any) -> dict[str, Any]:
-    """The server's /info of the latest run (max_input_tokens, max_total_tokens, model_id, ...)."""
-    for run in reversed(results.runs):
-        if run.get("info"):
-            return run["info"]
-    return {}
-
-
-def ingestion_speed(results: Any) -> MainMetric:
-    """Prompt ingestion speed: 1 / slope of TTFT against prompt length over the ingestion runs'
-    requests (happy_vllm's method; `Results.ingestion`)."""
-    label = "Prompt ingestion speed"
-    fit = results.ingestion()
-    speed = fit["speed_tok_s"]
-    if not math.isfinite(speed):
-        why = ("no ingestion run in these results (`tgi-toolkit bench ingestion`)" if fit["n"] == 0
-                else f"the fit over {fit['n']:.0f} requests has no positive slope")
-        return MainMetric(INGESTION, label, math.nan, "tokens/s", "-", why)
-    rows = results.requests[results.requests[S.SCENARIO] == "ingestion"]
-    lengths = rows[S.INPUT_TOKENS].astype("float64").fillna(rows[S.PROMPT_TOKENS].astype("float64"))
-    basis = (f"1 / slope of TTFT against prompt length: {fit['n']:.0f} requests one at a time, prompts of "
-             f"{lengths.min():.0f} to {lengths.max():.0f} tokens, r\u00b2 = {fit['r2']:.2f}")
-    return MainMetric(INGESTION, label, speed, "tokens/s", f"{_approx(speed)} t/s", basis)
-
-
-def card_point(results: Any, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
-               max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> tuple[tuple[int, int, int], str]:
-    """The (users, prompt, output) point to report the generation speed at: the asked-for one, cut
-    to what the server takes (max_input_tokens, max_total_tokens from /info), and why if cut."""
-    info = _run_info(results)
-    prompt, output, notes = prompt_tokens, max_new_tokens, []
-    max_input, max_total = info.get("max_input_tokens"), info.get("max_total_tokens")
-    if max_input and prompt > max_input:
-        prompt = int(max_input)
-        notes.append(f"max_input_tokens is {max_input}")
-    if max_total and prompt + output > max_total:
-        output = max(1, int(max_total) - prompt)
-        notes.append(f"max_total_tokens is {max_total}")
-    return (users, prompt, output), "; ".join(notes)
-
-
-def generation_speed(results: Any, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
-                     max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> MainMetric:
-    """Mean per-request generation speed at the concurrency point of `users` users, a
-    `prompt_tokens`-token prompt and `max_new_tokens` generated; where the results do not hold that
-    point (or the server cannot take it), the nearest measured one, named in the label and basis.
-
-    Nearest: the smallest sum of |log(measured / wanted)| over users, prompt and output length, so
-    that 5 users is as far from 10 as 20 is."""
-    (want_users, want_prompt, want_output), limit = card_point(results, users, prompt_tokens, max_new_tokens)
-    speed_column = S.stat_column(S.SPEED_METRIC, "mean")
-    points = results.points[(results.points[S.SCENARIO] == "concurrency") & results.points[speed_column].notna()]
-    asked = f"{users} parallel requests with a prompt of {prompt_tokens} tokens and {max_new_tokens} tokens generated"
-    if points.empty:
-        return MainMetric(GENERATION, f"Mean generation speed for {asked}", math.nan, "tokens/s", "-",
-                          "no concurrency point in these results (`tgi-toolkit bench concurrency`)")
-    measured = points[[S.USERS, S.PROMPT_TOKENS, S.MAX_NEW_TOKENS]].astype("float64")
-    distance = sum((measured[c] / want).apply(math.log).abs()
-                   for c, want in ((S.USERS, want_users), (S.PROMPT_TOKENS, want_prompt),
-                                   (S.MAX_NEW_TOKENS, want_output)))
-    best = points.loc[distance.idxmin()]
-    got = (int(best[S.USERS]), int(best[S.PROMPT_TOKENS]), int(best[S.MAX_NEW_TOKENS]))
-    value = float(best[speed_column])
-    label = (f"Mean generation speed for {got[0]} parallel requests with a prompt of {got[1]} tokens and "
-             f"{got[2]} tokens generated")
-    if got == (users, prompt_tokens, max_new_tokens):
-        basis = f"measured at that point ({int(best[S.REQUESTS])} requests)"
-    elif got == (want_users, want_prompt, want_output):
-        basis = (f"the card's point ({asked}) is over the server's limits ({limit}); "
-                 f"measured at the nearest it takes ({int(best[S.REQUESTS])} requests)")
-    else:
-        cut = f"; the server takes at most {want_prompt}/{want_output} ({limit})" if limit else ""
-        basis = (f"the nearest point these results hold to the card's {asked}{cut} "
-                 f"({int(best[S.REQUESTS])} requests)")
-    short = int(best[S.SHORT_OUTPUTS]) if pd.notna(best[S.SHORT_OUTPUTS]) else 0
-    if short:
-        basis += f"; {short} request(s) stopped before {got[2]} tokens (EOS could not be ignored)"
-    return MainMetric(GENERATION, label, value, "tokens/s", f"{_approx(value)} t/s for each request", basis,
-                      f"{got[0]} users, {got[1]}/{got[2]} tokens")
-
-
-def kv_cache_capacity(results: Any) -> MainMetric:
-    """Tokens the KV cache holds: the server's own budget where it states one (TGI's
-    tgi_batch_max_total_tokens, the embedded engine likewise), else happy_vllm's estimate from
-    the cache usage under load (the points' kv_capacity_tokens)."""
-    from tgi_toolkit.bench.telemetry import KV_TOTAL_METRIC
-
-    label = "Estimate of the max nb of tokens in KV cache"
-    capacity = results.points[S.KV_CAPACITY_TOKENS].dropna()
-    stated = results.server[results.server[S.METRIC] == KV_TOTAL_METRIC][S.VALUE].dropna()
-    info_budget = _run_info(results).get("max_batch_total_tokens")
-    if len(stated):
-        value, basis = float(stated.max()), ("stated by the server: tgi_batch_max_total_tokens, the token budget "
-                                             "its warm-up found room for")
-    elif len(capacity):
-        value = float(capacity.median())
-        stated_by_info = info_budget is not None and math.isclose(value, float(info_budget))
-        basis = ("stated by the server's /info (max_batch_total_tokens)" if stated_by_info else
-                 f"estimated from the KV-cache usage under load (happy_vllm's method), median of {len(capacity)} "
-                 f"point(s)")
-    elif info_budget:
-        value, basis = float(info_budget), "stated by the server's /info (max_batch_total_tokens)"
-    else:
-        return MainMetric(KV_CAPACITY, label, math.nan, "tokens", "-",
-                          "the server stated no budget and no point sampled its cache usage")
-    text = f"~{value / 1000:.0f}k tokens" if value >= 10_000 else f"{_approx(value)} tokens"
-    return MainMetric(KV_CAPACITY, label, value, "tokens", text, basis)
-
-
-def split_by_config(results: Any) -> dict[str, Any]:
-    """One Results per configuration (config_id), keyed by its label, in the order first run."""
-    from tgi_toolkit.bench.results import Results
-
-    ids: list[str] = []
-    for run in results.runs:
-        if run.get("config_id", "") not in ids:
-            ids.append(run.get("config_id", ""))
-    for table in (results.points, results.requests, results.batch):
-        for cid in table[S.CONFIG_ID].dropna().unique():
-            if cid not in ids:
-                ids.append(cid)
-    if len(ids) <= 1:
-        return {_config_label(results, ids[0] if ids else ""): results}
-    out = {}
-    for cid in ids:
-        def pick(df: pd.DataFrame, cid: str = cid) -> pd.DataFrame:
-            return df[df[S.CONFIG_ID] == cid].reset_index(drop=True)
-
-        part = Results(pick(results.requests), pick(results.points), pick(results.batch), pick(results.server),
-                       [r for r in results.runs if r.get("config_id", "") == cid], results.path)
-        out[_config_label(part, cid)] = part
-    return out
-
-
-def _config_label(results: Any, cid: str) -> str:
-    for run in results.runs:
-        if run.get("config_id", "") == cid and run.get("config_label"):
-            return str(run["config_label"])
-    labels = results.points[S.CONFIG_LABEL].dropna()
-    return str(labels.iloc[0]) if len(labels) and labels.iloc[0] else (cid or "default")
-
-
-def main_metrics(results: Any, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
-                 max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> pd.DataFrame:
-    """The card's three main metrics for each configuration in `results` (a Results or a folder).
-
-    Columns: config_label, metric (INGESTION, GENERATION, KV_CAPACITY), label, value, unit, text, basis,
-    point (the generation speed's users and prompt/output tokens; "" for the others)."""
-    results = _as_results(results)
-    rows = []
-    for config, part in split_by_config(results).items():
-        for metric in (ingestion_speed(part), generation_speed(part, users, prompt_tokens, max_new_tokens),
-                       kv_cache_capacity(part)):
-            rows.append({"config_label": config, **metric.as_dict()})
-    return pd.DataFrame(rows, columns=["config_label", "metric", "label", "value", "unit", "text", "basis", "point"])
 
 
 # -- parameters ---------------------------------------------------------------------------------------------
@@ -241,12 +69,12 @@ def parameters(results: Any) -> pd.DataFrame:
     backend, engine, versions, hardware, first run's start) then every launcher setting as recorded
     in the runs' provenance, and the budgets the server resolved at start-up. One column per
     configuration, one row per parameter, values as text."""
-    results = _as_results(results)
+    results = as_results(results)
     columns: dict[str, dict[str, str]] = {}
     for config, part in split_by_config(results).items():
         runs = part.runs
         first = runs[0] if runs else {}
-        info = _run_info(part)
+        info = run_info(part)
         versions = first.get("versions") or {}
         hardware = first.get("hardware") or {}
         gpus = ", ".join(g.get("name", "?") for g in hardware.get("gpus") or [])
@@ -300,7 +128,7 @@ def card_figures(results: Any) -> list[Figure]:
     batch over time, KV usage, and the Pareto frontier when there are several configurations."""
     from tgi_toolkit import plots
 
-    results = _as_results(results)
+    results = as_results(results)
     figures = []
     concurrency = results.points[results.points[S.SCENARIO] == "concurrency"]
     if len(concurrency):
@@ -394,7 +222,7 @@ def _write_htmls(figures: Sequence[Figure], folder: Path) -> None:
 
 # -- the card ---------------------------------------------------------------------------------------------------
 def _title(results: Any) -> str:
-    info = _run_info(results)
+    info = run_info(results)
     model = (info.get("model_id") or "an unknown model").split("/")[-1]
     first = results.runs[0] if results.runs else {}
     hardware = first.get("hardware") or {}
@@ -424,26 +252,6 @@ class _Section:
     tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     preformatted: str = ""
-
-
-def main_metrics_table(metrics: pd.DataFrame) -> pd.DataFrame:
-    """`main_metrics` as the card shows it: one row per metric (happy_vllm's row names), one column
-    per configuration, the cells' text. Where configurations were measured at different points for
-    the generation speed, the row says what was asked and each cell names its point."""
-    configs = list(dict.fromkeys(metrics["config_label"]))
-    rows: dict[str, list[str]] = {}
-    for key in (INGESTION, GENERATION, KV_CAPACITY):
-        part = metrics[metrics["metric"] == key].set_index("config_label")
-        labels = set(part["label"])
-        cells = [part.loc[c, "text"] if c in part.index else "-" for c in configs]
-        if len(labels) > 1:
-            cells = [f"{t} ({part.loc[c, 'point']})" if c in part.index else t
-                     for c, t in zip(configs, cells, strict=True)]
-            label = "Mean generation speed (see each cell for the point)"
-        else:
-            label = labels.pop() if labels else key
-        rows[label] = cells
-    return pd.DataFrame.from_dict(rows, orient="index", columns=configs)
 
 
 def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures: Sequence[Figure]) -> list[_Section]:
@@ -527,14 +335,6 @@ def _html(title: str, sections: Sequence[_Section]) -> str:
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
-def _as_results(results_or_folder: Any) -> Any:
-    if isinstance(results_or_folder, (str, os.PathLike)):
-        from tgi_toolkit.bench.results import load_results
-
-        return load_results(results_or_folder)
-    return results_or_folder
-
-
 def report_paths(output: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
     """(Markdown card, HTML report, figures folder) for `output`: a folder (model_card.md and
     model_card.html inside), or a file ending in .md or .html (the other beside it, same stem)."""
@@ -557,7 +357,7 @@ def write_report(results_or_folder: Any, output: str | os.PathLike[str], *, figu
     file per figure), or "auto" (PNG where it can be rendered, else HTML)."""
     if figure_format not in FIGURE_FORMATS:
         raise ValueError(f"figure_format={figure_format!r} is not one of {', '.join(FIGURE_FORMATS)}")
-    results = _as_results(results_or_folder)
+    results = as_results(results_or_folder)
     if not len(results.points) and not len(results.requests) and not len(results.batch):
         where = f" in {results.path}" if results.path else ""
         raise ValueError(f"no results{where}: nothing to report (run `tgi-toolkit bench` or a sweep first)")

@@ -19,16 +19,17 @@ from typing import Any
 import pandas as pd
 
 from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.main_metrics import GENERATION, INGESTION, KV_CAPACITY, METRICS
 
 # Uploaded zips are opened on a shared machine: refuse archives that would fill its disk.
 MAX_UNZIPPED_BYTES = 512 * 1024 * 1024
 MAX_MEMBERS = 10_000
 _SKIPPED = (".lock",)  # a results folder's lock file: nothing a reader needs
 LOAD_SCENARIOS = ("concurrency", "rate")  # points drawn against load (ingestion points are one user each)
-METRIC_KEYS = ("prompt_ingestion_speed", "generation_speed_per_request", "kv_cache_capacity")
-METRIC_LABELS = {"prompt_ingestion_speed": "Prompt ingestion speed",
-                 "generation_speed_per_request": "Generation speed per request (happy_vllm's 10 users, 1024/128)",
-                 "kv_cache_capacity": "KV-cache capacity"}
+METRIC_KEYS = METRICS  # the main metrics' keys, as published cards and `main_metrics` name them
+METRIC_LABELS = {INGESTION: "Prompt ingestion speed",
+                 GENERATION: "Generation speed per request (happy_vllm's 10 users, 1024/128)",
+                 KV_CAPACITY: "KV-cache capacity"}
 
 
 class ResultsFileError(ValueError):
@@ -56,25 +57,26 @@ def reference_set(name: str, data_dir: str | Path | None = None) -> ResultSet:
     from tgi_toolkit.reference import load_reference
 
     ref = load_reference(name, data_dir)
-    metrics = dict(zip(ref.main_metrics["metric"], ref.main_metrics["printed_value"], strict=True)) \
-        if not ref.main_metrics.empty else {}
-    return ResultSet(f"reference: {ref.label}", "reference", ref.points, ref.batch_stats, metrics, ref.source)
+    return ResultSet(f"reference: {ref.label}", "reference", ref.points, ref.batch_stats,
+                     _metric_texts(ref.card_metrics()), ref.source)
 
 
 def folder_set(name: str, folder: str | Path, kind: str) -> ResultSet:
-    """A results folder (one run or many) as a ResultSet; its main metrics from `tgi_toolkit.report`."""
+    """A results folder (one run or many) as a ResultSet; its main metrics from `tgi_toolkit.bench.main_metrics`."""
     from tgi_toolkit.bench import load_results
-    from tgi_toolkit.report import main_metrics
+    from tgi_toolkit.bench.main_metrics import main_metrics
 
     results = load_results(folder)
-    metrics: dict[str, str] = {}
-    if not (results.points.empty and results.requests.empty):
-        table = main_metrics(results)
-        for key in METRIC_KEYS:
-            rows = table[table["metric"] == key]
-            metrics[key] = "; ".join(rows["text"]) if len(rows) else "-"
+    metrics = {} if results.points.empty and results.requests.empty else _metric_texts(main_metrics(results))
     return ResultSet(name, kind, results.points, results.batch[~results.batch[S.WARMUP].astype(bool)]
                      if len(results.batch) else results.batch, metrics, str(folder))
+
+
+def _metric_texts(table: pd.DataFrame) -> dict[str, str]:
+    """METRIC_KEYS -> the cells of a `main_metrics` frame ('; '-joined over configurations); {} for none."""
+    if table.empty:
+        return {}
+    return {key: "; ".join(table.loc[table["metric"] == key, "text"]) or "-" for key in METRIC_KEYS}
 
 
 class Catalog:

@@ -45,15 +45,15 @@ def points_table(results: Any) -> pd.DataFrame:
 
 
 def main_metrics_table(results: Any) -> pd.DataFrame:
-    """happy_vllm's model-card main metrics (`tgi_toolkit.report.main_metrics`) with how each was got."""
-    from tgi_toolkit.report import main_metrics
+    """happy_vllm's model-card main metrics (`tgi_toolkit.bench.main_metrics`) with how each was got."""
+    from tgi_toolkit.bench.main_metrics import CONFIG_LABEL, main_metrics
 
     if results.points.empty and results.requests.empty:
         return pd.DataFrame(columns=["metric", "value", "how it was obtained"])
     table = main_metrics(results)
     out = pd.DataFrame({"metric": table["label"], "value": table["text"], "how it was obtained": table["basis"]})
-    if table["config_label"].nunique() > 1:
-        out.insert(0, "configuration", table["config_label"])
+    if table[CONFIG_LABEL].nunique() > 1:
+        out.insert(0, "configuration", table[CONFIG_LABEL])
     return out
 
 

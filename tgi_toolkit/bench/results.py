@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.main_metrics import CARD_MAX_NEW_TOKENS, CARD_PROMPT_TOKENS, CARD_USERS
 
 TABLES = {"requests": S.REQUEST_COLUMNS, "points": S.POINT_COLUMNS, "batch": S.BATCH_COLUMNS,
           "server": S.SERVER_COLUMNS}
@@ -134,11 +135,13 @@ class Results:
 
         return batch_tables(self if run_id is None else self.run(run_id))
 
-    def main_metrics(self) -> pd.DataFrame:
-        """happy_vllm's "Main metrics" table from the ingestion and concurrency points."""
-        from tgi_toolkit.bench.tables import main_metrics
+    def main_metrics(self, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
+                     max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> pd.DataFrame:
+        """happy_vllm's "Main metrics" per configuration, with how each was obtained: the model card's
+        (`tgi_toolkit.bench.main_metrics.main_metrics`)."""
+        from tgi_toolkit.bench.main_metrics import main_metrics
 
-        return main_metrics(self)
+        return main_metrics(self, users, prompt_tokens, max_new_tokens)
 
     def ingestion(self) -> dict[str, float]:
         """The prompt-ingestion fit (stats.ingestion_fit) over the ingestion runs' requests."""
@@ -153,6 +156,13 @@ class Results:
 # -- the folder --------------------------------------------------------------------------------
 def _read(path: Path, table: str) -> pd.DataFrame:
     return pd.read_parquet(path) if path.exists() else empty(table)
+
+
+def as_results(results_or_folder: Results | str | os.PathLike[str]) -> Results:
+    """`results_or_folder` itself when it is a Results, else the Results in that folder."""
+    if isinstance(results_or_folder, (str, os.PathLike)):
+        return load_results(results_or_folder)
+    return results_or_folder
 
 
 def load_results(folder: str | os.PathLike[str], run_id: str | None = None) -> Results:

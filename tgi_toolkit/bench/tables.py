@@ -1,13 +1,11 @@
-"""Tables people already read: text-generation-benchmark's (seed 000) and happy_vllm's main metrics
-(seeds 001, 003), rendered from the result tables."""
+"""text-generation-benchmark's tables (seed 000), rendered from the result tables. happy_vllm's main
+metrics (seeds 001, 003) are `tgi_toolkit.bench.main_metrics`."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from typing import Any
-
-import pandas as pd
 
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.stats import describe
@@ -81,28 +79,3 @@ def batch_tables(results: Any) -> str:
         parts.append("\n" + markdown_table(["Step", "Batch Size", *names[:3]], throughput) + "\n\n" + PREFILL_NOTE)
         out.append("\n\n".join(parts))
     return "\n\n\n".join(out)
-
-
-def main_metrics(results: Any, users: int = 10, prompt_tokens: int = 1024, max_new_tokens: int = 128) -> pd.DataFrame:
-    """happy_vllm's three main metrics (columns metric, value, number): prompt ingestion speed,
-    mean per-request generation speed at the concurrency point nearest `users` users with a
-    `prompt_tokens`-token prompt and `max_new_tokens` generated, and the KV-cache capacity."""
-    rows = []
-    fit = results.ingestion()
-    speed = fit["speed_tok_s"]
-    rows.append(("Prompt ingestion speed", "-" if math.isnan(speed) else f"~{speed:.0f} t/s", speed))
-    points = results.points[results.points[S.SCENARIO] == "concurrency"]
-    if len(points):
-        distance = ((points[S.USERS].astype(float) - users).abs() / users
-                    + (points[S.PROMPT_TOKENS].astype(float) - prompt_tokens).abs() / prompt_tokens
-                    + (points[S.MAX_NEW_TOKENS].astype(float) - max_new_tokens).abs() / max_new_tokens)
-        best = points.loc[distance.idxmin()]
-        value = float(best[S.stat_column(S.SPEED_METRIC, "mean")])
-        rows.append((f"Mean generation speed for {int(best[S.USERS])} parallel requests with a prompt of "
-                     f"{int(best[S.PROMPT_TOKENS])} tokens and {int(best[S.MAX_NEW_TOKENS])} tokens generated",
-                     "-" if math.isnan(value) else f"~{value:.0f} t/s for each request", value))
-    capacity = results.points[S.KV_CAPACITY_TOKENS].dropna()
-    kv = float(capacity.median()) if len(capacity) else math.nan
-    text = "-" if math.isnan(kv) else (f"~{kv / 1000:.0f}k tokens" if kv >= 10_000 else f"~{kv:.0f} tokens")
-    rows.append(("Estimate of the max nb of tokens in KV cache", text, kv))
-    return pd.DataFrame(rows, columns=["metric", "value", "number"])
