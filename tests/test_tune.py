@@ -112,6 +112,15 @@ def test_objectives_nobody_meets_give_no_best_and_name_the_closest():
     assert result.table.loc[2, "status"] == "failed"
 
 
+def test_configurations_that_all_measured_nothing_are_ranked_not_a_crash():
+    result = choose(frame([], "points"), LIMITS, configs=[entry("a", "failed", max_batch_size=1),
+                                                          entry("b", "invalid", max_batch_size=0)],
+                    knobs=["max_batch_size"])
+    assert list(result.table["config_id"]) == ["a", "b"] and list(result.table["max_batch_size"]) == [1, 0]
+    assert result.table[TTFT].isna().all() and not result.table["meets"].any()
+    assert result.best is None and result.closest is None
+
+
 def test_pareto_set_keeps_the_points_nothing_beats_on_throughput_and_latency():
     points = frame([point("a", 1, 0.1, 0.05, 1, 10), point("a", 4, 0.2, 0.05, 2, 20),
                     point("b", 4, 0.3, 0.05, 2, 15),  # slower and less throughput than a at 4 users

@@ -146,6 +146,9 @@ def rank_configs(points: pd.DataFrame, objectives: Objectives, *, configs: Seque
     table = pd.DataFrame(rows)
     if table.empty:
         return pd.DataFrame(columns=["rank", S.CONFIG_ID, "label", *knobs, MEETS, *metric_columns])
+    for column in (*metric_columns, *OPERATING_POINT):  # absent when no configuration measured a point
+        if column not in table.columns:
+            table[column] = np.nan
     for knob in knobs:
         values = []
         for config_id in table[S.CONFIG_ID]:
