@@ -722,7 +722,8 @@ result.table"""),
     md("""
 ## The trade-off
 
-Every measured point: output throughput against TTFT at the objective's percentile, one colour per
+Every measured point of the configurations in the table above (the confirmation's second
+measurement included): output throughput against TTFT at the objective's percentile, one colour per
 configuration, the frontier joined. Points above the TTFT objective (`ttft_s`) are out, whatever their
 throughput; the best configuration is usually the frontier point furthest right below it.
 """),
@@ -730,7 +731,9 @@ throughput; the best configuration is usually the frontier point furthest right 
 from tgi_toolkit.bench import load_results
 
 points = load_results(output_dir).points
-plots.pareto_plot(points[points["scenario"] == "concurrency"], y=f"ttft_{percentile}_s")"""),
+# the folder may hold configurations of an earlier tuning (resume=True): draw this one's
+points = points[(points["scenario"] == "concurrency") & points["config_id"].isin(result.table["config_id"])]
+plots.pareto_plot(points, y=f"ttft_{percentile}_s")"""),
     md("""
 ## Launch with it
 

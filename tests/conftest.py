@@ -81,3 +81,19 @@ def engine() -> Iterator[EngineProcess]:
 @pytest.fixture(scope="session")
 def engine_url(engine: EngineProcess) -> str:
     return engine.url
+
+
+@pytest.fixture
+def launches(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every Server.start() call of this process: the LauncherConfig each server was started with."""
+    from tgi_toolkit.server import Server
+
+    started: list = []
+    real = Server.start
+
+    def counting(self):  # Server.start, counted
+        started.append(self.config)
+        return real(self)
+
+    monkeypatch.setattr(Server, "start", counting)
+    return started

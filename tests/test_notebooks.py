@@ -187,6 +187,7 @@ def test_05_model_card(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_06_tune(tmp_path) -> None:
+    from tgi_toolkit.bench import load_results
     from tgi_toolkit.tune import load_tune
 
     results_dir = tmp_path / "results"
@@ -199,5 +200,8 @@ def test_06_tune(tmp_path) -> None:
     assert len(saved.table) == 2 and saved.space["max_batch_size"]["values"] == [1, 2]
     (pareto,) = figures(nb)
     assert trace_names(pareto)[-1] == "Pareto frontier"
+    # one colour per configuration the table ranks, and none beside them (the base was once measured too)
+    labels = set(load_results(results_dir).points.set_index("config_id").loc[saved.table["config_id"], "config_label"])
+    assert set(trace_names(pareto)[:-1]) == labels and len(labels) == len(saved.table)
     chosen = saved.to_launcher_config(closest=not saved.met)
     assert f"--max-batch-size {chosen.max_batch_size}" in out and "vllm serve " in out

@@ -16,7 +16,6 @@ from tests.standins.fixtures import no_leftover_processes, standins  # noqa: F40
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.results import ResultsFolder, frame, load_results
 from tgi_toolkit.config import LauncherConfig
-from tgi_toolkit.server import Server
 from tgi_toolkit.sweep import Manifest, Sweep, SweepError, Workload, load_manifest, resources_for, sweep_status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,20 +27,6 @@ def standin_sweep(**kwargs) -> Sweep:
     kwargs.setdefault("configs", [{"max_batch_prefill_tokens": 16}])  # < max_input_tokens: invalid
     return Sweep(base={"model_id": "org/standin-model", "max_input_tokens": 32, "max_total_tokens": 64},
                  workloads=[TINY], backend="tgi", server={"health_timeout": 20}, **kwargs)
-
-
-@pytest.fixture
-def launches(monkeypatch):
-    """Every Server.start() call of this process, by the configuration's label."""
-    started: list[LauncherConfig] = []
-    real = Server.start
-
-    def counting(self):
-        started.append(self.config)
-        return real(self)
-
-    monkeypatch.setattr(Server, "start", counting)
-    return started
 
 
 # -- the grid ---------------------------------------------------------------------------------------
@@ -63,6 +48,15 @@ def test_grid_is_crossed_extra_configs_appended_and_duplicates_dropped():
     assert configs[0].config_label == ("max_batch_prefill_tokens=512,max_batch_size=1,max_input_tokens=256,"
                                        "max_total_tokens=512")
     assert sweep.knobs() == ["max_batch_size", "max_batch_prefill_tokens", "waiting_served_ratio"]
+
+
+def test_the_base_is_measured_only_when_nothing_else_is_listed():
+    base = {"max_input_tokens": 256, "max_total_tokens": 512}
+    only = Sweep(base=base, configs=[{"max_batch_size": 1}, {"max_batch_size": 4}], workloads=[TINY])
+    assert [c.label for c in only.configs()] == ["max_batch_size=1", "max_batch_size=4"]  # no unlisted "base"
+    assert [c.label for c in Sweep(base=base, workloads=[TINY]).configs()] == ["base"]
+    assert [c.label for c in Sweep(base=base, grid={"max_batch_size": [2]}, workloads=[TINY]).configs()] == [
+        "max_batch_size=2"]
 
 
 def test_configs_breaking_a_launcher_rule_carry_the_rule_and_its_fields():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.standins.fixtures import no_leftover_processes  # noqa: F401
+from tests.standins.fixtures import no_leftover_processes, standins  # noqa: F401
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.results import frame, load_results
 from tgi_toolkit.cli import build_parser
@@ -230,6 +230,22 @@ def test_cli_is_registered_and_reads_values():
     assert _values(args.values) == {"waiting_served_ratio": [0.3, 1.2]}
     with pytest.raises(ValueError, match="expected FIELD=V1,V2"):
         _values(["max_batch_size"])
+
+
+@pytest.mark.usefixtures("standins")
+def test_tuning_launches_exactly_the_configurations_its_table_lists(tmp_path, monkeypatch, launches):
+    # Stand-in TGI servers that crash at start-up: each configuration costs one launch, and fails.
+    monkeypatch.setenv("TGI_TOOLKIT_STANDIN", "crash")
+    workload = Workload("concurrency", users=[4], prompt_tokens=16, max_new_tokens=4, requests=8)
+    result = tune({"model_id": "org/standin-model"}, workload, Objectives(ttft_s=5.0), output=tmp_path,
+                  backend="tgi", model_config=SMOLLM2, gpu="L4", knobs=["max_batch_size"], max_configs=2, levels=2,
+                  rounds=1, confirm=0, server={"health_timeout": 20}, progress=False)
+    manifest = load_manifest(tmp_path)["configs"]
+    assert len(result.table) == 2 and set(result.table["status"]) == {"failed"}
+    # every configuration measured is ranked in the table; the shared base was not measured on the side
+    assert [e["config_id"] for e in manifest] == list(result.table[S.CONFIG_ID])
+    assert sorted(c.max_batch_size for c in launches) == sorted(result.table["max_batch_size"]) == [1, 4]
+    assert "base" not in [e["label"] for e in manifest]
 
 
 # -- a real tuning run --------------------------------------------------------------------------------------

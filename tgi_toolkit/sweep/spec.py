@@ -316,13 +316,15 @@ class Sweep:
 
     def configs(self) -> list[SweepConfig]:
         """Every configuration, checked: the grid's combinations, then `configs`; duplicates dropped.
+        The base alone is a configuration only when there is neither a grid nor `configs`.
 
         Two combinations that end up as the same launcher settings (same config_id) run once.
         """
         combos: list[dict[str, Any]] = []
         keys = list(self.grid)
-        for values in itertools.product(*(self.grid[k] for k in keys)):
-            combos.append(dict(zip(keys, values, strict=True)))
+        if keys:  # the product of no values is one empty combination: the base, which nobody listed
+            for values in itertools.product(*(self.grid[k] for k in keys)):
+                combos.append(dict(zip(keys, values, strict=True)))
         combos += [dict(c) for c in self.extra_configs]
         if not combos:
             combos = [{}]
