@@ -724,8 +724,10 @@ result.table"""),
 
 Every measured point of the configurations in the table above (the confirmation's second
 measurement included): output throughput against TTFT at the objective's percentile, one colour per
-configuration, the frontier joined. Points above the TTFT objective (`ttft_s`) are out, whatever their
-throughput; the best configuration is usually the frontier point furthest right below it.
+configuration, the frontier joined. The dashed line is the TTFT objective (`ttft_s`), drawn in the
+axis's unit (ms or s, whichever the figure chose: `plots.axis_scale` says which). Points above it are
+out, whatever their throughput; the best configuration is usually the frontier point furthest right
+below it.
 """),
     code("""
 from tgi_toolkit.bench import load_results
@@ -733,7 +735,8 @@ from tgi_toolkit.bench import load_results
 points = load_results(output_dir).points
 # the folder may hold configurations of an earlier tuning (resume=True): draw this one's
 points = points[(points["scenario"] == "concurrency") & points["config_id"].isin(result.table["config_id"])]
-plots.pareto_plot(points, y=f"ttft_{percentile}_s")"""),
+ttft = f"ttft_{percentile}_s"
+plots.pareto_plot(points, y=ttft, objectives={ttft: ttft_s})"""),
     md("""
 ## Launch with it
 

@@ -203,5 +203,8 @@ def test_06_tune(tmp_path) -> None:
     # one colour per configuration the table ranks, and none beside them (the base was once measured too)
     labels = set(load_results(results_dir).points.set_index("config_id").loc[saved.table["config_id"], "config_label"])
     assert set(trace_names(pareto)[:-1]) == labels and len(labels) == len(saved.table)
+    (objective,) = pareto["layout"]["shapes"]  # ttft_s=5.0 on the TTFT axis, in the unit its title names
+    unit = pareto["layout"]["yaxis"]["title"]["text"].rsplit("(", 1)[-1].rstrip(")")
+    assert objective["y0"] == objective["y1"] == {"ms": 5000.0, "s": 5.0}[unit]
     chosen = saved.to_launcher_config(closest=not saved.met)
     assert f"--max-batch-size {chosen.max_batch_size}" in out and "vllm serve " in out

@@ -346,6 +346,36 @@ def test_pareto_plot_highlights_the_frontier_with_config_hover():
     assert fig.layout.yaxis.title.text == "TTFT p50 (ms)"
 
 
+def test_axis_scale_is_the_unit_each_axis_is_drawn_in():
+    table = points_table(prompts=(128,))
+    fast, slow = table.assign(**{TTFT["p90"]: 0.25}), table.assign(**{TTFT["p90"]: 4.0})
+    assert P.axis_scale(fast, TTFT["p90"]) == P.AxisScale(1000.0, "ms") and P.axis_scale(fast, TTFT["p90"])(5.0) == 5000
+    assert P.axis_scale(slow, TTFT["p90"]) == P.AxisScale(1.0, "s")
+    assert P.axis_scale(fast, TTFT["p90"], "s") == P.AxisScale(1.0, "s")
+    assert P.axis_scale(fast, S.OUTPUT_THROUGHPUT) == P.AxisScale(1.0, "tokens/s")
+    for df in (fast, slow):  # what the figure's axis says
+        unit = P.axis_scale(df, TTFT["p90"]).unit
+        assert P.pareto_plot(df, y=TTFT["p90"]).layout.yaxis.title.text == f"TTFT p90 ({unit})"
+    with pytest.raises(ValueError, match="not a time unit"):
+        P.axis_scale(fast, TTFT["p90"], "min")
+
+
+@pytest.mark.parametrize(("ttft", "at", "text"), [(0.25, 5000.0, "≤ 5,000 ms"), (4.0, 5.0, "≤ 5 s")])
+def test_pareto_plot_draws_objectives_in_the_axis_unit(ttft, at, text):
+    table = points_table(prompts=(128,)).assign(**{TTFT["p90"]: ttft})
+    fig = P.pareto_plot(table, y=TTFT["p90"], objectives={TTFT["p90"]: 5.0, S.OUTPUT_THROUGHPUT: 100.0})
+    horizontal, vertical = fig.layout.shapes
+    assert (horizontal.yref, horizontal.y0, horizontal.y1) == ("y", at, at)
+    assert (vertical.xref, vertical.x0) == ("x", 100.0)  # throughput is drawn as it is, tokens/s
+    texts = [a.text for a in fig.layout.annotations]
+    assert texts == [f"objective: TTFT p90 {text}", "objective: Output throughput ≥ 100 tokens/s"]
+    assert [t.name for t in fig.data] == [t.name for t in P.pareto_plot(table, y=TTFT["p90"]).data]  # no new trace
+    with pytest.raises(ValueError, match="on neither axis"):
+        P.pareto_plot(table, y=TTFT["p90"], objectives={TTFT["p50"]: 1.0})
+    with pytest.raises(ValueError, match="finite number"):
+        P.pareto_plot(table, objectives={TTFT["p50"]: float("nan")})
+
+
 def test_pareto_plot_partial_data():
     table = points_table(prompts=(128,))
     table.loc[table.index[:3], TTFT["p50"]] = np.nan

@@ -16,10 +16,15 @@ values (NaN, one point, no server samples) draw what there is and say on the fig
 | Pareto frontier                          | pareto_plot, pareto_front                  | points   |
 | queue and batch size over time           | server_timeline, kv_usage_timeline         | server (+ requests) |
 | result sets side by side                 | compare_batch, compare_points, label_sets  | batch, points |
+
+Times are drawn in ms or s, chosen per axis from the data; `axis_scale(table, column)` says which (and
+the factor), so anything added to a figure lands in its units, e.g. `pareto_plot(points,
+objectives={"ttft_p90_s": 5.0})` draws that limit in whichever unit the TTFT axis uses.
 """
 
 from __future__ import annotations
 
+from tgi_toolkit.plots._common import AxisScale, axis_scale
 from tgi_toolkit.plots.batch import BATCH_STEPS, batch_heatmap, batch_latency_throughput
 from tgi_toolkit.plots.compare import compare_batch, compare_points, label_sets
 from tgi_toolkit.plots.distributions import distribution, fit_ingestion, ingestion_plot, itl_distribution
@@ -28,7 +33,7 @@ from tgi_toolkit.plots.pareto import pareto_front, pareto_plot
 from tgi_toolkit.plots.server import kv_usage_timeline, server_timeline
 
 __all__ = [
-    "BATCH_STEPS", "batch_heatmap",
+    "AxisScale", "BATCH_STEPS", "axis_scale", "batch_heatmap",
     "batch_latency_throughput", "compare_batch", "compare_points", "distribution", "fit_ingestion",
     "ingestion_plot", "itl_distribution", "kv_usage_timeline", "label_sets", "metrics_vs_users", "pareto_front",
     "pareto_plot", "server_timeline", "speed_and_ttft_vs_users", "throughput_vs_users",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -104,13 +105,41 @@ def axis_title(column: str, time_unit: str = "s") -> str:
     return f"{column_name(column)} ({unit})" if unit else column_name(column)
 
 
-def scaled(df: pd.DataFrame, column: str, unit: str | None = None) -> tuple[pd.Series, str]:
-    """A column's numbers in the unit it is shown in, and that unit; times scale to ms or s by the data."""
-    values = pd.to_numeric(df[column], errors="coerce").astype(float)
+@dataclass(frozen=True)
+class AxisScale:
+    """How a figure shows a column: the figure's number = the table's number x `factor`, in `unit`."""
+
+    factor: float
+    unit: str  # 'ms', 's', 'tokens/s', 'requests/s', 'tokens', '' (none), ...
+
+    def __call__(self, value: float) -> float:
+        """`value`, in the column's own unit (seconds for a time), in the figure's unit."""
+        return value * self.factor
+
+
+_TIME_FACTORS = {"ms": 1000.0, "s": 1.0}
+
+
+def axis_scale(df: pd.DataFrame, column: str, unit: str | None = None) -> AxisScale:
+    """The unit a figure of `df` shows `column` in, and the factor from the table's unit to it.
+
+    Times (columns ending in `_s`) are shown in ms while their median is under a second, else in s
+    (`unit` forces 'ms' or 's'); other columns in their own unit, unscaled. Use it to place anything
+    in a figure's coordinates, e.g. `axis_scale(points, "ttft_p90_s")(5.0)` for a 5-second limit."""
     if not is_time(column):
-        return values, column_unit(column)
-    factor, auto = time_scale(values) if unit is None else ({"ms": 1000.0, "s": 1.0}[unit], unit)
-    return values * factor, auto
+        return AxisScale(1.0, column_unit(column))
+    if unit is None:
+        factor, unit = time_scale(pd.to_numeric(df[column], errors="coerce"))
+        return AxisScale(factor, unit)
+    if unit not in _TIME_FACTORS:
+        raise ValueError(f"unit: {unit!r} is not a time unit the figures use ({', '.join(_TIME_FACTORS)})")
+    return AxisScale(_TIME_FACTORS[unit], unit)
+
+
+def scaled(df: pd.DataFrame, column: str, unit: str | None = None) -> tuple[pd.Series, str]:
+    """A column's numbers in the unit it is shown in, and that unit (`axis_scale`)."""
+    scale = axis_scale(df, column, unit)
+    return pd.to_numeric(df[column], errors="coerce").astype(float) * scale.factor, scale.unit
 
 
 def color_map(values: Iterable[Hashable]) -> dict[Hashable, str]:

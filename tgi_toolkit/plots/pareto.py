@@ -3,7 +3,8 @@ running at all (none other is both faster and higher-throughput)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -11,6 +12,8 @@ import plotly.graph_objects as go
 
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.plots._common import (
+    AxisScale,
+    axis_scale,
     axis_title,
     color_map,
     column_name,
@@ -59,15 +62,21 @@ def pareto_front(df: pd.DataFrame, x: str, y: str, *, maximize_x: bool = True, m
 
 def pareto_plot(points: pd.DataFrame, *, x: str = S.OUTPUT_THROUGHPUT, y: str = S.stat_column("ttft", "p50"),
                 label: str = S.CONFIG_LABEL, maximize_x: bool = True, minimize_y: bool = True,
-                hover_columns: Sequence[str] = HOVER_COLUMNS, title: str | None = None) -> go.Figure:
+                hover_columns: Sequence[str] = HOVER_COLUMNS, title: str | None = None,
+                objectives: Mapping[str, float] | None = None) -> go.Figure:
     """Every point coloured by its configuration, the frontier points enlarged and joined.
 
     Defaults: throughput (more is better) against median TTFT (less is better). The hover names the
     configuration (`label`, e.g. its launcher settings) and whichever of `hover_columns` the table has.
     Needs x, y and `label`.
+
+    objectives: a limit per axis column, in the column's own unit (seconds for times, as the points
+    table holds them), e.g. `{"ttft_p90_s": 5.0}`: drawn as a dashed line in the figure's unit
+    (`axis_scale`), labelled with the side that meets it.
     """
     df = measured(require_columns(points, [x, y, label], "pareto_plot")).reset_index(drop=True)
     front = pareto_front(df, x, y, maximize_x=maximize_x, minimize_y=minimize_y)
+    x_scale, y_scale = axis_scale(df, x), axis_scale(df, y)
     xs, x_unit = scaled(df, x)
     ys, y_unit = scaled(df, y)
     extra = [c for c in hover_columns if c in df.columns and c != label]
@@ -99,6 +108,25 @@ def pareto_plot(points: pd.DataFrame, *, x: str = S.OUTPUT_THROUGHPUT, y: str = 
             hovertemplate=hover("<b>Pareto frontier</b>", "%{customdata[0]}", *lines[:2])))
     else:
         note(fig, "no point has both values")
+    for column, limit in (objectives or {}).items():
+        _objective_line(fig, column, limit, {x: (x_scale, maximize_x, "x"), y: (y_scale, not minimize_y, "y")})
     fig.update_xaxes(title_text=axis_title(x, x_unit))
     fig.update_yaxes(title_text=axis_title(y, y_unit))
     return layout(fig, title or f"{column_name(y)} against {column_name(x).lower()}: the Pareto frontier")
+
+
+def _objective_line(fig: go.Figure, column: str, limit: float,
+                    axes: Mapping[str, tuple[AxisScale, bool, str]]) -> None:
+    """A dashed line at `limit` (in the column's own unit) on the axis showing `column`."""
+    if column not in axes:
+        raise ValueError(f"objectives: {column!r} is on neither axis (x is {list(axes)[0]!r}, y is {list(axes)[-1]!r})")
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit):
+        raise ValueError(f"objectives: {column} needs a finite number, in the column's own unit; got {limit!r}")
+    scale, more_is_better, axis = axes[column]
+    at = scale(float(limit))
+    text = f"objective: {column_name(column)} {'≥' if more_is_better else '≤'} {at:,.4g} {scale.unit}".rstrip()
+    line = {"color": "firebrick", "dash": "dash", "width": 1.5}
+    if axis == "x":
+        fig.add_vline(x=at, line=line, annotation_text=text, annotation_position="top right")
+    else:
+        fig.add_hline(y=at, line=line, annotation_text=text, annotation_position="top left")
