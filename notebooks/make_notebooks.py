@@ -302,7 +302,8 @@ plots.server_timeline(load.server, requests=load.requests, run_id=load.run_ids[-
 ## Prompt ingestion speed
 
 - `ingestion_prompt_tokens`: prompt lengths to fit (at least two; spread them up to
-  `max_input_tokens`). `ingestion_repeats`: requests per length; outliers are dropped from the fit.
+  `max_input_tokens`). `ingestion_repeats`: requests per length; outliers are dropped from the fit
+  (drawn in grey; `fit["kept"]` says which requests were fitted).
 """),
     code("""
 ingestion = measure_ingestion(server, prompt_tokens=ingestion_prompt_tokens, repeats=ingestion_repeats,

@@ -91,7 +91,12 @@ def test_ingestion_fit_recovers_the_slope_despite_an_outlier():
     fit = stats.ingestion_fit(lengths, ttft)
     assert fit["speed_tok_s"] == pytest.approx(10_000, rel=1e-6)
     assert fit["intercept_s"] == pytest.approx(0.010) and fit["n"] == 7 and fit["r2"] == pytest.approx(1.0)
+    assert fit["kept"].tolist() == [True] * 4 + [False] + [True] * 3  # the outlier, by position
     assert math.isnan(stats.ingestion_fit([64, 64], [0.1, 0.2])["speed_tok_s"])
+    # unmeasured requests are not kept either; with nothing to fit, nothing is called an outlier
+    assert stats.ingestion_fit([64, float("nan"), 128], [0.1, 0.2, float("nan")])["kept"].tolist() == [
+        True, False, False]
+    assert stats.ingestion_fit([64, 64], [0.1, 0.2])["kept"].tolist() == [True, True]
 
 
 def test_describe_and_confidence_interval():

@@ -490,10 +490,18 @@ def test_ingestion_fit_drops_the_outlier():
     assert fit["speed_tok_s"] == pytest.approx(8000.0)
     assert fit["intercept_s"] == pytest.approx(0.02)
     assert fit["n"] == 19  # the request that met a busy server is not fitted
+    # which one: a mask over the requests table's index
+    assert fit["kept"].index.equals(ingestion_requests().index) and list(fit["kept"][~fit["kept"]].index) == [5]
     fig = P.ingestion_plot(ingestion_requests())
     assert_readable(fig)
-    points, line = fig.data
-    assert len(points.x) == 20 and line.name == "fit (19 of 20 requests, outliers left out)"
+    points, outliers, line = fig.data
+    assert len(points.x) == 19 and line.name == "fit (19 of 20 requests, outliers left out)"
+    # the outlier drawn apart, in grey, where it was measured
+    assert outliers.name == "outliers (left out of the fit)" and outliers.marker.color == "#b0b0b0"
+    assert list(outliers.x) == [128] and list(outliers.y) == pytest.approx([(1.02 + 128 / 8000) * 1000])
+    assert points.marker.color != outliers.marker.color
+    together = P.ingestion_plot(ingestion_requests(), grey_outliers=False)
+    assert len(together.data) == 2 and len(together.data[0].x) == 20 and together.data[1].name == line.name
     assert list(line.y) == pytest.approx([(0.02 + 64 / 8000) * 1000, (0.02 + 1024 / 8000) * 1000])
     assert "8,000 tokens/s" in fig.layout.title.text
     assert fig.layout.xaxis.title.text == "Prompt length (tokens)" and fig.layout.yaxis.title.text == "TTFT (ms)"
@@ -503,8 +511,12 @@ def test_ingestion_uses_the_ingestion_scenario_and_measured_requests():
     requests = ingestion_requests(outlier=False).assign(**{S.SCENARIO: "ingestion"})
     noise = requests.assign(**{S.SCENARIO: "concurrency", S.TTFT_S: 5.0})
     warm = requests.head(3).assign(**{S.WARMUP: True, S.TTFT_S: 9.0})
-    fit = P.fit_ingestion(pd.concat([requests, noise, warm], ignore_index=True))
+    table = pd.concat([requests, noise, warm], ignore_index=True)
+    fit = P.fit_ingestion(table)
     assert fit["speed_tok_s"] == pytest.approx(8000.0) and fit["n"] == 20
+    assert fit["kept"].tolist() == [True] * 20 + [False] * 23  # other scenarios and warm-ups are not fitted
+    no_outlier = P.ingestion_plot(requests)
+    assert [t.name for t in no_outlier.data] == ["requests", "fit (20 of 20 requests)"]  # no empty grey trace
 
 
 def test_ingestion_partial_data():

@@ -49,7 +49,11 @@ def test_main_metrics_of_the_example(example: Results) -> None:
     point = example.points[(example.points[S.USERS] == 10) & (example.points[S.PROMPT_TOKENS] == 1024)]
     assert gen["value"] == pytest.approx(float(point[S.stat_column("speed", "mean")].iloc[0]))
     assert gen["text"].endswith("t/s for each request")
-    assert metrics.loc[report.INGESTION, "value"] == pytest.approx(example.ingestion()["speed_tok_s"])
+    fit = example.ingestion()
+    assert metrics.loc[report.INGESTION, "value"] == pytest.approx(fit["speed_tok_s"])
+    # kept: the ingestion requests the line was fitted to, as a mask over the requests table
+    assert fit["kept"].index.equals(example.requests.index) and fit["kept"].sum() == fit["n"]
+    assert (example.requests.loc[fit["kept"], S.SCENARIO] == "ingestion").all()
     kv = metrics.loc[report.KV_CAPACITY]
     assert kv["value"] == example.runs[0]["info"]["max_batch_total_tokens"]
     assert kv["text"] == f"~{round(kv['value'] / 1000)}k tokens" and "stated by the server" in kv["basis"]

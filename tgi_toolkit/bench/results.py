@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
@@ -29,6 +29,9 @@ import pyarrow.parquet as pq
 
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.main_metrics import CARD_MAX_NEW_TOKENS, CARD_PROMPT_TOKENS, CARD_USERS
+
+if TYPE_CHECKING:  # bench.stats imports the HTTP client: loaded only when a fit is made
+    from tgi_toolkit.bench.stats import IngestionFit
 
 TABLES = {"requests": S.REQUEST_COLUMNS, "points": S.POINT_COLUMNS, "batch": S.BATCH_COLUMNS,
           "server": S.SERVER_COLUMNS}
@@ -143,14 +146,18 @@ class Results:
 
         return main_metrics(self, users, prompt_tokens, max_new_tokens)
 
-    def ingestion(self) -> dict[str, float]:
-        """The prompt-ingestion fit (stats.ingestion_fit) over the ingestion runs' requests."""
+    def ingestion(self) -> IngestionFit:
+        """The prompt-ingestion fit (stats.ingestion_fit) over the ingestion runs' requests; its `kept`
+        is a boolean Series over `self.requests`' index: True for the requests the line was fitted to
+        (`self.requests[fit["kept"]]`), False for outliers and every other request."""
         from tgi_toolkit.bench.stats import ingestion_fit
 
         rows = self.requests[(self.requests[S.SCENARIO] == "ingestion") & ~self.requests[S.WARMUP]
                              & self.requests[S.ERROR].isna()]
         lengths = rows[S.INPUT_TOKENS].astype("float64").fillna(rows[S.PROMPT_TOKENS].astype("float64"))
-        return ingestion_fit(lengths.to_numpy(), rows[S.TTFT_S].to_numpy())
+        fit = ingestion_fit(lengths.to_numpy(), rows[S.TTFT_S].to_numpy())
+        fit["kept"] = pd.Series(fit["kept"], index=rows.index).reindex(self.requests.index, fill_value=False)
+        return fit
 
 
 # -- the folder --------------------------------------------------------------------------------

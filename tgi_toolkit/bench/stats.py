@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -169,18 +169,31 @@ def batch_run(records: Sequence[StreamRecord], sequence_length: int) -> dict[str
     return out
 
 
-def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> dict[str, float]:
+class IngestionFit(TypedDict):
+    """`ingestion_fit`'s result: the line, its quality, and which requests it was fitted to."""
+
+    speed_tok_s: float  # 1 / slope (NaN unless the slope is positive)
+    slope_s_per_tok: float
+    intercept_s: float
+    r2: float
+    n: float  # requests kept (kept.sum())
+    kept: Any  # bool per request given, in their order: fitted (False: an outlier, or a NaN length/TTFT)
+
+
+def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> IngestionFit:
     """happy_vllm's prompt ingestion speed: 1 / slope of TTFT against prompt length.
 
     Outliers (a request that met a busy server) are the points whose residual from a robust
     Theil-Sen line is beyond 3 scaled MADs; a least-squares line through the rest gives the
-    speed. Returns speed_tok_s, slope_s_per_tok, intercept_s, r2, n (points kept).
+    speed. Returns speed_tok_s, slope_s_per_tok, intercept_s, r2, n (points kept) and kept (a
+    boolean array over the requests given: True for those the line was fitted to).
     """
-    x = np.asarray(prompt_tokens, dtype=float)
-    y = np.asarray(ttft_s, dtype=float)
-    keep = np.isfinite(x) & np.isfinite(y)
-    x, y = x[keep], y[keep]
-    out = {"speed_tok_s": NAN, "slope_s_per_tok": NAN, "intercept_s": NAN, "r2": NAN, "n": float(x.size)}
+    x_all = np.asarray(prompt_tokens, dtype=float)
+    y_all = np.asarray(ttft_s, dtype=float)
+    kept = np.isfinite(x_all) & np.isfinite(y_all)
+    x, y = x_all[kept], y_all[kept]
+    out: IngestionFit = {"speed_tok_s": NAN, "slope_s_per_tok": NAN, "intercept_s": NAN, "r2": NAN,
+                         "n": float(x.size), "kept": kept}
     if x.size < 2 or np.unique(x).size < 2:
         return out
     i, j = np.triu_indices(x.size, 1)
@@ -193,6 +206,7 @@ def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> di
     inliers = np.abs(residual) <= 3 * mad
     if inliers.sum() >= 2 and np.unique(x[inliers]).size >= 2:
         x, y = x[inliers], y[inliers]
+        kept[np.flatnonzero(kept)[~inliers]] = False
     slope, intercept = np.polyfit(x, y, 1)
     fitted = slope * x + intercept
     ss_tot = float(((y - y.mean()) ** 2).sum())

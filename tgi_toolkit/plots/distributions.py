@@ -4,6 +4,7 @@ per-request time) per point or configuration, and the prompt-ingestion fit (TTFT
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,9 @@ from tgi_toolkit.plots._common import (
     series_label,
     time_scale,
 )
+
+if TYPE_CHECKING:  # bench.stats brings the HTTP client with it: imported when a fit is made
+    from tgi_toolkit.bench.stats import IngestionFit
 
 KINDS = ("violin", "box", "histogram", "ecdf")
 ECDF_POINTS = 2000  # an ECDF of 10^5 pooled gaps is drawn through this many quantiles
@@ -139,34 +143,41 @@ def _ingestion_data(requests: pd.DataFrame) -> pd.DataFrame:
     return out.dropna()
 
 
-def fit_ingestion(requests: pd.DataFrame) -> dict[str, float]:
+def fit_ingestion(requests: pd.DataFrame) -> IngestionFit:
     """happy_vllm's prompt ingestion speed from a requests table: `bench.stats.ingestion_fit` (a line
     of TTFT against prompt length, refitted without outliers) over its measured requests.
 
     Returns speed_tok_s, slope_s_per_tok, intercept_s, r2 and n (requests kept), NaN where fewer
-    than two distinct lengths. Needs TTFT_S and INPUT_TOKENS or PROMPT_TOKENS.
+    than two distinct lengths, and kept: a boolean Series over `requests`' index, True for the
+    requests the line was fitted to (False for outliers, warm-ups, failures, other scenarios).
+    Needs TTFT_S and INPUT_TOKENS or PROMPT_TOKENS.
     """
     # imported here: bench.stats brings the HTTP client with it, which drawing figures does not need
     from tgi_toolkit.bench.stats import ingestion_fit
 
     data = _ingestion_data(requests)
-    return ingestion_fit(data["x"].to_numpy(), data["y"].to_numpy())
+    fit = ingestion_fit(data["x"].to_numpy(), data["y"].to_numpy())
+    fit["kept"] = pd.Series(fit["kept"], index=data.index).reindex(requests.index, fill_value=False)
+    return fit
 
 
-def ingestion_plot(requests: pd.DataFrame, *, title: str | None = None) -> go.Figure:
+def ingestion_plot(requests: pd.DataFrame, *, title: str | None = None, grey_outliers: bool = True) -> go.Figure:
     """TTFT against prompt length with the fitted line (`fit_ingestion`); the speed in the title.
 
+    grey_outliers: draw the requests the fit left out (outliers) in grey, apart from those it kept.
     Needs TTFT_S and INPUT_TOKENS or PROMPT_TOKENS."""
     data = _ingestion_data(requests)
     fit = fit_ingestion(requests)
     factor, unit = time_scale(data["y"])
     fmt = number_format(unit)
     fig = go.Figure()
-    if len(data):
-        fig.add_trace(go.Scatter(x=data["x"], y=data["y"] * factor, mode="markers", name="requests",
-                                 marker={"color": "#1f77b4", "size": 7},
-                                 hovertemplate=hover("<b>request</b>", "Prompt: %{x:,.0f} tokens",
-                                                     f"TTFT: %{{y:{fmt}}} {unit}")))
+    kept = fit["kept"].loc[data.index] if grey_outliers else pd.Series(True, index=data.index)
+    for mask, name, color in ((kept, "requests", "#1f77b4"), (~kept, "outliers (left out of the fit)", "#b0b0b0")):
+        if mask.any():
+            fig.add_trace(go.Scatter(x=data["x"][mask], y=data["y"][mask] * factor, mode="markers", name=name,
+                                     marker={"color": color, "size": 7},
+                                     hovertemplate=hover(f"<b>{'request' if name == 'requests' else 'outlier'}</b>",
+                                                         "Prompt: %{x:,.0f} tokens", f"TTFT: %{{y:{fmt}}} {unit}")))
     speed = ""
     if np.isfinite(fit["slope_s_per_tok"]):
         xs = np.array([data["x"].min(), data["x"].max()])
