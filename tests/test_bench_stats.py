@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import pytest
@@ -173,6 +174,17 @@ def test_telemetry_window_reads_tgi_and_vllm_gauges():
                     (1.0, "vllm:kv_cache_usage_perc", "model_name=m", 0.2)]
     w = vllm.window(0.0, 5.0)
     assert math.isnan(w.kv_capacity_tokens) and w.kv_usage == [(1.0, 0.2)] and w.batch_size_max == 8
+
+
+def test_server_metric_names_are_the_schemas_and_what_telemetry_samples():
+    from tgi_toolkit.bench import telemetry
+
+    names = ("BATCH_SIZE_METRICS", "QUEUE_SIZE_METRICS", "KV_TOTAL_METRIC", "KV_USED_METRIC", "KV_USAGE_METRICS",
+             "PROCESS_CPU_PERCENT", "PROCESS_RSS_BYTES", "GPU_UTILIZATION", "GPU_MEMORY_USED_BYTES",
+             "CLIENT_LOOP_LAG_MS", "CLIENT_CPU_PERCENT")
+    assert all(getattr(telemetry, n) is getattr(S, n) for n in names)  # one definition, still importable there
+    sampled = [metric for metric, _labels, _value in telemetry.ProcessSampler(os.getpid()).sample()]
+    assert sampled == [S.PROCESS_CPU_PERCENT, S.PROCESS_RSS_BYTES] == ["process_cpu_percent", "process_rss_bytes"]
 
 
 def test_printed_prefill_throughput_is_text_generation_benchmarks_own_figure():

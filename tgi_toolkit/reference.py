@@ -33,7 +33,7 @@ DATA_DIR = Path(os.environ.get("TGI_TOOLKIT_DATA", Path(__file__).resolve().pare
 REFERENCE_SUBDIR = "reference"
 
 # batch_stats: which statistic a row holds (keys of schema.BATCH_STATS: average, lowest, ...).
-STAT = "stat"
+STAT = S.STAT
 
 # text-generation-benchmark's table rows -> batch.parquet columns, and the factor to our units.
 _LATENCY_STEPS = {"Prefill": S.PREFILL_LATENCY_S, "Decode (token)": S.DECODE_TOKEN_LATENCY_S,

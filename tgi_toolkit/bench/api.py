@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from tgi_toolkit.bench import scenarios
+from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.results import Results
 from tgi_toolkit.bench.run import Run
@@ -237,14 +238,14 @@ def kv_capacity(server: Any, *, api_key: str | None = None) -> float:
     concurrency points' kv_capacity_tokens estimate it from cache usage under load)."""
     import httpx
 
-    from tgi_toolkit.bench.telemetry import KV_TOTAL_METRIC, parse_prometheus
+    from tgi_toolkit.bench.telemetry import parse_prometheus
 
     target = resolve(server, api_key=api_key)
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
     try:
         text = httpx.get(target.url + "/metrics", headers=headers, timeout=10).text
         for name, _labels, value in parse_prometheus(text):
-            if name == KV_TOTAL_METRIC and value > 0:
+            if name == S.KV_TOTAL_METRIC and value > 0:
                 return value
     except httpx.HTTPError:
         pass

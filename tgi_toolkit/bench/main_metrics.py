@@ -174,10 +174,8 @@ def kv_cache_capacity(results: Results) -> MainMetric:
     """Tokens the KV cache holds: the server's own budget where it states one (TGI's
     tgi_batch_max_total_tokens, the embedded engine likewise), else happy_vllm's estimate from
     the cache usage under load (the points' kv_capacity_tokens)."""
-    from tgi_toolkit.bench.telemetry import KV_TOTAL_METRIC
-
     capacity = results.points[S.KV_CAPACITY_TOKENS].dropna()
-    stated = results.server[results.server[S.METRIC] == KV_TOTAL_METRIC][S.VALUE].dropna()
+    stated = results.server[results.server[S.METRIC] == S.KV_TOTAL_METRIC][S.VALUE].dropna()
     info_budget = run_info(results).get("max_batch_total_tokens")
     if len(stated):
         value, basis = float(stated.max()), ("stated by the server: tgi_batch_max_total_tokens, the token budget "

@@ -137,15 +137,33 @@ BATCH_COLUMNS = (
 # text-generation-benchmark's statistics and their names in its tables (seed 000).
 BATCH_STATS = {"average": "Average", "lowest": "Lowest", "highest": "Highest", "p50": "p50", "p90": "p90",
                "p99": "p99"}
+# Summary tables (a published reference's batch rows, `Reference.batch_stats`) hold one row per statistic,
+# named in this column by a BATCH_STATS key.
+STAT = "stat"
 
 # -- server.parquet: samples of the server during a run ------------------------------------------
 T_S = "t_s"  # float: sample time, run clock
-METRIC = "metric"  # str: Prometheus name (tgi_queue_size, ...) or process_cpu_percent, process_rss_bytes,
-#                     gpu_utilization, gpu_memory_used_bytes
+METRIC = "metric"  # str: a server's Prometheus name (every tgi_*, vllm:*, sglang:* series, as published)
+#                     or one of the toolkit's own samples below
 LABELS = "labels"  # str: Prometheus labels as "k=v,k=v" ("" when none)
 VALUE = "value"  # float
 
 SERVER_COLUMNS = (RUN_ID, CONFIG_ID, T_S, METRIC, LABELS, VALUE)
+
+# METRIC values the points' server columns are read from, TGI's (and the embedded engine's) name
+# first, then vLLM's (old and new names):
+BATCH_SIZE_METRICS = ("tgi_batch_current_size", "vllm:num_requests_running")  # -> SERVER_BATCH_SIZE_MAX
+QUEUE_SIZE_METRICS = ("tgi_queue_size", "vllm:num_requests_waiting")  # -> SERVER_QUEUE_SIZE_MAX
+KV_TOTAL_METRIC = "tgi_batch_max_total_tokens"  # TGI's KV token budget -> KV_CAPACITY_TOKENS
+KV_USED_METRIC = "tgi_batch_current_max_tokens"  # tokens the running batch holds; / budget -> KV_USAGE_MAX
+KV_USAGE_METRICS = ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc")  # vLLM's fraction -> KV_USAGE_MAX
+# METRIC values the toolkit samples itself (LABELS "" unless said):
+PROCESS_CPU_PERCENT = "process_cpu_percent"  # the server process and all its descendants
+PROCESS_RSS_BYTES = "process_rss_bytes"  # the same processes' resident memory
+GPU_UTILIZATION = "gpu_utilization"  # percent, LABELS "gpu=<index>" (nvidia-ml-py, local servers)
+GPU_MEMORY_USED_BYTES = "gpu_memory_used_bytes"  # LABELS "gpu=<index>"
+CLIENT_LOOP_LAG_MS = "client_loop_lag_ms"  # the benchmark client's worst event-loop lag of each interval
+CLIENT_CPU_PERCENT = "client_cpu_percent"  # the benchmark client's own CPU
 
 # -- runs/<run_id>.json ------------------------------------------------------------------------------
 PROVENANCE_KEYS = (

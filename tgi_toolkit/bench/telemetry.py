@@ -2,7 +2,8 @@
 the GPUs, and the benchmark client itself (event-loop lag, CPU).
 
 Every sample is `(t_s, metric, labels, value)` on the run clock, the rows of server.parquet, so
-they join the request timeline on time. Client samples use the metric names `client_loop_lag_ms`
+they join the request timeline on time. The metric names the toolkit writes or reads are the
+schema's (`tgi_toolkit.bench.schema`, server.parquet): client samples are `client_loop_lag_ms`
 (worst lag of each interval) and `client_cpu_percent`.
 
 The client watches itself (MEASUREMENT.md pitfall 4): a loop that wakes late stamps every token
@@ -29,6 +30,22 @@ from urllib.parse import urlparse
 import numpy as np
 import psutil
 
+# The metric names of server.parquet are the schema's (the gauges behind the point columns, and the
+# toolkit's own samples); importable from here as before.
+from tgi_toolkit.bench.schema import (
+    BATCH_SIZE_METRICS,
+    CLIENT_CPU_PERCENT,
+    CLIENT_LOOP_LAG_MS,
+    GPU_MEMORY_USED_BYTES,
+    GPU_UTILIZATION,
+    KV_TOTAL_METRIC,
+    KV_USAGE_METRICS,
+    KV_USED_METRIC,
+    PROCESS_CPU_PERCENT,
+    PROCESS_RSS_BYTES,
+    QUEUE_SIZE_METRICS,
+)
+
 Sample = tuple[float, str, str, float]
 
 LAG_FLOOR_MS = 2.0
@@ -39,12 +56,6 @@ METRIC_PREFIXES = ("tgi_", "vllm:", "sglang:")
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
-# Gauges behind the point columns, TGI's name first, then vLLM's (old and new).
-BATCH_SIZE_METRICS = ("tgi_batch_current_size", "vllm:num_requests_running")
-QUEUE_SIZE_METRICS = ("tgi_queue_size", "vllm:num_requests_waiting")
-KV_TOTAL_METRIC = "tgi_batch_max_total_tokens"
-KV_USED_METRIC = "tgi_batch_current_max_tokens"
-KV_USAGE_METRICS = ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc")
 
 
 def parse_prometheus(text: str, prefixes: tuple[str, ...] = METRIC_PREFIXES) -> list[tuple[str, str, float]]:
@@ -117,7 +128,7 @@ class ProcessSampler:
             with contextlib.suppress(psutil.Error):
                 cpu += proc.cpu_percent(None)
                 rss += proc.memory_info().rss
-        return [("process_cpu_percent", "", cpu), ("process_rss_bytes", "", rss)]
+        return [(PROCESS_CPU_PERCENT, "", cpu), (PROCESS_RSS_BYTES, "", rss)]
 
 
 class GpuSampler:
@@ -137,8 +148,8 @@ class GpuSampler:
         for i, handle in enumerate(self.handles):
             util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
             mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
-            out += [("gpu_utilization", f"gpu={i}", float(util.gpu)),
-                    ("gpu_memory_used_bytes", f"gpu={i}", float(mem.used))]
+            out += [(GPU_UTILIZATION, f"gpu={i}", float(util.gpu)),
+                    (GPU_MEMORY_USED_BYTES, f"gpu={i}", float(mem.used))]
         return out
 
     def close(self) -> None:
@@ -226,7 +237,7 @@ class Telemetry:
             self.lag.append((self.now_s(), lag_ms))
             worst = max(worst, lag_ms)
             if now - worst_since >= self.interval:
-                self.samples.append((self.now_s(), "client_loop_lag_ms", "", worst))
+                self.samples.append((self.now_s(), CLIENT_LOOP_LAG_MS, "", worst))
                 worst, worst_since = 0.0, now
             expected = now + interval
 
@@ -238,7 +249,7 @@ class Telemetry:
             cpu, wall = time.process_time(), time.monotonic()
             self._cpu.append((t, cpu))
             if wall > last_t:
-                self.samples.append((t, "client_cpu_percent", "", 100 * (cpu - last_cpu) / (wall - last_t)))
+                self.samples.append((t, CLIENT_CPU_PERCENT, "", 100 * (cpu - last_cpu) / (wall - last_t)))
             last_cpu, last_t = cpu, wall
             await asyncio.sleep(self.interval)
 

@@ -28,7 +28,6 @@ from tgi_toolkit.plots._common import (
     time_scale,
 )
 from tgi_toolkit.plots.load import SERIES, metrics_vs_users
-from tgi_toolkit.reference import STAT
 
 BATCH_METRICS = (S.PREFILL_LATENCY_S, S.PREFILL_THROUGHPUT, S.DECODE_TOKEN_LATENCY_S, S.DECODE_THROUGHPUT)
 
@@ -44,11 +43,11 @@ def label_sets(sets: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 def _batch_summary(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per batch size: average, lowest, highest and row count of `metric`.
 
-    Raw batch.parquet rows are reduced here; a reference's `batch_stats` (a STAT column) already holds
+    Raw batch.parquet rows are reduced here; a reference's `batch_stats` (an S.STAT column) already holds
     the published average/lowest/highest, which are taken as they are.
     """
-    if STAT in df.columns:
-        wide = df.pivot_table(index=S.BATCH_SIZE, columns=STAT, values=metric, aggfunc="first")
+    if S.STAT in df.columns:
+        wide = df.pivot_table(index=S.BATCH_SIZE, columns=S.STAT, values=metric, aggfunc="first")
         wide = wide.reindex(columns=["average", "lowest", "highest"])
         return wide.assign(rows=np.nan)
     values = pd.to_numeric(df[metric], errors="coerce")

@@ -12,7 +12,7 @@ from tgi_toolkit.bench import schema as S
 
 # The Prometheus names telemetry samples, TGI's (and the embedded engine's) first, then vLLM's.
 # KV usage: vLLM publishes the fraction; TGI publishes the tokens the batch holds and its budget.
-from tgi_toolkit.bench.telemetry import (
+from tgi_toolkit.bench.schema import (
     BATCH_SIZE_METRICS,
     KV_TOTAL_METRIC,
     KV_USAGE_METRICS,
