@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pandas as pd
 import pytest
@@ -49,6 +50,22 @@ def test_appended_points_read_back_identical(tmp_path):
     assert folder.finished_points("r1") == {"a", "b"} and folder.find_run("k")["run_id"] == "r1"
     assert folder.find_run("other") is None
     assert not list(tmp_path.glob(".*.tmp"))  # temporary files renamed into place
+
+
+def test_a_same_size_rewrite_within_the_timestamp_granularity_is_not_served_from_the_cache(tmp_path):
+    folder = ResultsFolder(tmp_path)  # the cache of this process (a sweep's, a run's)
+    folder.append({"requests": frame([request_row("r1", "a", 0, **{S.TTFT_S: 0.05})], "requests")})
+    path = tmp_path / "requests.parquet"
+    cached = path.stat()
+    # Another process rewrites the table the way ResultsFolder does (a new file renamed into place):
+    # same size, and an mtime the filesystem's clock could not tell apart from the first.
+    other = ResultsFolder(tmp_path / "other")
+    other.append({"requests": frame([request_row("r1", "a", 0, **{S.TTFT_S: 0.07})], "requests")})
+    os.replace(tmp_path / "other" / "requests.parquet", path)
+    os.utime(path, ns=(cached.st_atime_ns, cached.st_mtime_ns))
+    now = path.stat()
+    assert (now.st_size, now.st_mtime_ns) == (cached.st_size, cached.st_mtime_ns) and now.st_ino != cached.st_ino
+    assert folder.table("requests")[S.TTFT_S].tolist() == [0.07]
 
 
 def test_rows_of_unfinished_points_are_dropped_for_a_rerun(tmp_path):

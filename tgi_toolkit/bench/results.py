@@ -187,13 +187,21 @@ def load_results(folder: str | os.PathLike[str], run_id: str | None = None) -> R
     return results.run(run_id) if run_id is not None else results
 
 
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """What tells one version of a table file from another: every write renames a new file into
+    place (a new inode), so the inode changes even when a rewrite of the same size lands within the
+    filesystem's timestamp granularity, where (mtime, size) alone would serve a stale table."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
 class ResultsFolder:
     """Appends to the tables of one folder and keeps its runs/<run_id>.json files."""
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.path = Path(folder)
         (self.path / "runs").mkdir(parents=True, exist_ok=True)
-        self._cache: dict[str, tuple[tuple[int, int], pd.DataFrame]] = {}
+        self._cache: dict[str, tuple[tuple[int, int, int], pd.DataFrame]] = {}
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -211,8 +219,7 @@ class ResultsFolder:
         path = self._file(table)
         if not path.exists():
             return empty(table)
-        stat = path.stat()
-        key = (stat.st_mtime_ns, stat.st_size)
+        key = _stamp(path)
         cached = self._cache.get(table)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -225,8 +232,7 @@ class ResultsFolder:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         _write(df, tmp)
         os.replace(tmp, path)
-        stat = path.stat()
-        self._cache[table] = ((stat.st_mtime_ns, stat.st_size), df)
+        self._cache[table] = (_stamp(path), df)
 
     def append(self, tables: dict[str, pd.DataFrame]) -> None:
         """Append frames (from `frame`) to their tables; `points` last: it marks the point finished."""
