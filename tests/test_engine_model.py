@@ -211,3 +211,14 @@ def test_compute_thread_runs_every_job_in_one_thread_and_hands_errors_back():
     compute.hand_over(lambda: ran_in.append(threading.get_ident()))  # the batching loop's place
     compute.thread.join(5)
     assert ran_in == [loader] and not compute.thread.is_alive()  # the thread that loaded, then it ends
+
+
+@pytest.mark.slow
+def test_loading_a_model_leaves_the_process_environment_alone(monkeypatch):
+    # The engine never asks the hub (local_files_only), without setting HF_HUB_OFFLINE for the
+    # whole process: that leaked into notebooks' clients and every child process.
+    import os
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    load_model(resolve_model(DEFAULT_MODEL_ID), dtype="bfloat16")
+    assert "HF_HUB_OFFLINE" not in os.environ

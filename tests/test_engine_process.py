@@ -106,3 +106,41 @@ def test_concurrency_slots_disconnects_api_key_and_sigterm(tmp_path):
         assert eng.proc.returncode == 0
     log = eng.log()
     assert "Connected" in log and "Setting max batch total tokens to" in log
+
+
+def test_greedy_requests_batched_together_equal_each_run_alone_through_the_server(tmp_path):
+    """Continuous batching through the scheduler is exact in float32: joining a running batch,
+    leaving it at different steps and the row moves that follow change no token."""
+    prompts = {"The capital of France is": 12, "def fibonacci(n):": 5,
+               "Once upon a time, in a land far away, there lived a": 16, "1, 2, 3, 4,": 9}
+
+    def ask(url: str, prompt: str, n: int) -> list[int]:
+        body = {"inputs": prompt, "parameters": {"max_new_tokens": n, "ignore_eos": True, "details": True}}
+        answer = httpx.post(url + "/generate", json=body, timeout=120).json()
+        return [token["id"] for token in answer["details"]["tokens"]]
+
+    with engine_process("--dtype", "float32", "--max-total-tokens", "256", "--max-input-tokens", "128",
+                        tmp=tmp_path) as eng:
+        assert httpx.get(eng.url + "/info").json()["model_dtype"] == "float32"
+        alone = {prompt: ask(eng.url, prompt, n) for prompt, n in prompts.items()}
+        together: dict[str, list[int]] = {}
+
+        def late(prompt: str, n: int, delay: float) -> None:
+            time.sleep(delay)  # the later ones arrive while the first two are decoding
+            together[prompt] = ask(eng.url, prompt, n)
+
+        def decode_steps() -> float:
+            text = httpx.get(eng.url + "/metrics").text
+            return float(next(line.split()[-1] for line in text.splitlines()
+                              if line.startswith('tgi_batch_forward_duration_count{method="decode"}')))
+
+        before = decode_steps()
+        threads = [threading.Thread(target=late, args=(prompt, n, delay))
+                   for (prompt, n), delay in zip(prompts.items(), (0, 0, 0.15, 0.3), strict=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        shared = decode_steps() - before
+    assert together == alone
+    assert shared < sum(n - 1 for n in prompts.values())  # they did share decode steps

@@ -185,8 +185,6 @@ def load_model(source: ModelSource, dtype: str | None = None,
     """Load tokenizer and weights from a resolved source; errors name the files involved."""
     import torch
 
-    # No hub calls, ever: a missing file must fail here with our message, not hang on the network.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     target = torch_dtype(dtype)
     try:
         if source.gguf_file:
@@ -207,6 +205,11 @@ def load_model(source: ModelSource, dtype: str | None = None,
 def _load_pretrained(path: Path, dtype: Any, **kwargs: Any) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    # No hub calls, ever: a missing file must fail here with our message, not hang on the network.
+    # local_files_only rather than HF_HUB_OFFLINE in os.environ: setting the variable leaked into
+    # the caller's process and its children (a notebook's huggingface_hub InferenceClient then
+    # refused to talk even to the local server).
+    kwargs.setdefault("local_files_only", True)
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
     return tokenizer, model
