@@ -274,6 +274,50 @@ def test_context_manager_stops_on_error_and_progress_display_runs(capsys):
     assert "starting tgi server" in capsys.readouterr().err
 
 
+def test_startup_progress_off_a_terminal_prints_each_log_line_once(capsys, monkeypatch, tmp_path):
+    # A slow start (several health polls): a redrawn progress line printed to a pipe repeated the
+    # latest log line at every poll. stderr here is pytest's capture: not a terminal, no kernel.
+    monkeypatch.setenv("TGI_TOOLKIT_STANDIN_DELAY", "1.5")
+    with Server(config(), backend="tgi", health_timeout=20, log_path=tmp_path / "server.log") as server:
+        started = server.seconds_to_healthy
+        printed = capsys.readouterr().err.splitlines()
+        server.info()  # what the server logs once healthy is its work, not start-up progress
+    assert started > 1.5 and "\r" not in "".join(printed)
+    assert printed[0] == f"starting tgi server at {server.url} (log: {tmp_path / 'server.log'})"
+    assert printed[-1].startswith(f"tgi server healthy at {server.url} after ")
+    echoed = [line.removeprefix("[tgi server] ") for line in printed[1:-1]]
+    assert all(line.startswith("[tgi server] ") for line in printed[1:-1])
+    log = server.logs(None)
+    assert echoed == log[:len(echoed)]  # the log as it came, each line once, in order
+    assert any("Setting max batch total tokens to 16000" in line for line in echoed)
+    assert "[tgi server]" not in capsys.readouterr().err  # nothing after start-up, nor at stop
+
+
+def test_startup_progress_on_a_terminal_is_one_redrawn_line(capsys, monkeypatch):
+    import tgi_toolkit.server.server as server_module
+
+    monkeypatch.setattr(server_module, "_redraws_in_place", lambda stream: True)
+    with Server(config(), backend="tgi", health_timeout=20):
+        pass
+    err = capsys.readouterr().err
+    assert "starting tgi server" in err and "[tgi server]" not in err and "healthy at" not in err
+
+
+def test_only_a_terminal_or_a_notebook_kernel_redraws_in_place(tmp_path):
+    import io
+
+    from tgi_toolkit.server.server import _redraws_in_place
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert _redraws_in_place(Terminal())
+    assert not _redraws_in_place(io.StringIO())  # a pipe or a file (no kernel in this process)
+    with open(tmp_path / "err.log", "w") as file:
+        assert not _redraws_in_place(file)
+
+
 def test_a_failing_log_callback_does_not_break_the_server():
     def explode(line: str) -> None:
         raise ValueError(line)

@@ -19,6 +19,7 @@ import contextlib
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -65,7 +66,9 @@ class Server:
     env: extra environment variables for the process.
     health_timeout: seconds to wait for `/health` to answer 200 (default per backend: embedded 300,
     tgi and vllm 600, tgi-docker 1800, url 30).
-    startup_progress: show a progress line (tqdm.auto) while waiting.
+    startup_progress: show progress on stderr while waiting: on a terminal or in a notebook, one line
+    (tqdm.auto) redrawn with the time and the latest log line; elsewhere (a pipe, a file: CI and
+    papermill logs) each new log line once, as it arrives, then one line when the server is healthy.
     """
 
     def __init__(self, config: Any = None, backend: str | None = None, *, url: str | None = None,
@@ -98,6 +101,7 @@ class Server:
         self.returncode: int | None = None
         self.seconds_to_healthy: float | None = None
         self._proc: ManagedProcess | None = None
+        self._startup: _StartupDisplay | None = None  # while start() waits: its progress display
 
     # ------------------------------------------------------------------ state
 
@@ -149,6 +153,7 @@ class Server:
             if self._url is None:
                 host = _client_host(self.config.hostname)
                 self._url = f"http://{host}:{self._port_arg or self.config.port}"
+            self._startup = self._startup_display()
             self._wait_healthy()
             return self
 
@@ -167,7 +172,12 @@ class Server:
         self._url = f"http://{_client_host(host)}:{port}"
         self.log_path = self._log_path_arg or _default_log_path(self.backend, port)
         self.facts, self.returncode, self.seconds_to_healthy = {}, None, None
-        self._proc = ManagedProcess(argv, env=env, log_path=self.log_path, on_line=self._on_line)
+        self._startup = self._startup_display()  # before the process: its first log lines are shown too
+        try:
+            self._proc = ManagedProcess(argv, env=env, log_path=self.log_path, on_line=self._on_line)
+        except BaseException:
+            self._end_startup()
+            raise
         with _running_lock:
             _running.add(self)
         try:
@@ -254,9 +264,17 @@ class Server:
     # ------------------------------------------------------------------ inner workings
 
     def _on_line(self, line: str) -> None:
+        startup = self._startup
+        if startup is not None:
+            startup.log_line(line)
         self._impl.parse_line(line, self.facts)
         if self.on_log is not None:
             self.on_log(line)
+
+    def _startup_display(self) -> _StartupDisplay | None:
+        if not self.startup_progress:
+            return None
+        return _RedrawnLine(self) if _redraws_in_place(sys.stderr) else _LogLines(self, sys.stderr)
 
     def _choose_port(self, cfg: Any) -> int:
         if self._port_arg is not None:
@@ -285,7 +303,7 @@ class Server:
     def _wait_healthy(self) -> None:
         began = time.monotonic()
         deadline = began + self.health_timeout
-        bar = _progress(self) if self.startup_progress else None
+        display = self._startup
         health_url = self.url + self._impl.health_path
         last_status = "no answer"
         try:
@@ -310,22 +328,84 @@ class Server:
                             self.returncode = self.stop(grace=min(10.0, self.health_timeout))
                         raise self._error(f"{self.backend} server not healthy after {self.health_timeout:g} s "
                                           f"(GET {health_url}: {last_status})")
-                    if bar is not None:
-                        bar.update(time.monotonic() - began - bar.n)
-                        if self._proc is not None and (tail := self._proc.tail(1)):
-                            bar.set_postfix_str(tail[0][-100:], refresh=False)
+                    if display is not None:
+                        display.tick(time.monotonic() - began)
                     time.sleep(POLL_SECONDS)
+            self.seconds_to_healthy = time.monotonic() - began
         finally:
-            if bar is not None:
-                bar.close()
-        self.seconds_to_healthy = time.monotonic() - began
+            self._end_startup()
+
+    def _end_startup(self) -> None:
+        display, self._startup = self._startup, None  # the lines that follow are the server's work
+        if display is not None:
+            display.close(self.seconds_to_healthy)
 
 
-def _progress(server: Server) -> Any:
-    from tqdm.auto import tqdm
+def _redraws_in_place(stream: Any) -> bool:
+    """True where a progress line can be redrawn: a terminal, or a Jupyter kernel (tqdm.auto draws a
+    widget there). Written to a pipe or a file, every redraw would be one more line."""
+    with contextlib.suppress(Exception):
+        if stream.isatty():
+            return True
+    shell = sys.modules.get("IPython")  # imported by every kernel; never imported here for the check
+    get_ipython = getattr(shell, "get_ipython", None)
+    kernel = get_ipython() if get_ipython is not None else None
+    return kernel is not None and "IPKernelApp" in getattr(kernel, "config", {})
 
-    return tqdm(total=None, desc=f"starting {server.backend} server at {server.url}",
-                bar_format="{desc}: {elapsed} {postfix}", leave=False)
+
+class _StartupDisplay:
+    """What start-up progress shows: log lines as they arrive, the time each poll, the end."""
+
+    def log_line(self, line: str) -> None:  # from the log reader thread
+        pass
+
+    def tick(self, elapsed: float) -> None:
+        pass
+
+    def close(self, healthy_after: float | None) -> None:  # None: start-up failed (the error says why)
+        pass
+
+
+class _RedrawnLine(_StartupDisplay):
+    """One tqdm line redrawn in place: the time since start and the latest log line."""
+
+    def __init__(self, server: Server) -> None:
+        from tqdm.auto import tqdm
+
+        self.server = server
+        self.bar = tqdm(total=None, desc=f"starting {server.backend} server at {server.url}",
+                        bar_format="{desc}: {elapsed} {postfix}", leave=False)
+
+    def tick(self, elapsed: float) -> None:
+        self.bar.update(elapsed - self.bar.n)
+        proc = self.server._proc
+        if proc is not None and (tail := proc.tail(1)):
+            self.bar.set_postfix_str(tail[0][-100:], refresh=False)
+
+    def close(self, healthy_after: float | None) -> None:
+        self.bar.close()
+
+
+class _LogLines(_StartupDisplay):
+    """Where nothing is redrawn (CI, papermill --log-output, a redirected stderr): each log line
+    printed once as it arrives, and one line when the server is healthy. A redrawn progress line
+    there came out as one new line per refresh, each repeating the same log tail."""
+
+    def __init__(self, server: Server, stream: Any) -> None:
+        self.server, self.stream = server, stream
+        self.prefix = f"[{server.backend} server] "
+        log = f" (log: {server.log_path})" if server.log_path is not None else ""
+        self._print(f"starting {server.backend} server at {server.url}{log}")
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def log_line(self, line: str) -> None:
+        self._print(self.prefix + line)
+
+    def close(self, healthy_after: float | None) -> None:
+        if healthy_after is not None:
+            self._print(f"{self.server.backend} server healthy at {self.server.url} after {healthy_after:.1f} s")
 
 
 def _client_host(hostname: str) -> str:
