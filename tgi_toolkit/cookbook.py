@@ -33,10 +33,12 @@ def out_dir(*parts: str) -> Path:
 
 
 def example_results_dir(name: str = EXAMPLE) -> Path:
-    """A committed example result set under data/examples/ (see data/examples/README.md)."""
-    from tgi_toolkit.reference import DATA_DIR
+    """A committed example result set under data/examples/ (see data/examples/README.md), from the
+    installed package or the checkout (`tgi_toolkit.reference.default_data_dir`)."""
+    from tgi_toolkit.reference import DATA_ENV, EXAMPLES_SUBDIR, default_data_dir
 
-    path = DATA_DIR / "examples" / name
+    path = default_data_dir() / EXAMPLES_SUBDIR / name
     if not (path / "points.parquet").is_file():
-        raise FileNotFoundError(f"no example result set at {path} (set TGI_TOOLKIT_DATA to a copy of data/)")
+        raise FileNotFoundError(f"no example result set at {path} (set {DATA_ENV} to a copy of the repository's "
+                                f"data/)")
     return path

@@ -28,9 +28,43 @@ import pandas as pd
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.results import frame  # the dtypes a results folder gives back
 
-# The repository's data folder; TGI_TOOLKIT_DATA points elsewhere (an installed wheel has no data/).
-DATA_DIR = Path(os.environ.get("TGI_TOOLKIT_DATA", Path(__file__).resolve().parents[1] / "data"))
 REFERENCE_SUBDIR = "reference"
+EXAMPLES_SUBDIR = "examples"
+DATA_ENV = "TGI_TOOLKIT_DATA"  # a data folder of one's own (a copy of the repository's data/)
+# The repository keeps data/ at its top level; a wheel ships it inside the package as tgi_toolkit/data
+# (pyproject.toml maps it there), so both an installed package and a checkout find it.
+_PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+_CHECKOUT_DATA = Path(__file__).resolve().parents[1] / "data"  # also a staged Space's, beside tgi_toolkit/
+
+
+def data_dirs() -> list[Path]:
+    """Where the data folder is looked for, in order: $TGI_TOOLKIT_DATA alone when it is set (a
+    wrong path should say so, not fall back); else the installed package's, then the checkout's."""
+    own = os.environ.get(DATA_ENV)
+    return [Path(own)] if own else [_PACKAGE_DATA, _CHECKOUT_DATA]
+
+
+def default_data_dir() -> Path:
+    """The data folder (holding reference/ and examples/): the first of `data_dirs()` that has one.
+    FileNotFoundError naming every place looked when none has."""
+    looked = data_dirs()
+    for path in looked:
+        if (path / REFERENCE_SUBDIR).is_dir() or (path / EXAMPLES_SUBDIR).is_dir():
+            return path
+    raise FileNotFoundError(
+        f"no data folder (with {REFERENCE_SUBDIR}/ or {EXAMPLES_SUBDIR}/) at {' nor at '.join(map(str, looked))}; "
+        f"set {DATA_ENV} to a copy of the repository's data/, or pass data_dir=")
+
+
+def _found_or_first() -> Path:
+    try:
+        return default_data_dir()
+    except FileNotFoundError:
+        return data_dirs()[0]
+
+
+# The data folder at import time (importing never fails: `default_data_dir()` says what is missing).
+DATA_DIR = _found_or_first()
 
 # batch_stats: which statistic a row holds (keys of schema.BATCH_STATS: average, lowest, ...).
 STAT = S.STAT
@@ -175,19 +209,24 @@ def _cell_text(value: Any) -> str:
 
 
 def _reference_root(data_dir: str | Path | None) -> Path:
-    return Path(data_dir) / REFERENCE_SUBDIR if data_dir is not None else DATA_DIR / REFERENCE_SUBDIR
+    return (Path(data_dir) if data_dir is not None else default_data_dir()) / REFERENCE_SUBDIR
 
 
 def list_references(data_dir: str | Path | None = None) -> list[str]:
-    """Names of the reference result sets under `data_dir/reference` (default: the repository's data/)."""
-    root = _reference_root(data_dir)
+    """Names of the reference result sets under `data_dir/reference` (default: `default_data_dir()`;
+    none when there is no data folder)."""
+    try:
+        root = _reference_root(data_dir)
+    except FileNotFoundError:
+        return []
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if (p / "meta.json").is_file())
 
 
 def load_reference(name: str, data_dir: str | Path | None = None) -> Reference:
-    """Read one reference set (see `list_references`); KeyError naming the available ones if unknown."""
+    """Read one reference set (see `list_references`); KeyError naming the available ones if unknown,
+    FileNotFoundError naming the places looked when there is no data folder at all."""
     path = _reference_root(data_dir) / name
     if not (path / "meta.json").is_file():
         raise KeyError(f"no reference result set {name!r} in {path.parent}; available: "
