@@ -348,3 +348,19 @@ def test_interpreter_exit_stops_a_forgotten_server(tmp_path):
     assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
     with pytest.raises(httpx.HTTPError):
         httpx.get(url + "/health", timeout=1)
+
+
+def test_default_log_folder_cannot_shadow_the_package(tmp_path, monkeypatch):
+    # A folder named tgi_toolkit in the temp dir became a namespace package for a server started there.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    server = quiet(backend="tgi")
+    try:
+        server.start()
+        assert server.log_path.is_relative_to(tmp_path)
+        assert not (tmp_path / "tgi_toolkit").exists()
+        assert not server.log_path.parent.name.isidentifier()
+    finally:
+        server.stop()

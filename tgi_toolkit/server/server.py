@@ -444,7 +444,9 @@ def port_is_free(hostname: str, port: int) -> bool:
 
 def _default_log_path(backend: str, port: int) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(tempfile.gettempdir()) / "tgi_toolkit" / "logs" / f"{backend}-{port}-{stamp}.log"
+    # Not "tgi_toolkit/": run from the temp dir, Python would import that folder as a namespace
+    # package ahead of the installed toolkit.
+    return Path(tempfile.gettempdir()) / "tgi-toolkit-logs" / f"{backend}-{port}-{stamp}.log"
 
 
 @atexit.register
