@@ -6,7 +6,9 @@ for the CLI, the notebooks and the Space.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tgi_toolkit._lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -33,13 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.tune import Objectives
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tgi_toolkit' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 # `tune` itself is not re-exported: `tgi_toolkit.tune` is its package (from tgi_toolkit.tune import tune).

@@ -11,15 +11,17 @@ Names load lazily: `tgi_toolkit.bench.schema` (imported by plots, sweeps and the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tgi_toolkit._lazy import lazy_getattr
 
 _LAZY = {
-    "run_batch": "api", "run_concurrency": "api", "run_rate": "api", "measure_ingestion": "api",
-    "run_batch_async": "api", "run_concurrency_async": "api", "run_rate_async": "api",
-    "measure_ingestion_async": "api", "run_scenario": "api", "kv_capacity": "api",
-    "Results": "results", "load_results": "results",
-    "BenchError": "errors", "ServerDiedError": "errors",
-    "PromptFactory": "prompts",
+    "run_batch": ".api", "run_concurrency": ".api", "run_rate": ".api", "measure_ingestion": ".api",
+    "run_batch_async": ".api", "run_concurrency_async": ".api", "run_rate_async": ".api",
+    "measure_ingestion_async": ".api", "run_scenario": ".api", "kv_capacity": ".api",
+    "Results": ".results", "load_results": ".results",
+    "BenchError": ".errors", "ServerDiedError": ".errors",
+    "PromptFactory": ".prompts",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,13 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.bench.results import Results, load_results
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tgi_toolkit.bench' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"tgi_toolkit.bench.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [

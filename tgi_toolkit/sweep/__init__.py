@@ -50,14 +50,15 @@ interrupted one) are skipped; `retry_failed=True` (`--retry-failed`) relaunches 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tgi_toolkit._lazy import lazy_getattr
 from tgi_toolkit.sweep.cli import add_parser
 
 _LAZY = {
-    "Sweep": "spec", "Workload": "spec", "SweepConfig": "spec", "SweepError": "spec", "make_config": "spec",
-    "Manifest": "manifest", "load_manifest": "manifest", "sweep_status": "manifest",
-    "RayExecutor": "runner", "LocalExecutor": "runner", "resources_for": "runner",
+    "Sweep": ".spec", "Workload": ".spec", "SweepConfig": ".spec", "SweepError": ".spec", "make_config": ".spec",
+    "Manifest": ".manifest", "load_manifest": ".manifest", "sweep_status": ".manifest",
+    "RayExecutor": ".runner", "LocalExecutor": ".runner", "resources_for": ".runner",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,13 +67,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.sweep.spec import Sweep, SweepConfig, SweepError, Workload, make_config
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tgi_toolkit.sweep' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"tgi_toolkit.sweep.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [

@@ -20,14 +20,15 @@ them, and tune.json beside the results keeps the outcome (`load_tune(folder)`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tgi_toolkit._lazy import lazy_getattr
 from tgi_toolkit.tune.cli import add_parser
 
 _LAZY = {
-    "tune": "search", "build_space": "search", "workload_demand": "search", "plan_for": "search", "Knob": "search",
-    "DEFAULT_KNOBS": "search", "Objectives": "select", "TuneResult": "select", "choose": "select",
-    "rank_configs": "select", "pareto_points": "select", "evaluate_points": "select", "load_tune": "select",
+    "tune": ".search", "build_space": ".search", "workload_demand": ".search", "plan_for": ".search", "Knob": ".search",
+    "DEFAULT_KNOBS": ".search", "Objectives": ".select", "TuneResult": ".select", "choose": ".select",
+    "rank_configs": ".select", "pareto_points": ".select", "evaluate_points": ".select", "load_tune": ".select",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,13 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tgi_toolkit.tune' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"tgi_toolkit.tune.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
