@@ -107,6 +107,8 @@ def test_describe_and_confidence_interval():
     mean, low, high = stats.mean_ci([10.0, 12.0, 11.0, 13.0])
     assert low < mean == 11.5 < high
     assert high - mean == pytest.approx(3.18 * 1.2910 / 2, rel=1e-3)
+    assert stats.describe([10.0, 12.0, 11.0, 13.0])["ci95"] == pytest.approx(high - mean)
+    assert math.isnan(stats.describe([10.0])["ci95"])  # one sample says nothing of the spread
 
 
 def test_kv_capacity_from_tokens_in_flight_and_usage():

@@ -133,8 +133,11 @@ def test_pareto_set_keeps_the_points_nothing_beats_on_throughput_and_latency():
 
 
 def test_objectives_are_checked():
-    with pytest.raises(ValueError, match="percentile 'p42'"):
+    with pytest.raises(ValueError, match="percentile 'p42'.*allowed: p25, p50, p75, p90, p99"):
         Objectives(ttft_s=1, percentile="p42")
+    for not_a_percentile in ("mean", "ci95", "max"):
+        with pytest.raises(ValueError, match=f"percentile '{not_a_percentile}'"):
+            Objectives(ttft_s=1, percentile=not_a_percentile)
     with pytest.raises(ValueError, match="ttft_s must be a number of seconds > 0"):
         Objectives(ttft_s=-1)
     with pytest.raises(ValueError, match="give ttft_s and/or tpot_s"):

@@ -76,7 +76,10 @@ REQUEST_COLUMNS = (
 )
 
 # -- points.parquet: one row per measured point ---------------------------------------------------
-STATS = ("mean", "min", "max", "p25", "p50", "p75", "p90", "p99")
+# ci95: half-width of the mean's 95 % confidence interval (mean ± ci95), since one run is noise
+# (MEASUREMENT.md pitfall 6).
+STATS = ("mean", "ci95", "min", "max", "p25", "p50", "p75", "p90", "p99")
+PERCENTILES = tuple(s for s in STATS if s.startswith("p"))
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")  # columns f"{metric}_{stat}_s"
 SPEED_METRIC = "speed"  # columns f"speed_{stat}_tok_s"
 

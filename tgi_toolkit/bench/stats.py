@@ -21,7 +21,8 @@ _QUANTILES = {"p25": 25, "p50": 50, "p75": 75, "p90": 90, "p99": 99}
 
 
 def describe(values: Iterable[float], stats: Sequence[str] = S.STATS) -> dict[str, float]:
-    """mean, min, max and percentiles of the finite values (NaN for all when there are none)."""
+    """mean, ci95 (the half-width of the mean's 95 % interval), min, max and percentiles of the
+    finite values (NaN for all when there are none)."""
     arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if arr.size == 0:
         return {s: NAN for s in stats}
@@ -29,6 +30,9 @@ def describe(values: Iterable[float], stats: Sequence[str] = S.STATS) -> dict[st
     for s in stats:
         if s in ("mean", "average"):
             out[s] = float(arr.mean())
+        elif s == "ci95":
+            mean, _, high = mean_ci(arr)
+            out[s] = high - mean
         elif s in ("min", "lowest"):
             out[s] = float(arr.min())
         elif s in ("max", "highest"):

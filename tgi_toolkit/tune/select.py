@@ -45,10 +45,9 @@ class Objectives:
     max_error_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.percentile not in S.STATS or self.percentile in ("mean", "min", "max"):
-            allowed = [s for s in S.STATS if s.startswith("p")]
+        if self.percentile not in S.PERCENTILES:
             raise ValueError(f"percentile {self.percentile!r} is not one the points table holds "
-                             f"(allowed: {', '.join(allowed)})")
+                             f"(allowed: {', '.join(S.PERCENTILES)})")
         for name in ("ttft_s", "tpot_s"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and value > 0):
