@@ -120,35 +120,38 @@ def _top(logprobs: torch.Tensor, n: int) -> list[tuple[int, float]]:
 
 def choose_batch(logits: torch.Tensor, choosers: list[TokenChooser],
                  history_of: Callable[[int], list[int]]) -> list[Choice]:
-    """Next token for each row of `logits` ([rows, vocab], float32).
+    """Next token for each row of `logits` ([rows, vocab], float32; overwritten).
 
     `history_of(i)` gives row i's prompt and generated ids; only rows with penalties ask for it.
 
     Plain greedy rows never materialise their log-probabilities over the vocabulary: the chosen
-    token's is `logits[chosen] - logsumexp(logits)`, and top_n_tokens (when asked) are the top
-    logits less the same logsumexp. At 16 rows x 49k that took the step's token choice from 0.78
-    to 0.40 ms (log_softmax writes a second [rows, vocab] tensor; this only reads).
+    token's is `-log(sum(exp(logits - max)))`, computed in place in `logits`, and top_n_tokens
+    (when asked) are the top logits less the same logsumexp. On the 2-core CPU, on logits fresh
+    from the LM head, that took the step's token choice from 1.1 (log_softmax, or logsumexp with
+    its temporaries) to 0.55 ms at 16 rows and from 2.0 to 1.25 ms at 32.
     """
-    greedy_rows = [i for i, c in enumerate(choosers) if c.plain_greedy]
     choices: list[Choice | None] = [None] * len(choosers)
+    greedy_rows = []
+    for i, chooser in enumerate(choosers):
+        if chooser.plain_greedy:
+            greedy_rows.append(i)
+        else:
+            ids = history_of(i) if chooser.params.has_penalties else []
+            choices[i] = chooser.choose(logits[i], torch.tensor(ids, dtype=torch.long))
     if greedy_rows:
         rows = logits if len(greedy_rows) == len(choosers) else logits[greedy_rows]
         best, tokens = rows.max(-1)  # the first maximal index, as argmax
-        lse = torch.logsumexp(rows, -1)
-        picked = (best - lse).tolist()
         top_n = [choosers[i].params.top_n_tokens for i in greedy_rows]
-        tops: list[list[tuple[int, float]]] = [[] for _ in greedy_rows]
         asking = [j for j, n in enumerate(top_n) if n > 0]
         if asking:
             values, ids = torch.topk(rows[asking], max(top_n[j] for j in asking))
-            values = (values - lse[asking, None]).tolist()
+        lse = rows.sub_(best[:, None]).exp_().sum(-1).log_()  # logsumexp(rows) - best
+        picked = (-lse).tolist()
+        tops: list[list[tuple[int, float]]] = [[] for _ in greedy_rows]
+        if asking:
+            shifted = (values - (best + lse)[asking, None]).tolist()
             for k, j in enumerate(asking):
-                tops[j] = list(zip(ids[k, :top_n[j]].tolist(), values[k][:top_n[j]], strict=True))
+                tops[j] = list(zip(ids[k, :top_n[j]].tolist(), shifted[k][:top_n[j]], strict=True))
         for j, (i, token) in enumerate(zip(greedy_rows, tokens.tolist(), strict=True)):
             choices[i] = Choice(token, picked[j], tops[j])
-    for i, chooser in enumerate(choosers):
-        if choices[i] is None:
-            ids = history_of(i) if chooser.params.has_penalties else []
-            history = torch.tensor(ids, dtype=torch.long)
-            choices[i] = chooser.choose(logits[i], history)
     return choices  # type: ignore[return-value]
