@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -155,8 +156,9 @@ def _timing_headers(finish: Finish, started: float, validated: float) -> dict[st
 
 
 def sse(data: Any) -> bytes:
-    # TGI (axum) writes `data:` with no space; clients accept both.
-    return b"data:" + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+    # TGI (axum) writes `data:` with no space; clients accept both. orjson, as serde_json: compact,
+    # UTF-8 rather than \u escapes, null for a non-finite float.
+    return b"data:" + orjson.dumps(data) + b"\n\n"
 
 
 _OPENAI_FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
