@@ -93,9 +93,16 @@ class ModelBackend:
         self.eos = eos_token_ids
         self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
         self._token_text: dict[int, str] = {}
+        # A fast tokenizer's decode without clean-up is its Rust tokenizer's decode; called
+        # directly it takes 0.5 us for a few ids against 2.3 us through transformers' wrapper
+        # (two calls per token per step).
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._raw_decode = getattr(backend, "decode", None)
 
     # -- text ---------------------------------------------------------------------------
     def _decode(self, ids: list[int], skip_special: bool = False) -> str:
+        if self._raw_decode is not None:
+            return self._raw_decode(ids, skip_special_tokens=skip_special)
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special,
                                      clean_up_tokenization_spaces=False)
 
