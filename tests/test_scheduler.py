@@ -171,3 +171,22 @@ def test_no_capacity_returns_nothing(prefill_budget, token_budget, max_size):
     add(queue, 1, 1)
     assert queue.next_batch(None, max_size, prefill_budget, token_budget) is None
     assert len(queue) == 1
+
+
+def test_queue_reports_its_length_on_append_and_when_entries_leave_it():
+    sizes: list[int] = []
+
+    class Sizes:
+        def queued(self, size: int) -> None:
+            sizes.append(size)
+
+        def __getattr__(self, name):  # every other hook: nothing
+            return lambda *args: None
+
+    queue = Queue(Sizes())
+    scheduler = Scheduler(queue, Recorder(), BatchingLimits(max_batch_prefill_tokens=20, max_batch_total_tokens=10_000))
+    first, second, third = add(queue, 10, 5), add(queue, 10, 5), add(queue, 10, 5)
+    assert sizes == [1, 2, 3]  # at once, before any step
+    second.cancelled = True
+    scheduler.step()  # prefill budget 20: the first and the third (the cancelled second is dropped)
+    assert sizes[-1] == 0 and first.batched_at and third.batched_at

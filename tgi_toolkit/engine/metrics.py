@@ -57,6 +57,9 @@ class Metrics:
     def dropped(self, entry: Entry) -> None:
         self.request_failure.labels(err="dropped").inc()
 
+    def queued(self, size: int) -> None:
+        self.queue_size.set(size)
+
     def batch_state(self, size: int, max_tokens: int, queue_size: int) -> None:
         self.batch_current_size.set(size)
         self.batch_current_max_tokens.set(max_tokens)

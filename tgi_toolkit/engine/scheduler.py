@@ -74,6 +74,7 @@ class Observer(Protocol):
     """Metrics hooks; every method is optional to implement (see `NullObserver`)."""
 
     def dropped(self, entry: Entry) -> None: ...
+    def queued(self, size: int) -> None: ...
     def batch_state(self, size: int, max_tokens: int, queue_size: int) -> None: ...
     def forward(self, method: str, size: int, seconds: float) -> None: ...
     def next_batch(self, size: int) -> None: ...
@@ -81,6 +82,9 @@ class Observer(Protocol):
 
 class NullObserver:
     def dropped(self, entry: Entry) -> None:
+        pass
+
+    def queued(self, size: int) -> None:
         pass
 
     def batch_state(self, size: int, max_tokens: int, queue_size: int) -> None:
@@ -94,7 +98,12 @@ class NullObserver:
 
 
 class Queue:
-    """FIFO of waiting entries, safe to append to from other threads."""
+    """FIFO of waiting entries, safe to append to from other threads.
+
+    Its length goes to the observer whenever it changes (as TGI's queue updates `tgi_queue_size`
+    on append and on each batch taken), not only after a step: a request that arrives during a
+    long prefill is counted at once.
+    """
 
     def __init__(self, observer: Observer | None = None) -> None:
         self._entries: deque[Entry] = deque()
@@ -111,6 +120,7 @@ class Queue:
             self._ids += 1
             entry.id = self._ids
             self._entries.append(entry)
+            self.observer.queued(len(self._entries))
         self.notify.set()
 
     def next_batch(self, min_size: int | None, max_size: int | None, prefill_budget: int,
@@ -120,31 +130,37 @@ class Queue:
         with self._lock:
             if not self._entries or (min_size is not None and len(self._entries) < min_size):
                 return None
-            batch: list[Entry] = []
-            prefill_tokens = reserved = 0
-            while self._entries:
-                entry = self._entries.popleft()
-                if entry.cancelled:
-                    self.observer.dropped(entry)
-                    continue
-                if (prefill_tokens + entry.input_length > prefill_budget
-                        or reserved + entry.reserved_tokens > token_budget):
-                    self._entries.appendleft(entry)
-                    break
-                prefill_tokens += entry.input_length
-                reserved += entry.reserved_tokens
-                batch.append(entry)
-                if max_size is not None and len(batch) == max_size:
-                    break
-            if not batch:
-                return None
-            if min_size is not None and len(batch) < min_size:
+            batch = self._take(max_size, prefill_budget, token_budget)
+            if batch and min_size is not None and len(batch) < min_size:
                 self._entries.extendleft(reversed(batch))
-                return None
+                batch = []
+            self.observer.queued(len(self._entries))
+        if not batch:
+            return None
         now = time.perf_counter()
         for entry in batch:
             entry.batched_at = now
         self.observer.next_batch(len(batch))
+        return batch
+
+    def _take(self, max_size: int | None, prefill_budget: int, token_budget: int) -> list[Entry]:
+        """Pop from the front while entries fit (the caller holds the lock); cancelled ones are dropped."""
+        batch: list[Entry] = []
+        prefill_tokens = reserved = 0
+        while self._entries:
+            entry = self._entries.popleft()
+            if entry.cancelled:
+                self.observer.dropped(entry)
+                continue
+            if (prefill_tokens + entry.input_length > prefill_budget
+                    or reserved + entry.reserved_tokens > token_budget):
+                self._entries.appendleft(entry)
+                break
+            prefill_tokens += entry.input_length
+            reserved += entry.reserved_tokens
+            batch.append(entry)
+            if max_size is not None and len(batch) == max_size:
+                break
         return batch
 
 

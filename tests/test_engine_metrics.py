@@ -1,0 +1,68 @@
+"""/metrics follows the queue as requests arrive and leave it, before any scheduler step."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tgi_toolkit.engine.api import Api, ServerInfo
+from tgi_toolkit.engine.infer import Engine
+from tgi_toolkit.engine.metrics import Metrics
+from tgi_toolkit.engine.scheduler import BatchingLimits
+from tgi_toolkit.engine.validation import Limits
+
+
+class WordTokenizer:
+    chat_template = None
+
+    def __call__(self, text: str, add_special_tokens: bool = True, **_: object) -> dict[str, list[int]]:
+        return {"input_ids": [len(word) for word in text.split()]}
+
+
+class NoModel:
+    """The scheduler is never started here: requests stay in the queue."""
+
+    deliver = None
+
+    def prefill(self, entries) -> None:
+        raise AssertionError("nothing is batched in this test")
+
+    decode = prefill
+
+    def release(self, entry) -> None:
+        pass
+
+
+def samples(text: str) -> dict[str, float]:
+    return {s.name + str(sorted(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def test_queue_size_changes_when_a_request_arrives_and_when_it_leaves():
+    metrics = Metrics()
+    engine = Engine(NoModel(), BatchingLimits(max_batch_prefill_tokens=100, max_batch_total_tokens=1000), metrics)
+    api = Api(engine, WordTokenizer(), Limits(max_input_tokens=50, max_total_tokens=100),
+              ServerInfo(model_id="m", model_sha=None, max_concurrent_requests=8, max_client_batch_size=1,
+                         validation_workers=1), metrics)
+    body = {"inputs": "a waiting request", "parameters": {"max_new_tokens": 4}}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://engine") as client:
+        async def queue_size() -> float:
+            return samples((await client.get("/metrics")).text)["tgi_queue_size[]"]
+
+        assert await queue_size() == 0
+        waiting = [asyncio.create_task(client.post("/generate", json=body)) for _ in range(2)]
+        for _ in range(100):
+            if await queue_size() == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert await queue_size() == 2  # counted on arrival: no step has run
+
+        for task in waiting:  # the clients go away; TGI drops their entries when it next takes a batch
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        assert engine.scheduler.step() is False  # nothing left to batch
+        after = samples((await client.get("/metrics")).text)
+    assert after["tgi_queue_size[]"] == 0
+    assert after["tgi_request_failure_total[('err', 'dropped')]"] == 2
