@@ -334,8 +334,8 @@ def main() -> None:
     best, worst = late["best"], late["worst"]
     print(f"\nlate arrival during a 16-stream batch (alone its TTFT is {late['alone_ttft']:.2f} s; decode step "
           f"{worst['step'] * 1000:.0f} ms):")
-    print(f"  best case, 3 s into the batch (over 20 steps after its last prefill): TTFT {best['ttft']:.2f} s (the batch still had "
-          f"{best['batch_left']:.1f} s to run)")
+    print(f"  best case, 3 s into the batch (over 20 steps after its last prefill): TTFT {best['ttft']:.2f} s "
+          f"(the batch still had {best['batch_left']:.1f} s to run)")
     print(f"  worst case, just after the batch's last prefill: TTFT {worst['ttft']:.2f} s; TGI's rule keeps it "
           f"waiting while fewer than waiting-served-ratio x running (0.3 x 16) wait, up to max-waiting-tokens (20) "
           f"decode steps: bound about {late['alone_ttft'] + 20 * worst['step']:.2f} s (its prefill + 20 steps)")
