@@ -12,7 +12,8 @@ one request at a time, and as a static batch of N. Also measured: the time to fi
 request that arrives while a long batch runs (best and worst case under TGI's waiting rule), and
 the engine's own overhead per decode step: the
 client's gap between tokens against the engine's model runner alone, in this process, at the same
-batch size (what scheduling, sampling, detokenization and HTTP add). Ratios against the issue's
+batch size: its forward pass alone (what token choice, scheduling, detokenization and HTTP add) and
+followed by the engine's greedy token choice (what scheduling, detokenization and HTTP add). Ratios against the issue's
 vLLM bar are printed; `--vllm-url` measures a running vLLM the same way (OpenAI route, ignore_eos).
 """
 
@@ -235,10 +236,12 @@ def bench_openai_server(args: argparse.Namespace) -> dict:
     return out
 
 
-def runner_steps(model: Any, prompt: list[int], args: argparse.Namespace) -> dict[int, float]:
+def runner_steps(model: Any, prompt: list[int], args: argparse.Namespace) -> dict[int, tuple[float, float]]:
     """The engine's model runner alone, in this process: seconds per decode step at each stream count,
-    with the cache half-way through the generation (what the engine's steps average over)."""
+    with the cache half-way through the generation (what the engine's steps average over), for the
+    forward pass alone and with the engine's greedy token choice (argmax and its logprob) after it."""
     from tgi_toolkit.engine.runner import LlamaRunner
+    from tgi_toolkit.engine.sampling import SamplingParams, TokenChooser, choose_batch
 
     runner = LlamaRunner(model, max_rows=max(args.streams), max_positions=args.prompt_tokens + args.new_tokens + 2)
     if args.quantize:
@@ -249,17 +252,21 @@ def runner_steps(model: Any, prompt: list[int], args: argparse.Namespace) -> dic
     for n in args.streams:
         seqs, _ = runner.prefill([prompt] * n)
         tokens = [prompt[-1]] * n
+        choosers = [TokenChooser(SamplingParams()) for _ in range(n)]
         for _ in range(args.new_tokens // 2 - 8):
             runner.decode(tokens)
-        times = []
+        forward, chosen = [], []
         for _ in range(8):
             started = time.perf_counter()
-            runner.decode(tokens)
-            times.append(time.perf_counter() - started)
+            logits = runner.decode(tokens)
+            forward.append(time.perf_counter() - started)
+            choose_batch(logits, choosers, lambda i: [])
+            chosen.append(time.perf_counter() - started)
         for seq in seqs:
             runner.release(seq)
-        out[n] = statistics.median(times)
-        print(f"  runner alone {n:>3} rows: {out[n] * 1000:.1f} ms/step", flush=True)
+        out[n] = (statistics.median(forward), statistics.median(chosen))
+        print(f"  runner alone {n:>3} rows: {out[n][0] * 1000:.1f} ms/step, {out[n][1] * 1000:.1f} with the token "
+              f"choice", flush=True)
     return out
 
 
@@ -310,26 +317,31 @@ def main() -> None:
     hf = {} if args.skip_transformers else bench_transformers(args)
 
     print(f"\nengine time to healthy: {engine['time_to_healthy_s']:.1f} s; overhead per decode step: the "
-          f"client's gap between tokens against the bare runner's step (vs runner) and against the "
-          f"server's forward duration, sampling and detokenization included (vs forward)")
+          f"client's gap between tokens against the bare runner's forward (vs runner), the bare runner's "
+          f"forward and greedy token choice (vs runner+choice), and the server's forward duration, token "
+          f"choice and detokenization included (vs forward)")
     print(f"{'streams':>8}{'engine tok/s':>14}{'vs 1 stream':>13}{'static batch':>14}{'engine/static':>15}"
-          f"{'vs vLLM bar':>13}{'vs vLLM here':>14}{'TTFT p50 s':>12}{'vs runner':>11}{'vs forward':>12}")
+          f"{'vs vLLM bar':>13}{'vs vLLM here':>14}{'TTFT p50 s':>12}{'vs runner':>11}{'vs runner+choice':>18}"
+          f"{'vs forward':>12}")
     runner = hf.get("runner_step", {})
+    nan = float("nan")
     for n in args.streams:
         e = engine[n]
         static = hf.get(n)
-        # What the server adds to a decode step (scheduler, sampling, detokenization, HTTP): the
-        # client's gap between tokens against the bare runner's step at the same batch size.
-        overhead = (e["itl_mean"] - runner[n]) / e["itl_mean"] if n in runner else float("nan")
+        # What the server adds to a decode step, as a share of the client's gap between tokens:
+        # against the forward alone (token choice, scheduler, detokenization, HTTP) and against the
+        # forward plus the same greedy token choice (scheduler, detokenization, HTTP).
+        forward_only, with_choice = runner.get(n, (nan, nan))
+        overhead = (e["itl_mean"] - forward_only) / e["itl_mean"]
+        beyond_choice = (e["itl_mean"] - with_choice) / e["itl_mean"]
         # TGI's own split: the gap against the server's forward duration, which (in TGI's shard as
         # here) includes sampling and detokenization: what the scheduler loop and HTTP add.
         outside = (e["itl_mean"] - e["forward_mean"]) / e["itl_mean"]
         bar, here = VLLM_BAR.get(n), VLLM_HERE.get(n)
         print(f"{n:>8}{e['tok_s']:>14.1f}{e['tok_s'] / engine[args.streams[0]]['tok_s']:>13.2f}"
-              f"{static or float('nan'):>14.1f}{e['tok_s'] / static if static else float('nan'):>15.2f}"
-              f"{e['tok_s'] / bar if bar else float('nan'):>13.2f}{e['tok_s'] / here if here else float('nan'):>14.2f}"
-              f"{e['ttft_p50']:>12.2f}{overhead:>11.1%}"
-              f"{outside:>12.1%}")
+              f"{static or nan:>14.1f}{e['tok_s'] / static if static else nan:>15.2f}"
+              f"{e['tok_s'] / bar if bar else nan:>13.2f}{e['tok_s'] / here if here else nan:>14.2f}"
+              f"{e['ttft_p50']:>12.2f}{overhead:>11.1%}{beyond_choice:>18.1%}{outside:>12.1%}")
     late = engine["late"]
     best, worst = late["best"], late["worst"]
     print(f"\nlate arrival during a 16-stream batch (alone its TTFT is {late['alone_ttft']:.2f} s; decode step "
