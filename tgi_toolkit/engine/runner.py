@@ -12,7 +12,7 @@ per prompt.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,6 +166,26 @@ class SlotCache:
         self.seqs.clear()
 
 
+class KVPool:
+    """Keys and values at token slots `[layers, n_slots, kv_heads, head_dim]`: the physical store
+    behind the scheduler's block allocator (slot = block_id * block_size + offset).
+
+    `torch.empty`, not `zeros`: the pool is sized for `max_batch_total_tokens` (~90k tokens, ~2 GiB
+    in bfloat16 for the default model) and pages nobody has written stay unresident.
+    """
+
+    def __init__(self, layers: int, n_slots: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
+        self.n_slots = n_slots
+        self.k = torch.empty((layers, n_slots, kv_heads, head_dim), dtype=dtype)
+        self.v = torch.empty((layers, n_slots, kv_heads, head_dim), dtype=dtype)
+
+    def index(self, slots: Sequence[int]) -> torch.Tensor:
+        idx = torch.as_tensor(slots, dtype=torch.long)
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.n_slots):
+            raise ValueError(f"pool slots must lie in 0..{self.n_slots - 1}; got {int(idx.min())}..{int(idx.max())}")
+        return idx
+
+
 class LlamaRunner:
     """Forward passes for Llama-shaped decoders (Llama, Mistral, Qwen2, SmolLM)."""
 
@@ -196,6 +216,8 @@ class LlamaRunner:
         self.sin = sin[0].to(self.dtype)
         self.cache = SlotCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype,
                                max_rows, max_positions)
+        self.pool: KVPool | None = None
+        self.last_logits = torch.empty(0)  # see forward()
 
     @staticmethod
     def _fuse(layer: Any) -> _Layer:
@@ -296,9 +318,17 @@ class LlamaRunner:
             start += n
         return seqs, logits
 
-    def _causal_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: int) -> torch.Tensor:
+    def _causal_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: int,
+                          offset: int = 0) -> torch.Tensor:
+        """`n` queries at positions offset..offset+n-1 over keys 0..offset+n-1."""
         mask = None
-        if self.sliding_window and n > self.sliding_window:
+        if offset:
+            # SDPA's is_causal aligns the mask top-left; a chunk after cached positions needs it bottom-right.
+            qpos, kpos = torch.arange(offset, offset + n)[:, None], torch.arange(offset + n)[None, :]
+            mask = kpos <= qpos
+            if self.sliding_window:
+                mask &= qpos - kpos < self.sliding_window
+        elif self.sliding_window and n > self.sliding_window:
             idx = torch.arange(n)
             mask = (idx[None, :] <= idx[:, None]) & (idx[:, None] - idx[None, :] < self.sliding_window)
         out = F.scaled_dot_product_attention(
@@ -343,5 +373,170 @@ class LlamaRunner:
             seq.length += 1
         return self.logits(h)
 
+    # -- mixed forward (chunked prefill) -------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, rows: list[tuple[Seq, list[int]]], all_logits: list[bool] | None = None,
+                store: list[Sequence[int] | None] | None = None) -> list[torch.Tensor]:
+        """One forward over a mixed batch: row i computes `rows[i][1]` at positions
+        `seq.length .. seq.length + n - 1`, attending to its own cached positions (causal within
+        the chunk); its keys/values join its cache row and `seq.length` advances by n.
+
+        A decode row is `(seq, [last_token])`; a prompt chunk is `(seq, chunk_ids)`, possibly
+        continuing an earlier chunk or a prefix copied by `new_seq`. `store[i]`, when given, is one
+        pool slot per token of row i where its keys/values are also written (prompt tokens the
+        prefix cache may keep). Returns per-row logits: `[1, vocab]` for the row's last token, or
+        `[n, vocab]` for every token where `all_logits[i]`. `self.last_logits` is then the
+        `[len(rows), vocab]` tensor of every row's last-token logits, in `rows` order: the `[1, vocab]`
+        elements are views of it, so a caller that wants them stacked need not copy them again.
+        """
+        if not rows:
+            return []
+        seqs = self.cache.seqs
+        ns = [len(tokens) for _, tokens in rows]
+        for seq, tokens in rows:
+            if not tokens:
+                raise ValueError("forward: every row needs at least one token")
+            if not 0 <= seq.row < len(seqs) or seqs[seq.row] is not seq:
+                raise ValueError("forward: a row's seq was released (or belongs to another runner)")
+        if len({seq.row for seq, _ in rows}) != len(rows):
+            raise ValueError("forward: a seq appears in more than one row")
+        if all_logits is not None and len(all_logits) != len(rows):
+            raise ValueError(f"forward: all_logits has {len(all_logits)} entries for {len(rows)} rows")
+        if store is not None:
+            if len(store) != len(rows):
+                raise ValueError(f"forward: store has {len(store)} entries for {len(rows)} rows")
+            for slots, n in zip(store, ns, strict=True):
+                if slots is not None and len(slots) != n:
+                    raise ValueError(f"forward: store lists {len(slots)} slots for a row of {n} tokens")
+            if self.pool is None and any(slots is not None for slots in store):
+                raise RuntimeError("forward with store needs the KV pool: call enable_pool(n_slots) first")
+            if all(slots is None for slots in store):
+                store = None
+        if all_logits is not None and not any(all_logits):
+            all_logits = None
+        if store is None and all_logits is None and len(rows) == len(seqs) and max(ns) == 1:
+            return self._forward_decode(rows)
+        return self._forward_mixed(rows, ns, all_logits, store)
+
+    def _forward_decode(self, rows: list[tuple[Seq, list[int]]]) -> list[torch.Tensor]:
+        """Every running seq decodes one token: the tuned `decode` step, in rows' order."""
+        order = [seq.row for seq, _ in rows]
+        if order == list(range(len(rows))):
+            logits = self.decode([tokens[0] for _, tokens in rows])
+        else:
+            by_row = [0] * len(rows)
+            for seq, tokens in rows:
+                by_row[seq.row] = tokens[0]
+            logits = self.decode(by_row)[torch.tensor(order)]
+        self.last_logits = logits
+        return list(logits.split(1))
+
+    def _forward_mixed(self, rows: list[tuple[Seq, list[int]]], ns: list[int], all_logits: list[bool] | None,
+                       store: list[Sequence[int] | None] | None) -> list[torch.Tensor]:
+        starts = [seq.length for seq, _ in rows]
+        self.cache.reserve(len(self.cache.seqs), max(s + n for s, n in zip(starts, ns, strict=True)))
+        k_cache, v_cache = self.cache.k, self.cache.v
+        offsets = [0]
+        for n in ns:
+            offsets.append(offsets[-1] + n)
+        total = offsets[-1]
+        h = self.embed[torch.tensor([t for _, tokens in rows for t in tokens], dtype=torch.long)]
+        pos = torch.tensor([p for s, n in zip(starts, ns, strict=True) for p in range(s, s + n)], dtype=torch.long)
+        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
+        chunks = [i for i, n in enumerate(ns) if n > 1]
+
+        # Rows of one token (decode rows, 1-token chunks) share one attention call over cache rows
+        # 0..width-1, as `decode` does: a view of the cache, no gather. Cache rows inside that range
+        # that are not among them get a query of zeros that sees position 0 only, output dropped.
+        single = [i for i, n in enumerate(ns) if n == 1]
+        if single:
+            s_tok = torch.tensor([offsets[i] for i in single], dtype=torch.long)
+            s_rows = [rows[i][0].row for i in single]
+            s_row = torch.tensor(s_rows, dtype=torch.long)
+            s_pos = torch.tensor([starts[i] for i in single], dtype=torch.long)
+            width, span = max(s_rows) + 1, int(s_pos.max()) + 1
+            dense = s_rows == list(range(width))
+            at = torch.zeros(width, dtype=torch.long)
+            at[s_row] = s_pos
+            s_mask = None
+            if not dense or self.sliding_window or int(s_pos.min()) < span - 1:
+                keep = torch.arange(span)[None, :] <= at[:, None]
+                if self.sliding_window:
+                    keep &= torch.arange(span)[None, :] > at[:, None] - self.sliding_window
+                s_mask = keep[:, None, None, :]
+        rep = self.heads // self.kv_heads
+        if store is not None:
+            pairs = [(offsets[i] + j, slot) for i, slots in enumerate(store) if slots is not None
+                     for j, slot in enumerate(slots)]
+            st_tok = torch.tensor([p[0] for p in pairs], dtype=torch.long)
+            st_slot = self.pool.index([p[1] for p in pairs])
+
+        for index, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, h, cos, sin, _rows)
+            kc, vc = k_cache[index], v_cache[index]
+            if store is not None:
+                self.pool.k[index, st_slot] = k[st_tok]
+                self.pool.v[index, st_slot] = v[st_tok]
+            attn = h.new_empty(total, self.heads * self.head_dim)
+            for i in chunks:
+                o, n, s, row = offsets[i], ns[i], starts[i], rows[i][0].row
+                ks, vs = k[o:o + n].transpose(0, 1), v[o:o + n].transpose(0, 1)
+                kc[row, :, s:s + n] = ks
+                vc[row, :, s:s + n] = vs
+                qs = q[o:o + n].transpose(0, 1).unsqueeze(0)
+                if s:
+                    ks, vs = kc[row, :, :s + n], vc[row, :, :s + n]
+                attn[o:o + n] = self._causal_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), n, s)
+            if single:
+                kc[s_row, :, s_pos] = k[s_tok]
+                vc[s_row, :, s_pos] = v[s_tok]
+                qg = q[s_tok].view(len(single), self.kv_heads, rep, self.head_dim)
+                if not dense:
+                    full = qg.new_zeros(width, self.kv_heads, rep, self.head_dim)
+                    full[s_row] = qg
+                    qg = full
+                out = F.scaled_dot_product_attention(qg, kc[:width, :, :span], vc[:width, :, :span],
+                                                     attn_mask=s_mask).reshape(width, -1)
+                attn[s_tok] = out if dense else out[s_row]
+            h = h + layer.o(attn)
+            h = self._mlp(layer, h, _rows)
+
+        last = self.logits(h[torch.tensor(offsets[1:], dtype=torch.long) - 1])
+        out_logits = []
+        for i, n in enumerate(ns):
+            if all_logits is not None and all_logits[i]:
+                full_logits = self.logits(h[offsets[i]:offsets[i] + n])
+                last[i] = full_logits[-1]  # one value per position whichever way it is read
+                out_logits.append(full_logits)
+            else:
+                out_logits.append(last[i:i + 1])
+        for (seq, _), n in zip(rows, ns, strict=True):
+            seq.length += n
+        self.last_logits = last
+        return out_logits
+
     def release(self, seq: Seq) -> None:
         self.cache.release(seq)
+
+    # -- prefix cache ------------------------------------------------------------------------
+    def enable_pool(self, n_slots: int) -> KVPool:
+        """Create the KV pool (`self.pool`) with `n_slots` token slots; only prefix caching needs it."""
+        if n_slots < 1:
+            raise ValueError(f"n_slots must be a positive number of token slots; got {n_slots}")
+        self.pool = KVPool(len(self.layers), n_slots, self.kv_heads, self.head_dim, self.dtype)
+        return self.pool
+
+    @torch.no_grad()
+    def new_seq(self, cached_slots: Sequence[int] = ()) -> Seq:
+        """A new row whose first `len(cached_slots)` positions are copied from those pool slots
+        (a prefix-cache hit, no compute); `seq.length` is that count."""
+        n = len(cached_slots)
+        if n and self.pool is None:
+            raise RuntimeError("new_seq with cached_slots needs the KV pool: call enable_pool(n_slots) first")
+        idx = self.pool.index(cached_slots) if n else None
+        seq = self.cache.add(n)
+        if n:
+            # pool [layers, n, kv_heads, d] -> row [layers, kv_heads, n, d]
+            self.cache.k[:, seq.row, :, :n] = self.pool.k[:, idx].transpose(1, 2)
+            self.cache.v[:, seq.row, :, :n] = self.pool.v[:, idx].transpose(1, 2)
+        return seq
