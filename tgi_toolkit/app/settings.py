@@ -109,7 +109,7 @@ def check_settings(values: Mapping[str, Any], target: str = "embedded") -> Setti
     state = config_from_values(values)
     if state.config is None:
         return SettingsCheck(None, state.problems)
-    from tgi_toolkit.engine.serve import refusals
+    from tgi_toolkit.config.embedded import refusals
 
     return SettingsCheck(state.config, state.problems, refusals(state.config), render_command(state.config, target))
 

@@ -1,7 +1,7 @@
 """Launcher configuration: `LauncherConfig`, its problems, and its vLLM counterpart.
 
-`to_vllm_args`, `VllmArgs` and `from_vllm_table` live in `tgi_toolkit.vllm_args` and are
-re-exported here lazily (that module imports this package).
+`to_vllm_args`, `VllmArgs` and `from_vllm_table` live in `tgi_toolkit.config.vllm_args` and are
+re-exported here lazily (that module imports this package's launcher module).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ _VLLM = ("VllmArgs", "to_vllm_args", "from_vllm_table")
 
 def __getattr__(name: str) -> Any:
     if name in _VLLM:
-        from tgi_toolkit import vllm_args
+        from tgi_toolkit.config import vllm_args
 
         return getattr(vllm_args, name)
     raise AttributeError(f"module 'tgi_toolkit.config' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """LauncherConfig as a form, for any UI: fields per group, raw values in, config and problems out.
 
-Nothing here imports a UI library. `tgi_toolkit.widgets` builds the notebook's ipywidgets form on
+Nothing here imports a UI library. `tgi_toolkit.config.widgets` builds the notebook's ipywidgets form on
 it, and a Gradio app can build its own from the same three steps:
 
 1. `form_fields()`: per UI group, one `FormField` per launcher option with the widget kind to use
@@ -225,7 +225,7 @@ def render_command(config: LauncherConfig, target: str = "embedded") -> CommandL
     settings with no vLLM equivalent, and caveats of the mapping).
     """
     if target == "embedded":
-        from tgi_toolkit.engine.serve import refusals
+        from tgi_toolkit.config.embedded import refusals
 
         return CommandLine(target, ["tgi-toolkit", "serve", *config.to_cli()], notes=refusals(config))
     if target == "tgi":
@@ -233,7 +233,7 @@ def render_command(config: LauncherConfig, target: str = "embedded") -> CommandL
     if target == "tgi-docker":
         return CommandLine(target, config.docker_command())
     if target == "vllm":
-        from tgi_toolkit.vllm_args import to_vllm_args
+        from tgi_toolkit.config.vllm_args import to_vllm_args
 
         rendered = to_vllm_args(config)
         notes = [f"not carried over: {reason}" for reason in rendered.unmapped.values()]

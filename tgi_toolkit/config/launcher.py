@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tgi_toolkit.config import options, rust_debug
 from tgi_toolkit.config.errors import ConfigError, Problem
+from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID
 from tgi_toolkit.config.options import COMMA_LISTS, OptionSpec, env_for, flag_for, suggest, text
 
-DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DEFAULT_HOSTNAME = "127.0.0.1"
 DOCKER_IMAGE = "ghcr.io/huggingface/text-generation-inference:latest"
 CONTAINER_PORT = 80  # TGI's image sets PORT=80

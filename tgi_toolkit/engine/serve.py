@@ -14,56 +14,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID
+# The rules live below both the engine and the configuration (the form and the planner show them
+# without importing the engine); re-exported here, where the engine applies them.
+from tgi_toolkit.config.embedded import DEFAULT_KV_CACHE_BYTES, UnsupportedSetting, refusals
+from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID
 
 log = logging.getLogger("tgi_toolkit.engine")
-
-# The KV-cache memory the engine gives itself when --max-batch-total-tokens is not set, scaled
-# by --cuda-memory-fraction (TGI infers the value from free GPU memory; vLLM's CPU backend
-# takes a fixed KV space the same way).
-DEFAULT_KV_CACHE_BYTES = 2 * 1024**3
-
-
-class UnsupportedSetting(ValueError):
-    """A launcher setting the single-process CPU engine cannot honour."""
-
-
-def refusals(cfg: Any) -> list[str]:
-    """One sentence per launcher setting that cannot apply to one CPU process (empty: all can)."""
-    out = []
-
-    def changed(name: str) -> bool:
-        field = type(cfg).model_fields.get(name)
-        return field is not None and getattr(cfg, name) != field.default
-
-    if (cfg.num_shard or 1) > 1 or cfg.sharded:
-        out.append("--num-shard/--sharded: the embedded engine runs the model in one process on the CPU; "
-                   "use the `tgi` or `vllm` backend for tensor parallelism.")
-    if getattr(cfg, "ngrok", False):
-        out.append("--ngrok: the embedded engine serves on this machine only and opens no tunnel.")
-    if getattr(cfg, "speculate", None):
-        out.append("--speculate: speculative decoding needs Medusa/draft weights the embedded engine does not run.")
-    if getattr(cfg, "lora_adapters", None):
-        out.append("--lora-adapters: the embedded engine does not load LoRA adapters.")
-    if getattr(cfg, "kv_cache_dtype", None):
-        out.append("--kv-cache-dtype: fp8 KV caches need a GPU; the embedded engine keeps keys and values "
-                   "in the model dtype.")
-    for name, why in (("rope_scaling", "the model's own rope settings are used"),
-                      ("rope_factor", "the model's own rope settings are used"),
-                      ("watermark_gamma", "watermarking is not implemented"),
-                      ("watermark_delta", "watermarking is not implemented"),
-                      ("otlp_endpoint", "OpenTelemetry export is not implemented; use /metrics")):
-        if changed(name):
-            out.append(f"--{name.replace('_', '-')}: {why} by the embedded engine.")
-    quantize = getattr(cfg, "quantize", None)
-    if quantize is not None:
-        from tgi_toolkit.engine.quantization import refusal
-
-        reason = refusal(quantize)
-        if reason:
-            out.append(f"--quantize {quantize}: {reason}")
-    return out
-
 
 @dataclass
 class Built:

@@ -531,13 +531,12 @@ def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str 
                   max_batch_prefill_tokens: int | None = None, model_id: str | None = None) -> Plan:
     """Predict what the embedded CPU engine logs as "Setting max batch total tokens to N".
 
-    The engine gives its KV cache a fixed space (tgi_toolkit.engine.serve.DEFAULT_KV_CACHE_BYTES,
+    The engine gives its KV cache a fixed space (tgi_toolkit.config.embedded.DEFAULT_KV_CACHE_BYTES,
     2 GiB) scaled by --cuda-memory-fraction, divides by its bytes per token (keys and values kept in
     the model dtype whatever --quantize says) and never goes below max_total_tokens. `dtype` None is
     the engine's own default on this machine: bfloat16 where the CPU computes in it, else float32.
     """
-    from tgi_toolkit.engine.model import cpu_has_bf16
-    from tgi_toolkit.engine.serve import DEFAULT_KV_CACHE_BYTES
+    from tgi_toolkit.config.embedded import DEFAULT_KV_CACHE_BYTES, cpu_has_bf16
 
     shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
     dtype = canonical_dtype(dtype or ("bfloat16" if cpu_has_bf16() else "float32"))

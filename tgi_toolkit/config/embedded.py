@@ -1,0 +1,96 @@
+"""What the embedded CPU engine accepts and gives itself, for code that must not import the engine.
+
+The configuration form, the capacity planner, the tuner and the app show the engine's refusals and
+predict its KV budget before any server starts; the engine applies the same rules at start-up
+(tgi_toolkit.engine.serve re-exports them). Keeping them here puts the engine above the
+configuration in the import order, and keeps torch out of a form that only renders a command line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+# The KV-cache memory the engine gives itself when --max-batch-total-tokens is not set, scaled
+# by --cuda-memory-fraction (TGI infers the value from free GPU memory; vLLM's CPU backend
+# takes a fixed KV space the same way).
+DEFAULT_KV_CACHE_BYTES = 2 * 1024**3
+
+_GPU_ONLY = "checkpoints need GPU kernels; on the CPU the engine runs bitsandbytes, bitsandbytes-nf4, " \
+            "bitsandbytes-fp4 or eetq."
+_CANNOT = {
+    "awq": f"AWQ {_GPU_ONLY}",
+    "gptq": f"GPTQ {_GPU_ONLY}",
+    "marlin": f"Marlin {_GPU_ONLY}",
+    "exl2": f"ExLlamaV2 {_GPU_ONLY}",
+    "compressed-tensors": f"compressed-tensors {_GPU_ONLY}",
+}
+# The --quantize methods the engine runs (tgi_toolkit.engine.quantization implements them).
+BITSANDBYTES = ("bitsandbytes", "bitsandbytes-nf4", "bitsandbytes-fp4")
+SUPPORTED = (*BITSANDBYTES, "eetq")
+
+
+class UnsupportedSetting(ValueError):
+    """A launcher setting the single-process CPU engine cannot honour."""
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes in bfloat16 natively (AVX512-BF16 or AMX), from /proc/cpuinfo."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def quantize_refusal(method: str) -> str | None:
+    """A sentence saying why `--quantize method` cannot run on this engine and machine, or None when it can."""
+    if method in _CANNOT:
+        return _CANNOT[method]
+    if method == "fp8":
+        import torch  # only here: asking about fp8 hardware is the one check that needs it
+
+        if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9):
+            return "fp8 weights are not implemented by the embedded engine; use the tgi or vllm backend."
+        return "fp8 matmuls need a GPU with fp8 support (Ada or Hopper); this machine has none."
+    if method in BITSANDBYTES and importlib.util.find_spec("bitsandbytes") is None:
+        return "needs the bitsandbytes package: pip install 'tgi_toolkit[quantize]'."
+    if method not in SUPPORTED:
+        return f"unknown method; the embedded engine runs {', '.join(SUPPORTED)}."
+    return None
+
+
+def refusals(cfg: Any) -> list[str]:
+    """One sentence per launcher setting that cannot apply to one CPU process (empty: all can)."""
+    out = []
+
+    def changed(name: str) -> bool:
+        field = type(cfg).model_fields.get(name)
+        return field is not None and getattr(cfg, name) != field.default
+
+    if (cfg.num_shard or 1) > 1 or cfg.sharded:
+        out.append("--num-shard/--sharded: the embedded engine runs the model in one process on the CPU; "
+                   "use the `tgi` or `vllm` backend for tensor parallelism.")
+    if getattr(cfg, "ngrok", False):
+        out.append("--ngrok: the embedded engine serves on this machine only and opens no tunnel.")
+    if getattr(cfg, "speculate", None):
+        out.append("--speculate: speculative decoding needs Medusa/draft weights the embedded engine does not run.")
+    if getattr(cfg, "lora_adapters", None):
+        out.append("--lora-adapters: the embedded engine does not load LoRA adapters.")
+    if getattr(cfg, "kv_cache_dtype", None):
+        out.append("--kv-cache-dtype: fp8 KV caches need a GPU; the embedded engine keeps keys and values "
+                   "in the model dtype.")
+    for name, why in (("rope_scaling", "the model's own rope settings are used"),
+                      ("rope_factor", "the model's own rope settings are used"),
+                      ("watermark_gamma", "watermarking is not implemented"),
+                      ("watermark_delta", "watermarking is not implemented"),
+                      ("otlp_endpoint", "OpenTelemetry export is not implemented; use /metrics")):
+        if changed(name):
+            out.append(f"--{name.replace('_', '-')}: {why} by the embedded engine.")
+    quantize = getattr(cfg, "quantize", None)
+    if quantize is not None:
+        reason = quantize_refusal(quantize)
+        if reason:
+            out.append(f"--quantize {quantize}: {reason}")
+    return out
