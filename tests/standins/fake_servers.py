@@ -12,6 +12,19 @@ The variant comes from TGI_TOOLKIT_STANDIN:
   never-healthy   serve, but /health answers 503 forever
   ignore-sigterm  become healthy, then ignore SIGTERM (only SIGKILL ends it)
 TGI_TOOLKIT_STANDIN_DELAY: seconds of simulated model loading (default 0.3).
+
+`fake_servers.py openai --port N [--itl SECONDS] [--max-model-len N]` is a mock OpenAI-style server
+(as guidellm's mock server: /v1/completions and /v1/chat/completions streamed, /tokenize, no
+/metrics), for the harness against servers it did not expect. Its TGI_TOOLKIT_STANDIN is a
+comma-separated list of behaviours (default none: a well-behaved server):
+  tokenize-400   /tokenize answers 400 to everything
+  own-count      counts prompt tokens its own way: usage.prompt_tokens is the /tokenize count + 3
+  empty-final    the finish reason comes in a last chunk of its own, with empty text
+  stop-at-max    says finish_reason "stop" when it stops at max_tokens
+  malformed      every third request (the 2nd, 5th, ...) gets a cut JSON event mid-stream
+  drop           every third request loses its connection after two tokens
+  http-500       every third request is answered 500
+  flood          each token event is heavy to parse (a large logprobs object), written with no pause
 """
 
 from __future__ import annotations
@@ -293,6 +306,136 @@ def vllm(argv: list[str]) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- a mock OpenAI server
+
+
+def openai_server(argv: list[str]) -> int:
+    flags = parse_flags(argv)
+    port, itl = int(flags.get("port", 8000)), float(flags.get("itl", 0.002))
+    model, max_len = str(flags.get("model", "mock-model")), int(flags.get("max_model_len", 100000))
+    behaviours = {b.strip() for b in VARIANT.split(",")} - {"ok", ""}
+    counter = [0]
+    lock = threading.Lock()
+    # one heavy event, built once: the client parses it in full, the server only writes bytes
+    heavy = {"text": "x", "index": 0, "finish_reason": None,
+             "logprobs": {"tokens": ["x"] * 40, "token_logprobs": [-0.5] * 40,
+                          "top_logprobs": [{f"t{i}": -1.0 * i for i in range(8)} for _ in range(40)]}}
+    flood_event = json.dumps({"id": "c", "object": "text_completion", "choices": [heavy]}).encode()
+    flood_event = b"data: " + flood_event + b"\n\n"
+
+    def tokens_of(text: str) -> list[tuple[int, int]]:
+        # a word (with the spaces before it) is a token: [start, stop) offsets
+        out, i = [], 0
+        while i < len(text):
+            j = i
+            while j < len(text) and text[j].isspace():
+                j += 1
+            while j < len(text) and not text[j].isspace():
+                j += 1
+            out.append((i, j))
+            i = j
+        return out
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def send_json(self, status: int, body: object) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self.send_json(200, {})
+            elif self.path == "/v1/models":
+                self.send_json(200, {"object": "list", "data": [{"id": model, "object": "model", "root": model,
+                                                                 "max_model_len": max_len}]})
+            else:
+                self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path == "/tokenize":
+                if "tokenize-400" in behaviours:
+                    self.send_json(400, {"error": "Input validation error: unknown field", "error_type": "validation"})
+                elif "inputs" in body:  # TGI's request: its answer has offsets
+                    self.send_json(200, [{"id": k, "text": body["inputs"][a:b], "start": a, "stop": b}
+                                         for k, (a, b) in enumerate(tokens_of(body["inputs"]))])
+                else:
+                    self.send_json(200, {"count": len(tokens_of(body.get("prompt", "")))})
+                return
+            if self.path not in ("/v1/completions", "/v1/chat/completions"):
+                self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                return
+            with lock:
+                counter[0] += 1
+                odd = counter[0] % 3 == 2
+            if "http-500" in behaviours and odd:
+                self.send_json(500, {"error": {"message": "mock failure", "type": "internal_error"}})
+                return
+            chat = self.path.endswith("chat/completions")
+            prompt = body["messages"][-1]["content"] if chat else body.get("prompt", "")
+            prompt_tokens = len(tokens_of(prompt)) + (3 if "own-count" in behaviours else 0)
+            n = int(body.get("max_tokens") or 16)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+
+            def event(choice: dict, usage: dict | None = None) -> bytes:
+                payload = {"id": "c", "object": "chat.completion.chunk" if chat else "text_completion",
+                           "model": model, "choices": [choice] if choice else []}
+                if usage is not None:
+                    payload["usage"] = usage
+                return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+            def token(text: str, finish: str | None) -> dict:
+                if chat:
+                    return {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+                return {"index": 0, "text": text, "finish_reason": finish}
+
+            last = "stop" if "stop-at-max" in behaviours else "length"
+            try:
+                if "flood" in behaviours:
+                    for start in range(0, n, 200):
+                        self.wfile.write(flood_event * min(200, n - start))
+                else:
+                    for i in range(n):
+                        if "malformed" in behaviours and odd and i == 1:
+                            self.wfile.write(b'data: {"choices": [{"index": 0, "text": "cut\n\n')
+                        if "drop" in behaviours and odd and i == 2:
+                            self.wfile.flush()
+                            self.connection.shutdown(2)
+                            return
+                        finish = last if i == n - 1 and "empty-final" not in behaviours else None
+                        self.wfile.write(event(token(f" w{i}", finish)))
+                        self.wfile.flush()
+                        time.sleep(itl)
+                    if "empty-final" in behaviours:
+                        self.wfile.write(event(token("", last)))
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    self.wfile.write(event({}, {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                                                "total_tokens": prompt_tokens + n}))
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except OSError:
+                pass  # the client went away
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    httpd.daemon_threads = True
+    stop = threading.Event()
+    install_sigterm(stop.set, "mock: ignores SIGTERM")
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    say(f"mock OpenAI server on http://127.0.0.1:{port} behaviours={sorted(behaviours)}")
+    while not stop.wait(0.1):
+        pass
+    httpd.shutdown()
+    return 0
+
+
 # ---------------------------------------------------------------- docker
 
 
@@ -496,7 +639,7 @@ if __name__ == "__main__":
     kind, rest = sys.argv[1], sys.argv[2:]
     if kind == "shard":
         sys.exit(shard())
-    code = {"tgi": tgi, "vllm": vllm, "docker": docker}[kind](rest)
+    code = {"tgi": tgi, "vllm": vllm, "docker": docker, "openai": openai_server}[kind](rest)
     # Exit now: a signal that lands during interpreter shutdown would find the default handler
     # and turn a clean exit into "killed by SIGTERM" (a real docker client has no such window).
     with contextlib.suppress(OSError):

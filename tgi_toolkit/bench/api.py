@@ -12,7 +12,9 @@ Common options:
   (None: where the server honours it); sampling (dict of TGI parameters, default greedy);
   slo_ttft_s, slo_tpot_s (goodput objectives); scrape_interval (seconds between /metrics scrapes);
   request_timeout (seconds without a byte before a request fails); on_point (called with each saved
-  point's row; an exception from it stops the run, finished points kept); command (argv, provenance).
+  point's row; an exception from it stops the run, finished points kept); command (argv, provenance);
+  accept_server_count (a server that counts prompt tokens its own way: measure with its count, kept in
+  input_tokens and the provenance's prompt_check, instead of refusing the run).
 
 The sync functions also work inside a running event loop (a Jupyter cell): the run then goes on a
 worker thread with its own loop, and Ctrl-C (interrupt) cancels it there.
@@ -74,7 +76,7 @@ def _run_sync(make: Callable[[], Coroutine[Any, Any, Results]]) -> Results:
 def _options(target: Target, options: dict[str, Any]) -> dict[str, Any]:
     allowed = {"output", "resume", "progress", "tokenizer", "seed", "prefix_tokens", "dataset", "ignore_eos",
                "sampling", "slo_ttft_s", "slo_tpot_s", "scrape_interval", "request_timeout", "on_point",
-               "command"}
+               "command", "accept_server_count"}
     unknown = set(options) - allowed
     if unknown:
         raise BenchError(sorted(unknown)[0], "is not an option", ", ".join(sorted(allowed | {"api", "api_key"})))

@@ -41,6 +41,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     prompts = parser.add_argument_group("prompts")
     prompts.add_argument("--tokenizer-name", help="local tokenizer (name or path); default: the server's /tokenize")
+    prompts.add_argument("--accept-server-count", action="store_true",
+                         help="measure a server that counts prompt tokens its own way: keep the prompts built "
+                              "with the tokenizer, record the server's count (input_tokens) instead of stopping")
     prompts.add_argument("--seed", type=int, default=0, help="seed of prompts and arrivals (default 0)")
     prompts.add_argument("--prefix-tokens", type=int, default=0, help="tokens every prompt shares (default 0)")
     prompts.add_argument("--dataset", help="a .txt/.json/.jsonl file to cut prompts from instead of word salad")
@@ -135,7 +138,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "dataset": args.dataset, "api": args.api, "api_key": args.api_key, "ignore_eos": args.ignore_eos,
             "sampling": {k: v for k, v in sampling.items() if v is not None}, "slo_ttft_s": args.slo_ttft,
             "slo_tpot_s": args.slo_tpot, "scrape_interval": args.scrape_interval,
-            "request_timeout": args.request_timeout, "command": _command(args)}
+            "request_timeout": args.request_timeout, "command": _command(args),
+            "accept_server_count": args.accept_server_count}
 
 
 def _command(args: argparse.Namespace) -> list[str]:

@@ -50,9 +50,11 @@ class StreamRecord:
     status: int = 0
     input_tokens: int | None = None  # server-reported prompt length
     output_tokens: int | None = None  # server-reported, else counted from events
-    finish_reason: str | None = None
+    finish_reason: str | None = None  # TGI's words: length | eos_token | stop_sequence
+    server_finish_reason: str | None = None  # the server's own word for it (OpenAI's "stop", ...)
     error: str | None = None
     error_message: str | None = None
+    text: str | None = None  # the generated text (a multi-turn workload resends it as history)
 
     @property
     def ok(self) -> bool:
@@ -132,14 +134,14 @@ class StreamingClient:
     def encode(self, request: GenerationRequest) -> bytes:
         return json.dumps(self.body(request), separators=(",", ":")).encode()
 
-    async def stream(self, request: GenerationRequest | bytes) -> StreamRecord:
+    async def stream(self, request: GenerationRequest | bytes, record: StreamRecord | None = None) -> StreamRecord:
         """Send one request (or a body from `encode`) and read its stream to the end.
 
         Never raises for what the server or the network did: the record's `error` says it.
-        Cancellation propagates.
+        Cancellation propagates. `record`: fill this one (a caller can watch its tokens arrive).
         """
         data = request if isinstance(request, bytes) else self.encode(request)
-        record = StreamRecord()
+        record = StreamRecord() if record is None else record
         state: dict[str, Any] = {}
         done = False
         record.sent_ns = now_ns()
@@ -162,8 +164,9 @@ class StreamingClient:
                         continue
                     *lines, pending = pending.split(b"\n")
                     for line in lines:
-                        if line.startswith(b"data:") and self.on_data(record, line[5:].strip(), t, state):
+                        if line.startswith(b"data:") and self._on_data(record, line[5:].strip(), t, state):
                             done = True
+                            break
                     if done or record.error is not None:
                         break
                 if not done and record.error is None:
@@ -187,6 +190,16 @@ class StreamingClient:
             record.output_tokens = sum(counts) if counts is not None else len(record.token_ns)
         return record
 
+
+    def _on_data(self, record: StreamRecord, payload: bytes, t: int, state: dict[str, Any]) -> bool:
+        # A server that sends something else than it should (a cut JSON, a list instead of an
+        # object) fails this request only: the point goes on and counts it among its errors.
+        try:
+            return self.on_data(record, payload, t, state)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            record.error = "malformed_event"
+            record.error_message = f"{type(exc).__name__}: {exc}; event: {payload[:200].decode(errors='replace')}"
+            return True
 
     async def _watch(self) -> None:
         limit = int(self.read_timeout * 1e9)
@@ -257,8 +270,11 @@ class TgiClient(StreamingClient):
         if isinstance(details, dict):
             record.output_tokens = details.get("generated_tokens")
             record.input_tokens = details.get("input_length")
-            record.finish_reason = details.get("finish_reason")
-        return event.get("generated_text") is not None
+            record.finish_reason = record.server_finish_reason = details.get("finish_reason")
+        if event.get("generated_text") is not None:
+            record.text = event["generated_text"]
+            return True
+        return False
 
 
 class OpenAIClient(StreamingClient):
@@ -292,6 +308,7 @@ class OpenAIClient(StreamingClient):
 
     def on_data(self, record: StreamRecord, payload: bytes, t: int, state: dict[str, Any]) -> bool:
         if payload == b"[DONE]":
+            record.text = "".join(state.get("text", ()))
             return True
         event = json.loads(payload)
         if _error_event(record, event):
@@ -305,7 +322,11 @@ class OpenAIClient(StreamingClient):
                 tokens = usage["completion_tokens"] - state.get("seen", 0)
             elif self.counts_chunk(choice):
                 tokens = 1
+            piece = choice.get("text") or (choice.get("delta") or {}).get("content")
+            if piece:
+                state.setdefault("text", []).append(piece)
             if choice.get("finish_reason") is not None:
+                record.server_finish_reason = str(choice["finish_reason"])
                 record.finish_reason = self._FINISH.get(choice["finish_reason"], choice["finish_reason"])
         if tokens > 0:
             record.token_ns.append(t)
@@ -321,8 +342,9 @@ class OpenAIClient(StreamingClient):
         return False
 
     def counts_chunk(self, choice: dict[str, Any]) -> bool:
-        # As `vllm bench serve`: every completions chunk with a choice carries a token.
-        return True
+        # Without per-chunk usage, a chunk carries a token when it carries text: the last chunk of
+        # some servers holds only the finish reason, with empty text, and is no token event.
+        return bool(choice.get("text"))
 
 
 class CompletionsClient(OpenAIClient):

@@ -76,20 +76,29 @@ class ServerTokenizer:
     def tokenize(self, text: str) -> Tokenized:
         if self._style in (None, "tgi"):
             response = self._client.post("/tokenize", json={"inputs": text})
-            if response.status_code == 200 and isinstance(response.json(), list):
+            tokens = _json(response) if response.status_code == 200 else None
+            if isinstance(tokens, list) and all(isinstance(t, dict) and "stop" in t for t in tokens):
                 self._style = "tgi"
-                return Tokenized(len(response.json()), [t["stop"] for t in response.json()])
+                return Tokenized(len(tokens), [int(t["stop"]) for t in tokens])
             if self._style == "tgi":
                 raise BenchError("tokenizer", f"POST {self.name} answered {response.status_code}: "
                                               f"{response.text[:200]}")
         response = self._client.post("/tokenize", json={"prompt": text, "model": self.model,
                                                          "add_special_tokens": True})
-        if response.status_code != 200 or "count" not in (payload := response.json()):
+        payload = _json(response) if response.status_code == 200 else None
+        if not isinstance(payload, dict) or not isinstance(payload.get("count"), int):
             raise BenchError("tokenizer", f"the server at {self._client.base_url} has no usable /tokenize "
                                           f"(HTTP {response.status_code}); pass a local tokenizer",
                              "--tokenizer-name NAME_OR_PATH")
         self._style = "vllm"
         return Tokenized(int(payload["count"]), None)
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:  # not JSON: the caller says the route is not usable
+        return None
 
 
 class LocalTokenizer:
@@ -254,12 +263,20 @@ class PromptFactory:
     def prompts(self, length: int, n: int) -> list[str]:
         return [self.prompt(length, i) for i in range(n)]
 
+    def extend(self, head: str, length: int, key: str) -> str:
+        """Text that starts with `head` and is exactly `length` tokens, the rest seeded by `key` (and the
+        seed): a shared prefix plus a suffix, or a conversation's history plus a new message."""
+        rng = random.Random(f"{self.seed}:extend:{key}")
+        return self._cut(rng, length, head)
+
     def _cut(self, rng: random.Random, length: int, head: str) -> str:
         sep = " " if head else ""
         for attempt in range(4):
             text = head + sep + self._text(rng, length * (attempt + 1))
             try:
                 return exact_prompt(self.tokenizer, text, length, keep=len(head))
+            except BenchError:
+                raise  # the tokenizer itself failed (a ValueError too): its message is the one to show
             except ValueError:
                 continue
         raise BenchError("prompt_tokens", f"could not build a prompt of exactly {length} tokens with "

@@ -42,10 +42,10 @@ _DTYPES: dict[str, str] = {
     S.OUTPUT_TOKENS: "int64", S.SHORT_OUTPUT: "bool", S.STATUS: "int64", S.REQUESTS: "int64",
     S.ERRORS: "int64", S.SHORT_OUTPUTS: "int64", S.TOTAL_INPUT_TOKENS: "int64",
     S.TOTAL_OUTPUT_TOKENS: "int64", S.CLIENT_BOUND: "bool", S.SEQUENCE_LENGTH: "int64",
-    S.DECODE_LENGTH: "int64",
+    S.DECODE_LENGTH: "int64", S.GROUP: _INT, S.TURN: _INT,
 }
 _STRINGS = {S.RUN_ID, S.CONFIG_ID, S.CONFIG_LABEL, S.BACKEND, S.MODEL_ID, S.SCENARIO, S.POINT_ID, S.ARRIVAL,
-            S.FINISH_REASON, S.ERROR, S.ERROR_MESSAGE, S.METRIC, S.LABELS}
+            S.FINISH_REASON, S.SERVER_FINISH_REASON, S.ERROR, S.ERROR_MESSAGE, S.METRIC, S.LABELS}
 
 
 def _typed(rows: Sequence[dict[str, Any]] | pd.DataFrame, table: str) -> pd.DataFrame:

@@ -11,6 +11,7 @@ import datetime as _dt
 import hashlib
 import json
 import math
+import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -67,7 +68,7 @@ class Run:
                  slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
                  scrape_interval: float = 1.0, request_timeout: float = 600.0,
                  on_point: Callable[[dict[str, Any]], None] | None = None,
-                 command: Sequence[str] | None = None) -> None:
+                 command: Sequence[str] | None = None, accept_server_count: bool = False) -> None:
         self.target, self.scenario = target, scenario
         unknown = set(sampling or {}) - set(SAMPLING_KEYS)
         if unknown:
@@ -81,6 +82,12 @@ class Run:
             raise BenchError("scrape_interval", f"{scrape_interval!r}", "numbers of seconds > 0")
         self.slo_ttft_s, self.slo_tpot_s = slo_ttft_s, slo_tpot_s
         self.output = Path(output) if output is not None else None
+        # A server that counts prompt tokens its own way (another tokenizer, words, ...): keep the
+        # prompts, record its count (input_tokens) and the difference instead of refusing to run.
+        self.accept_server_count = bool(accept_server_count)
+        # A run refused before its first point leaves no folder behind that it created itself.
+        self._created_folder = self.output is not None and not self.output.exists()
+        self._saved_points = 0
         self.resume, self.progress, self.on_point = resume, progress, on_point
         self.scrape_interval, self.request_timeout = scrape_interval, request_timeout
         self.prompt_options = {"tokenizer": tokenizer, "seed": seed, "prefix_tokens": prefix_tokens,
@@ -160,9 +167,11 @@ class Run:
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        refused = isinstance(exc, BenchError) and self._saved_points == 0 and self.provenance["sessions"] == 1
         try:
             await self.telemetry.stop()
-            self._save({"server": self._server_frame()})
+            if not refused:
+                self._save({"server": self._server_frame()})
         finally:
             await self.client.close()
             for bar in [*self._bars, self._bar]:
@@ -180,10 +189,23 @@ class Run:
                     self.provenance["error"] = "interrupted"
                 else:
                     self.provenance["error"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            self._write_provenance()
+            if refused:
+                self._forget()
+            else:
+                self._write_provenance()
             self._gc.__exit__(None, None, None)
         if isinstance(exc, ServerDiedError):
             exc.results = self.results()  # finished points, also for callers without an output folder
+
+    def _forget(self) -> None:
+        """Nothing was measured (bad input found on the way): no run record, and no folder if this run made it."""
+        if self.folder is None:
+            return
+        (self.folder.path / "runs" / f"{self.run_id}.json").unlink(missing_ok=True)
+        if self._created_folder:
+            leftovers = [p for p in self.folder.path.rglob("*") if p.is_file() and p.name != ".lock"]
+            if not leftovers:
+                shutil.rmtree(self.folder.path, ignore_errors=True)
 
     # -- points -------------------------------------------------------------------------------------
     def plan(self, point_ids: Sequence[str]) -> None:
@@ -239,18 +261,22 @@ class Run:
         check = "unverified (the server reports no input length)" if reported is None else int(reported)
         if self.target.api == "chat":
             check = f"{reported} (includes the chat template)"
+        elif reported is not None and reported != length and self.accept_server_count:
+            check = f"{int(reported)} by the server's own count (accepted; asked {length})"
         elif reported is not None and reported != length:
             raise BenchError("tokenizer", f"a prompt of {length} tokens by {self.prompts.tokenizer.name} is "
                                           f"{reported} tokens for the server",
-                             "the server's own tokenizer (no --tokenizer-name) or the served model's")
+                             "the server's own tokenizer (no --tokenizer-name) or the served model's; or "
+                             "--accept-server-count to measure with the server's count")
         self.provenance["prompt_check"][str(length)] = check
         self._checked_lengths.add(length)
 
     def encode(self, prompt: str, max_new_tokens: int) -> bytes:
         return self.client.encode(GenerationRequest(prompt, max_new_tokens, self.ignore_eos, self.sampling))
 
-    async def request(self, body: bytes, point_id: str | None = None) -> StreamRecord:
-        record = await self.client.stream(body)
+    async def request(self, body: bytes, point_id: str | None = None, record: StreamRecord | None = None,
+                      ) -> StreamRecord:
+        record = await self.client.stream(body, record)
         await self.check_record(record, point_id)
         return record
 
@@ -277,11 +303,15 @@ class Run:
     async def save_point(self, point_id: str, workload: dict[str, Any],
                          requests: Sequence[tuple[StreamRecord, int, bool, int]], *,
                          windows: Sequence[tuple[int, int]] | None = None,
-                         batch_rows: Sequence[dict[str, Any]] = (), send_lag_s: Sequence[float] = ()) -> dict[str, Any]:
+                         batch_rows: Sequence[dict[str, Any]] = (), send_lag_s: Sequence[float] = (),
+                         request_columns: Sequence[dict[str, Any]] | None = None,
+                         point_columns: dict[str, Any] | None = None) -> dict[str, Any]:
         """Turn a finished point's records into rows and save them.
 
         requests: (record, repeat, warmup, request_index). windows: the measured (start, end) ns
         spans, summed for the duration (default: first send to last token of measured requests).
+        request_columns: per request, columns of its own (group, turn, its prompt length), in order;
+        point_columns: the point's scenario-specific columns (prefix-cache hit rate, stall gaps).
         """
         ident = {S.RUN_ID: self.run_id, S.CONFIG_ID: self.config_id, S.CONFIG_LABEL: self.config_label,
                  S.BACKEND: self.target.backend, S.MODEL_ID: self.target.model_id, S.SCENARIO: self.scenario,
@@ -293,7 +323,14 @@ class Run:
         for record, repeat, warmup, index in requests:
             row = {**ident, **base, S.REPEAT: repeat, S.WARMUP: warmup, S.REQUEST_INDEX: index,
                    **stats.request_metrics(record, self.clock_ns)}
+            if request_columns is not None:
+                row.update(request_columns[len(rows)])
+                max_new = row[S.MAX_NEW_TOKENS]
             row[S.SHORT_OUTPUT] = bool(record.ok and max_new is not None and row[S.OUTPUT_TOKENS] < max_new)
+            if row[S.FINISH_REASON] == "eos_token" and max_new is not None and row[S.OUTPUT_TOKENS] >= max_new:
+                # The output reached its cap: that is a length stop whatever the server called it
+                # (some OpenAI servers say "stop" there); server_finish_reason keeps its word.
+                row[S.FINISH_REASON] = "length"
             rows.append(row)
         measured = [(r, rec) for r, (rec, _, warm, _) in zip(rows, requests, strict=True) if not warm]
         if windows is None:
@@ -303,11 +340,12 @@ class Run:
         summary = stats.point_summary([r for r, _ in measured], duration_s=duration, slo_ttft_s=self.slo_ttft_s,
                                       slo_tpot_s=self.slo_tpot_s)
         point = {**ident, **base, **summary, **self._server_side(windows, [rec for _, rec in measured], base,
-                                                                 summary, send_lag_s)}
+                                                                 summary, send_lag_s), **(point_columns or {})}
         batch = [{**ident, **row} for row in batch_rows]
         self._save({"requests": frame(rows, "requests"), "batch": frame(batch, "batch"),
                     "points": frame([point], "points"), "server": self._server_frame()})
         self.finished.add(point_id)
+        self._saved_points += 1
         if self._bar is not None:
             self._bar.update(1)
         if self.on_point is not None:

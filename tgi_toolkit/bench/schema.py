@@ -36,10 +36,10 @@ CONFIG_ID = "config_id"  # str: short hash of the launcher config's non-default 
 CONFIG_LABEL = "config_label"  # str: human label of the configuration, e.g. "max_batch_size=8"
 BACKEND = "backend"  # str: embedded | tgi | tgi-docker | vllm | url
 MODEL_ID = "model_id"  # str: from /info
-SCENARIO = "scenario"  # str: batch | concurrency | rate | ingestion
+SCENARIO = "scenario"  # str: batch | concurrency | rate | ingestion | shared_prefix | multi_turn | decode_stall
 POINT_ID = "point_id"  # str: stable key of a point within its run, e.g. "users=16,prompt=128,output=128"
 
-SCENARIOS = ("batch", "concurrency", "rate", "ingestion")
+SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared_prefix", "multi_turn", "decode_stall")
 
 # -- workload columns (NaN/None where the scenario has no such knob) ----------------------------
 USERS = "users"  # int: parallel users (concurrency)
@@ -64,15 +64,21 @@ E2E_S = "e2e_s"
 TPOT_S = "tpot_s"
 SPEED_TOK_S = "speed_tok_s"  # per-request decode speed
 ITL_S = "itl_s"  # list[float]: inter-token gaps of this request
-FINISH_REASON = "finish_reason"  # str: length | eos_token | stop_sequence | None on error
+FINISH_REASON = "finish_reason"  # str: length | eos_token | stop_sequence | None on error; "length" whenever
+#                                   output_tokens reached max_new_tokens, whatever the server said
+SERVER_FINISH_REASON = "server_finish_reason"  # str: the server's own word (OpenAI's "stop", TGI's "length", ...)
 SHORT_OUTPUT = "short_output"  # bool: output_tokens < max_new_tokens (EOS could not be ignored)
 ERROR = "error"  # str | None: error_type or exception class, None on success
 ERROR_MESSAGE = "error_message"  # str | None
 STATUS = "status"  # int: HTTP status (200 for a stream that ended in an error event)
+# Workloads of bench.workloads (NaN elsewhere); prompt_tokens is then each request's own length:
+GROUP = "group"  # int: shared_prefix: the group; multi_turn: the conversation; decode_stall: 0 streams, 1 long prompt
+TURN = "turn"  # int: position within the group, 0-based (multi_turn: the turn; shared_prefix: 0 = the group's first)
 
 REQUEST_COLUMNS = (
     *IDENTITY_COLUMNS, *WORKLOAD_COLUMNS, REPEAT, WARMUP, REQUEST_INDEX, SENT_S, INPUT_TOKENS, OUTPUT_TOKENS,
     TTFT_S, E2E_S, TPOT_S, SPEED_TOK_S, ITL_S, FINISH_REASON, SHORT_OUTPUT, ERROR, ERROR_MESSAGE, STATUS,
+    SERVER_FINISH_REASON, GROUP, TURN,
 )
 
 # -- points.parquet: one row per measured point ---------------------------------------------------
@@ -110,6 +116,16 @@ SERVER_BATCH_SIZE_MAX = "server_batch_size_max"  # from tgi_batch_current_size s
 SERVER_QUEUE_SIZE_MAX = "server_queue_size_max"  # from tgi_queue_size samples
 KV_CAPACITY_TOKENS = "kv_capacity_tokens"  # tgi_batch_max_total_tokens, or vLLM's estimate
 KV_USAGE_MAX = "kv_usage_max"  # peak fraction of the KV cache in use
+# Prefix cache over the point (the embedded engine's own counters, TGI has none: NaN there):
+# delta(tgi_toolkit_prefix_cache_hit_tokens_total) / delta(tgi_toolkit_prefix_cache_lookup_tokens_total)
+PREFIX_HIT_RATE = "prefix_cache_hit_rate"
+PREFIX_HIT_TOKENS = "prefix_cache_hit_tokens"  # prompt tokens served from the cache during the point
+PREFIX_LOOKUP_TOKENS = "prefix_cache_lookup_tokens"  # prompt tokens of admitted requests that looked it up
+# decode_stall: inter-token gaps of the running streams from the long prompt's send to its first token
+STALL_MAX_GAP_S = "stall_max_gap_s"  # the largest such gap (over the point's measured repeats)
+STALL_P99_GAP_S = "stall_p99_gap_s"  # p99 of those gaps, pooled
+STALL_BASELINE_GAP_S = "stall_baseline_gap_s"  # median gap of the same streams before the long prompt was sent
+LONG_PROMPT_TTFT_S = "long_prompt_ttft_s"  # the long prompt's TTFT, median over repeats
 
 POINT_COLUMNS = (
     *IDENTITY_COLUMNS, *WORKLOAD_COLUMNS, REQUESTS, ERRORS, SHORT_OUTPUTS, TOTAL_INPUT_TOKENS,
@@ -117,6 +133,8 @@ POINT_COLUMNS = (
     *(stat_column(m, s) for m in (*LATENCY_METRICS, SPEED_METRIC) for s in STATS),
     SLO_TTFT_S, SLO_TPOT_S, GOODPUT_RPS, SLO_ATTAINMENT, CLIENT_LAG_P99_MS, CLIENT_LAG_MAX_MS, CLIENT_BOUND,
     SERVER_BATCH_SIZE_MAX, SERVER_QUEUE_SIZE_MAX, KV_CAPACITY_TOKENS, KV_USAGE_MAX,
+    PREFIX_HIT_RATE, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, STALL_MAX_GAP_S, STALL_P99_GAP_S, STALL_BASELINE_GAP_S,
+    LONG_PROMPT_TTFT_S,
 )
 
 # -- batch.parquet: text-generation-benchmark parity, one row per (batch size, run) ---------------
@@ -160,6 +178,8 @@ QUEUE_SIZE_METRICS = ("tgi_queue_size", "vllm:num_requests_waiting")  # -> SERVE
 KV_TOTAL_METRIC = "tgi_batch_max_total_tokens"  # TGI's KV token budget -> KV_CAPACITY_TOKENS
 KV_USED_METRIC = "tgi_batch_current_max_tokens"  # tokens the running batch holds; / budget -> KV_USAGE_MAX
 KV_USAGE_METRICS = ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc")  # vLLM's fraction -> KV_USAGE_MAX
+PREFIX_HIT_METRIC = "tgi_toolkit_prefix_cache_hit_tokens_total"  # -> PREFIX_HIT_TOKENS (counter)
+PREFIX_LOOKUP_METRIC = "tgi_toolkit_prefix_cache_lookup_tokens_total"  # -> PREFIX_LOOKUP_TOKENS (counter)
 # METRIC values the toolkit samples itself (LABELS "" unless said):
 PROCESS_CPU_PERCENT = "process_cpu_percent"  # the server process and all its descendants
 PROCESS_RSS_BYTES = "process_rss_bytes"  # the same processes' resident memory

@@ -71,6 +71,7 @@ def request_metrics(record: StreamRecord, clock_ns: int) -> dict[str, Any]:
         S.OUTPUT_TOKENS: record.output_tokens if record.output_tokens is not None else 0,
         S.TTFT_S: NAN, S.E2E_S: NAN, S.TPOT_S: NAN, S.SPEED_TOK_S: NAN, S.ITL_S: [],
         S.FINISH_REASON: record.finish_reason if record.ok else None,
+        S.SERVER_FINISH_REASON: record.server_finish_reason,
         S.ERROR: record.error, S.ERROR_MESSAGE: record.error_message, S.STATUS: record.status,
     }
     times = record.token_ns
