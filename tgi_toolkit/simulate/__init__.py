@@ -1,0 +1,53 @@
+"""Simulate before you buy: the engine's own TGI scheduler on a virtual clock, with a cost model per forward.
+
+    from tgi_toolkit.simulate import run_concurrency, roofline, load_cost_model
+
+    cost = load_cost_model("cost.json")            # `tgi-toolkit simulate profile` measured it
+    res = run_concurrency(cost, users=[1, 8, 32], prompt_tokens=512, max_new_tokens=128)
+    h100 = roofline("H100", "config.json")         # or: priced from the GPU's datasheet and the model's shape
+    res = run_concurrency(h100, users=[10], prompt_tokens=1024, max_new_tokens=128, output="results/sim")
+
+Modules: events (virtual clock, SimBackend, the event loop), workloads (bench's scenarios as simulated
+clients), costs (forward features, the calibrated linear model and its fit), roofline (the GPU model),
+profile (calibrating against a running server), target (scheduler settings), record (results folders),
+api (run_* functions), cli (`tgi-toolkit simulate`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tgi_toolkit._lazy import lazy_getattr
+
+_LAZY = {
+    "run_batch": ".api", "run_concurrency": ".api", "run_rate": ".api", "measure_ingestion": ".api",
+    "run_scenario": ".api", "kv_capacity": ".api", "SCENARIO_FUNCTIONS": ".api",
+    "LinearCostModel": ".costs", "load_cost_model": ".costs", "fit_linear": ".costs", "shape_of": ".costs",
+    "Shape": ".costs", "RooflineCostModel": ".roofline", "roofline": ".roofline",
+    "profile": ".profile", "SimTarget": ".target", "make_target": ".target",
+    "Simulator": ".events", "SimRequest": ".events", "VirtualClock": ".events",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.simulate.api import (
+        SCENARIO_FUNCTIONS,
+        kv_capacity,
+        measure_ingestion,
+        run_batch,
+        run_concurrency,
+        run_rate,
+        run_scenario,
+    )
+    from tgi_toolkit.simulate.costs import LinearCostModel, Shape, fit_linear, load_cost_model, shape_of
+    from tgi_toolkit.simulate.events import SimRequest, Simulator, VirtualClock
+    from tgi_toolkit.simulate.profile import profile
+    from tgi_toolkit.simulate.roofline import RooflineCostModel, roofline
+    from tgi_toolkit.simulate.target import SimTarget, make_target
+
+__getattr__ = lazy_getattr(__name__, _LAZY)
+
+__all__ = [
+    "SCENARIO_FUNCTIONS", "LinearCostModel", "RooflineCostModel", "Shape", "SimRequest", "SimTarget", "Simulator",
+    "VirtualClock", "fit_linear", "kv_capacity", "load_cost_model", "make_target", "measure_ingestion", "profile",
+    "roofline", "run_batch", "run_concurrency", "run_rate", "run_scenario", "shape_of",
+]

@@ -1,0 +1,209 @@
+"""The simulator's Python API: bench's scenario functions, on a virtual clock.
+
+    from tgi_toolkit.simulate import run_concurrency, roofline
+
+    res = run_concurrency("cost.json", users=[1, 8, 32], prompt_tokens=512, max_new_tokens=128)
+    res = run_concurrency(roofline("H100", "config.json"), users=[10], prompt_tokens=1024,
+                          max_new_tokens=128, config=["--max-batch-prefill-tokens", "8192"])
+
+The first argument is the cost model (a CostModel, a cost.json path or its dict, or a SimTarget);
+scenario parameters are bench's (tgi_toolkit.bench.api), with the same defaults and checks. Options:
+config (launcher settings: a LauncherConfig, a dict, or launcher flags), attention / prefix_caching /
+chunking (the scheduling mode; default from ATTENTION, PREFIX_CACHING, PREFILL_CHUNKING, then the cost
+model's server), output (a results folder), seed, prefix_tokens, slo_ttft_s, slo_tpot_s,
+scrape_interval, command; bench's client-only options (progress, resume, tokenizer, api, sampling,
+ignore_eos, request_timeout, dataset) are accepted and have no effect.
+Every function returns bench's `Results`, marked simulated (tgi_toolkit.simulate.record).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from tgi_toolkit.bench.api import ARRIVALS
+from tgi_toolkit.bench.errors import BenchError, check_positive_ints
+from tgi_toolkit.bench.results import Results
+from tgi_toolkit.simulate.events import Simulator
+from tgi_toolkit.simulate.record import SimRun
+from tgi_toolkit.simulate.target import SimTarget, make_target
+from tgi_toolkit.simulate.workloads import (
+    Point,
+    TokenPrompts,
+    batch_points,
+    concurrency_points,
+    ingestion_points,
+    rate_points,
+)
+
+_TARGET_OPTIONS = ("config", "attention", "prefix_caching", "chunking")
+_RUN_OPTIONS = ("output", "seed", "prefix_tokens", "slo_ttft_s", "slo_tpot_s", "scrape_interval", "command",
+                "on_point")
+_IGNORED = ("progress", "resume", "tokenizer", "api", "api_key", "sampling", "ignore_eos", "request_timeout",
+            "dataset")
+
+
+def _listed(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple, range)) else [value]
+
+
+def _count(name: str, value: int, minimum: int) -> int:
+    return check_positive_ints(name, [value], minimum=minimum)[0]
+
+
+def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    unknown = set(options) - {*_TARGET_OPTIONS, *_RUN_OPTIONS, *_IGNORED}
+    if unknown:
+        raise BenchError(sorted(unknown)[0], "is not an option",
+                         ", ".join(sorted({*_TARGET_OPTIONS, *_RUN_OPTIONS, *_IGNORED})))
+    target = {k: options[k] for k in _TARGET_OPTIONS if k in options}
+    run = {k: options[k] for k in _RUN_OPTIONS if k in options}
+    return target, run
+
+
+def _grid(target: SimTarget, prompt_tokens: Any, max_new_tokens: Any) -> list[tuple[int, int]]:
+    prompts = check_positive_ints("prompt_tokens", _listed(prompt_tokens))
+    outputs = check_positive_ints("max_new_tokens", _listed(max_new_tokens))
+    for p in prompts:
+        for o in outputs:
+            target.check_lengths(p, o)
+    return [(p, o) for p in prompts for o in outputs]
+
+
+def _simulate(target: SimTarget, scenario: str, workload: dict[str, Any], make_points: Any,
+              run_options: dict[str, Any]) -> Results:
+    seed = int(run_options.get("seed", 0))
+    prefix = _count("prefix_tokens", int(run_options.get("prefix_tokens", 0)), 0)
+    interval = float(run_options.get("scrape_interval", 1.0))
+    if not interval > 0:
+        raise BenchError("scrape_interval", f"{interval!r}", "numbers of seconds > 0")
+    for name in ("slo_ttft_s", "slo_tpot_s"):
+        value = run_options.get(name)
+        if value is not None and not value > 0:
+            raise BenchError(name, f"{value!r} is not a positive number of seconds", "numbers > 0, or None")
+    workload = {**workload, "seed": seed, "prefix_tokens": prefix, "simulated": True}
+    run = SimRun(target, scenario, workload, output=run_options.get("output"),
+                 slo_ttft_s=run_options.get("slo_ttft_s"), slo_tpot_s=run_options.get("slo_tpot_s"),
+                 command=run_options.get("command"))
+    points: list[Point] = make_points(TokenPrompts(seed, prefix))
+    # one server for the whole run: its clock and prefix cache carry from point to point
+    sim = Simulator(target.scheduler, target.cost, scrape_interval=interval)
+    on_point = run_options.get("on_point")
+    try:
+        for point in points:
+            started = sim.clock.t
+            first_sample = len(sim.samples)
+            for phase in point.phases:
+                sim.run(phase.driver, phase.requests)
+            row = run.save_point(point, sim, sim.samples[first_sample:], started)
+            if on_point is not None:
+                on_point(row)
+    except BaseException as exc:
+        run.finish(exc)
+        raise
+    run.finish()
+    return run.results()
+
+
+def run_batch(cost_model: Any, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), sequence_length: int = 10,
+              decode_length: int = 8, runs: int = 10, warmups: int = 1, **options: Any) -> Results:
+    """bench.run_batch, simulated: B identical prompts at once, `warmups` + `runs` times per batch size."""
+    topts, ropts = _split(options)
+    target = make_target(cost_model, **topts)
+    sizes = check_positive_ints("batch_size", _listed(batch_sizes))
+    _count("sequence_length", sequence_length, 1)
+    _count("decode_length", decode_length, 1)
+    _count("runs", runs, 1)
+    _count("warmups", warmups, 0)
+    target.check_lengths(sequence_length, decode_length, "sequence_length")
+    workload = {"batch_sizes": sizes, "sequence_length": sequence_length, "decode_length": decode_length,
+                "runs": runs, "warmups": warmups}
+    return _simulate(target, "batch", workload,
+                     lambda p: batch_points(p, sizes, sequence_length, decode_length, runs, warmups), ropts)
+
+
+def run_concurrency(cost_model: Any, *, users: Sequence[int] = (1, 2, 4, 8, 16, 32),
+                    prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
+                    requests: int | None = None, warmup_requests: int = 0, **options: Any) -> Results:
+    """bench.run_concurrency, simulated: N closed-loop users for each N and (prompt, output) pair."""
+    topts, ropts = _split(options)
+    target = make_target(cost_model, **topts)
+    counts = check_positive_ints("users", _listed(users))
+    grid = _grid(target, prompt_tokens, max_new_tokens)
+    if requests is not None and _count("requests", requests, 1) < max(counts):
+        raise BenchError("requests", f"{requests} is fewer than {max(counts)} users: the point would never have "
+                                     f"them all in flight", f"integers >= {max(counts)}, or None (4 per user)")
+    _count("warmup_requests", warmup_requests, 0)
+    workload = {"users": counts, "grid": grid, "requests": requests, "warmup_requests": warmup_requests}
+    return _simulate(target, "concurrency", workload,
+                     lambda p: concurrency_points(p, counts, grid, requests, warmup_requests), ropts)
+
+
+def run_rate(cost_model: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0), arrival: str = "poisson",
+             prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
+             requests: int = 64, max_concurrency: int | None = None, **options: Any) -> Results:
+    """bench.run_rate, simulated: constant or seeded Poisson arrivals (the same send times as bench's)."""
+    topts, ropts = _split(options)
+    target = make_target(cost_model, **topts)
+    rates = [float(r) for r in _listed(rates)]
+    bad = [r for r in rates if not r > 0]
+    if not rates or bad:
+        raise BenchError("rate", f"{bad[0] if bad else 'no value'} is not allowed",
+                         "request rates > 0 per second (inf: all at once)")
+    if arrival not in ARRIVALS:
+        raise BenchError("arrival", f"{arrival!r} is not known", ", ".join(ARRIVALS))
+    grid = _grid(target, prompt_tokens, max_new_tokens)
+    _count("requests", requests, 1)
+    if max_concurrency is not None:
+        _count("max_concurrency", max_concurrency, 1)
+    workload = {"rates": rates, "arrival": arrival, "grid": grid, "requests": requests,
+                "max_concurrency": max_concurrency}
+    seed = int(ropts.get("seed", 0))
+    return _simulate(target, "rate", workload,
+                     lambda p: rate_points(p, rates, arrival, grid, requests, seed, max_concurrency), ropts)
+
+
+def default_ingestion_lengths(target: SimTarget, count: int = 8) -> list[int]:
+    """bench's default: `count` lengths from 32 tokens to 90 % of what the server takes."""
+    top = int(0.9 * min(target.max_input_tokens or 4096, (target.max_total_tokens or 4097) - 1))
+    if not target.scheduler.chunking:
+        top = min(top, target.scheduler.max_batch_prefill_tokens)
+    top = max(top, 33)
+    return sorted({int(round(32 + (top - 32) * i / (count - 1))) for i in range(count)})
+
+
+def measure_ingestion(cost_model: Any, *, prompt_tokens: Sequence[int] | None = None, repeats: int = 3,
+                      **options: Any) -> Results:
+    """bench.measure_ingestion, simulated: one request at a time, one new token; `.ingestion()` fits it."""
+    topts, ropts = _split(options)
+    target = make_target(cost_model, **topts)
+    lengths = check_positive_ints("prompt_tokens", _listed(prompt_tokens)) if prompt_tokens is not None \
+        else default_ingestion_lengths(target)
+    if len(set(lengths)) < 2:
+        raise BenchError("prompt_tokens", "a fit needs at least two different lengths", "two or more lengths")
+    for length in lengths:
+        target.check_lengths(length, 1)
+    _count("repeats", repeats, 1)
+    workload = {"prompt_tokens": lengths, "repeats": repeats}
+    return _simulate(target, "ingestion", workload, lambda p: ingestion_points(p, lengths, repeats), ropts)
+
+
+SCENARIO_FUNCTIONS = {"batch": run_batch, "concurrency": run_concurrency, "rate": run_rate,
+                      "ingestion": measure_ingestion}
+
+
+def run_scenario(scenario: str, cost_model: Any, **params: Any) -> Results:
+    """`run_batch`, `run_concurrency`, `run_rate` or `measure_ingestion` by name."""
+    try:
+        function = SCENARIO_FUNCTIONS[scenario]
+    except KeyError:
+        raise BenchError("scenario", f"{scenario!r} is not known", ", ".join(SCENARIO_FUNCTIONS)) from None
+    return function(cost_model, **params)
+
+
+def kv_capacity(cost_model: Any, **options: Any) -> float:
+    """The KV capacity in tokens the simulated server has (bench.kv_capacity's counterpart)."""
+    topts, _ = _split(options)
+    value = make_target(cost_model, **topts).scheduler.max_batch_total_tokens
+    return float(value) if value else math.nan

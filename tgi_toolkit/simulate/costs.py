@@ -1,0 +1,218 @@
+"""What one forward costs: the features a forward is priced from, and the calibrated linear model.
+
+A forward (tgi_toolkit.engine.scheduler.Forward) is a list of rows; a row computes `length` tokens at
+positions `start .. start + length - 1` of its sequence. Its price depends on:
+
+- rows: sequences in the forward (per-row work: sampling, detokenization, gather/scatter);
+- tokens: tokens computed (the weight matmuls, linear in tokens);
+- context tokens: sum over rows of `start + length`, the KV entries attention reads (memory-bound
+  in decode);
+- attention pairs: sum over rows of the query-key pairs computed, `length * start + length * (length + 1) / 2`
+  (the quadratic part of a long prefill);
+- prefilling: whether the forward computes prompt tokens (TGI runs those eagerly, pure decode on a
+  CUDA graph; the embedded engine takes another code path too).
+
+The calibrated model is `t = forward_s + prefill_forward_s * prefilling + token_s * tokens + row_s * rows
++ context_token_s * context + attention_pair_s * pairs`, coefficients non-negative, plus
+`request_overhead_s`: time between a client sending a request and its entry reaching the queue (HTTP,
+validation, tokenization), which the client sees in TTFT but no forward contains.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+TERMS = ("forward_s", "prefill_forward_s", "token_s", "row_s", "context_token_s", "attention_pair_s")
+TERM_HELP = {
+    "forward_s": "seconds per forward, whatever it holds",
+    "prefill_forward_s": "extra seconds per forward that computes prompt tokens",
+    "token_s": "seconds per token computed",
+    "row_s": "seconds per row (sequence) in the forward",
+    "context_token_s": "seconds per KV token attention reads (sum of each row's context length)",
+    "attention_pair_s": "seconds per query-key pair (quadratic in a prompt's length)",
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The features of one forward that a cost model prices."""
+
+    rows: int
+    tokens: int
+    context: int
+    pairs: float
+    prefilling: bool
+
+    def vector(self) -> list[float]:
+        return [1.0, float(self.prefilling), float(self.tokens), float(self.rows), float(self.context),
+                float(self.pairs)]
+
+
+def row_pairs(start: int, length: int) -> float:
+    return length * start + length * (length + 1) / 2
+
+
+def shape_of(forward: Any) -> Shape:
+    """A scheduler Forward's features (rows with `start` and `length`; prefilling when any row computes
+    prompt tokens)."""
+    rows = forward.rows
+    tokens = context = 0
+    pairs = 0.0
+    for row in rows:
+        tokens += row.length
+        context += row.start + row.length
+        pairs += row_pairs(row.start, row.length)
+    prefilling = bool(getattr(forward, "prefilling", any(r.length > 1 for r in rows)))
+    return Shape(len(rows), tokens, context, pairs, prefilling)
+
+
+def uniform_shape(rows: int, length: int, start: int, prefilling: bool | None = None) -> Shape:
+    """`rows` rows each computing `length` tokens after `start` cached ones (a batch of equal requests)."""
+    return Shape(rows, rows * length, rows * (start + length), rows * row_pairs(start, length),
+                 length > 1 if prefilling is None else prefilling)
+
+
+class CostModel(Protocol):
+    """Prices a forward in seconds; `request_overhead_s` is added before a request reaches the queue."""
+
+    name: str
+    request_overhead_s: float
+
+    def seconds(self, shape: Shape) -> float: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class LinearCostModel:
+    """The calibrated model (module docstring); `source` says what it was fitted to."""
+
+    forward_s: float = 0.0
+    prefill_forward_s: float = 0.0
+    token_s: float = 0.0
+    row_s: float = 0.0
+    context_token_s: float = 0.0
+    attention_pair_s: float = 0.0
+    request_overhead_s: float = 0.0
+    name: str = "linear"
+    source: dict[str, Any] = field(default_factory=dict)
+    points: list[dict[str, Any]] = field(default_factory=list)  # what it was fitted to, with the fit's error
+
+    def coefficients(self) -> list[float]:
+        return [getattr(self, t) for t in TERMS]
+
+    def seconds(self, shape: Shape) -> float:
+        return (self.forward_s + self.prefill_forward_s * shape.prefilling + self.token_s * shape.tokens
+                + self.row_s * shape.rows + self.context_token_s * shape.context
+                + self.attention_pair_s * shape.pairs)
+
+    def formula(self) -> str:
+        parts = [f"{getattr(self, t) * 1e3:.4g} ms" if t == "forward_s" else
+                 f"{getattr(self, t) * 1e3:.4g} ms x {t.removesuffix('_s').replace('_', ' ')}"
+                 for t in TERMS if getattr(self, t) or t == "forward_s"]
+        return "t = " + " + ".join(parts)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "linear", "name": self.name, "formula": self.formula(),
+                **{t: getattr(self, t) for t in TERMS}, "request_overhead_s": self.request_overhead_s,
+                "source": self.source}
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["kind"] = "linear"
+        out["formula"] = self.formula()
+        out["terms"] = TERM_HELP
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        return path
+
+
+def load_cost_model(path_or_dict: str | Path | Mapping[str, Any]) -> CostModel:
+    """A cost model from its JSON file (or dict): `kind` linear (calibrated) or roofline."""
+    if isinstance(path_or_dict, Mapping):
+        data = dict(path_or_dict)
+    else:
+        path = Path(path_or_dict)
+        if not path.is_file():
+            raise ValueError(f"cost_model: no file at {str(path)!r}; make one with `tgi-toolkit simulate profile`")
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:
+            raise ValueError(f"cost_model: {path} is not JSON ({exc})") from None
+    kind = data.get("kind", "linear")
+    if kind == "roofline":
+        from tgi_toolkit.simulate.roofline import RooflineCostModel
+
+        return RooflineCostModel.from_dict(data)
+    if kind != "linear":
+        raise ValueError(f"cost_model: kind {kind!r} is not known (allowed: linear, roofline)")
+    known = {*TERMS, "request_overhead_s", "name", "source", "points"}
+    values = {k: v for k, v in data.items() if k in known}
+    for term in (*TERMS, "request_overhead_s"):
+        value = values.get(term, 0.0)
+        if not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
+            raise ValueError(f"cost_model: {term} must be a number of seconds >= 0; got {value!r}")
+    return LinearCostModel(**values)
+
+
+# -- fitting ----------------------------------------------------------------------------------------------
+def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares for a handful of columns: the best unconstrained fit over each subset
+    of columns whose coefficients all come out >= 0 (exact for so few terms; no scipy needed)."""
+    n = a.shape[1]
+    best, best_err = np.zeros(n), float(np.sum(b ** 2))
+    for k in range(1, n + 1):
+        for cols in itertools.combinations(range(n), k):
+            sub = a[:, cols]
+            coef, *_ = np.linalg.lstsq(sub, b, rcond=None)
+            if np.any(coef < 0):
+                continue
+            err = float(np.sum((sub @ coef - b) ** 2))
+            if err < best_err - 1e-18 * max(1.0, best_err):
+                full = np.zeros(n)
+                full[list(cols)] = coef
+                best, best_err = full, err
+    return best
+
+
+def fit_linear(samples: Iterable[tuple[Shape, float]], *, terms: Sequence[str] = TERMS,
+               request_overhead_s: float = 0.0, relative: bool = True, name: str = "linear",
+               source: Mapping[str, Any] | None = None) -> LinearCostModel:
+    """Fit the coefficients of `terms` (others stay 0) to (forward shape, seconds) samples.
+
+    relative: minimise relative rather than absolute error (forwards span orders of magnitude, and the
+    targets are ratios). Coefficients are kept >= 0 so that the model stays monotone.
+    """
+    samples = list(samples)
+    unknown = sorted(set(terms) - set(TERMS))
+    if unknown:
+        raise ValueError(f"terms: {unknown[0]!r} is not known (allowed: {', '.join(TERMS)})")
+    if not samples:
+        raise ValueError("samples: nothing to fit")
+    idx = [TERMS.index(t) for t in terms]
+    x = np.array([[s.vector()[i] for i in idx] for s, _ in samples], dtype=float)
+    y = np.array([t for _, t in samples], dtype=float)
+    if np.any(~np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("samples: every time must be a positive number of seconds")
+    w = 1 / y if relative else np.ones_like(y)
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # columns of similar size for lstsq
+    coef = _nnls(x * w[:, None] / scale, y * w) / scale
+    model = LinearCostModel(request_overhead_s=request_overhead_s, name=name, source=dict(source or {}))
+    for i, term in zip(idx, terms, strict=True):
+        setattr(model, TERMS[i], float(coef[terms.index(term)]))
+    model.points = [{"rows": s.rows, "tokens": s.tokens, "context": s.context, "pairs": s.pairs,
+                     "prefilling": s.prefilling, "measured_s": t, "fitted_s": model.seconds(s)}
+                    for s, t in samples]
+    return model

@@ -1,0 +1,295 @@
+"""The discrete-event loop: the engine's own Queue and Scheduler on a virtual clock.
+
+Nothing here decides what goes into a forward: `tgi_toolkit.engine.scheduler` does, exactly as in the
+server (chunked TGI 3 path or the non-chunking one, prefix cache, block allocator, all from its
+`SchedulerConfig`). This module only
+- keeps the virtual clock, which `SimBackend.forward` advances by the cost model's price of the forward;
+- emits tokens: a row that emits gives its request one token at the clock's time after the forward,
+  and the request stops after its workload's output length;
+- delivers requests to the queue when the client sends them (plus the cost model's request overhead),
+  and tells the client when one ends, so closed-loop users send their next one at that moment;
+- samples what the server's /metrics would show (batch size, queue size, KV tokens in use).
+
+The scheduler polls its queue at the start of each iteration (`step()`), as TGI's router does: a request
+arriving during a forward is seen at the next poll, and none between the two forwards of an admission.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tgi_toolkit.bench.client import StreamRecord
+from tgi_toolkit.engine import scheduler as sched
+from tgi_toolkit.simulate.costs import CostModel, shape_of
+
+
+class VirtualClock:
+    """The scheduler's Clock: time only moves when the simulator says so."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.t = start
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+    def jump(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One request a simulated client sends: its prompt as token ids and how many tokens it gets."""
+
+    input_ids: list[int]
+    output_tokens: int
+    max_new_tokens: int | None = None  # what the request asks for (default: output_tokens)
+    lookup: bool = True  # False: no prefix-cache lookup (TGI's decoder_input_details requests)
+    tag: Any = None  # the workload's own bookkeeping (point, repeat, warm-up, index, user)
+    record: StreamRecord = field(default_factory=StreamRecord)
+    entry: Any = None
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens is None:
+            self.max_new_tokens = self.output_tokens
+
+
+class SimBackend:
+    """The engine's Backend with a cost model instead of a model: `forward` advances the clock."""
+
+    def __init__(self, clock: VirtualClock, cost: CostModel, on_finish: Callable[[SimRequest, float], None],
+                 on_forward: Callable[[Any, float], None] | None = None) -> None:
+        self.clock, self.cost, self.on_finish, self.on_forward = clock, cost, on_finish, on_forward
+        self.forwards = 0
+
+    def forward(self, forward: Any) -> None:
+        seconds = self.cost.seconds(shape_of(forward))
+        self.clock.advance(seconds)
+        self.forwards += 1
+        now = self.clock.t
+        stamp = int(round(now * 1e9))
+        for row in forward.rows:
+            if not row.emits:
+                continue
+            entry = row.entry
+            request: SimRequest = entry.request
+            record = request.record
+            record.token_ns.append(stamp)
+            # the scheduler counts entry.generated after this call: this token is number generated + 1
+            if entry.generated + 1 >= request.output_tokens:
+                entry.finished = True
+                record.output_tokens = len(record.token_ns)
+                record.finish_reason = "length"
+                record.status = 200
+                request.done = True
+                self.on_finish(request, now)
+        if self.on_forward is not None:
+            self.on_forward(forward, seconds)
+
+    def release(self, entry: Any) -> None:
+        pass
+
+
+class _Observer(sched.Observer):
+    """Keeps what /metrics would show now, and the peaks."""
+
+    def __init__(self) -> None:
+        self.batch_size = self.queue_size = self.kv_tokens = 0
+        self.dropped_entries: list[Any] = []
+
+    def queued(self, size: int) -> None:
+        self.queue_size = size
+
+    def batch_state(self, size: int, max_tokens: int, queue_size: int) -> None:
+        self.batch_size, self.kv_tokens, self.queue_size = size, max_tokens, queue_size
+
+    def dropped(self, entry: Any) -> None:
+        self.dropped_entries.append(entry)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:  # hooks this simulator does not need
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
+class Driver:
+    """How a workload's client sends requests: `start()` gives the first (send time, request) pairs,
+    `finished(request, t)` the ones a finished request lets go."""
+
+    def start(self, t0: float) -> list[tuple[float, SimRequest]]:
+        raise NotImplementedError
+
+    def finished(self, request: SimRequest, t: float) -> list[tuple[float, SimRequest]]:
+        return []
+
+
+class OpenLoop(Driver):
+    """Requests leave at given times whatever is in flight; `max_concurrency` holds back the excess
+    until one ends (a client-side cap, as bench's rate scenario)."""
+
+    def __init__(self, requests: Sequence[SimRequest], send_times: Sequence[float],
+                 max_concurrency: int | None = None) -> None:
+        self.pending = sorted(zip(send_times, range(len(requests)), requests, strict=True))
+        self.limit = max_concurrency
+        self.in_flight = 0
+        self.held: list[tuple[float, int, SimRequest]] = []
+        self.t0 = 0.0
+
+    def start(self, t0: float) -> list[tuple[float, SimRequest]]:
+        self.t0 = t0
+        if self.limit is None:
+            return [(t0 + t, r) for t, _, r in self.pending]
+        out = [(t0 + t, r) for t, _, r in self.pending[:self.limit]]
+        self.held = self.pending[self.limit:]
+        self.in_flight = len(out)
+        return out
+
+    def finished(self, request: SimRequest, t: float) -> list[tuple[float, SimRequest]]:
+        if self.limit is None or not self.held:
+            return []
+        send, _, nxt = self.held.pop(0)
+        return [(max(self.t0 + send, t), nxt)]
+
+
+class ClosedLoop(Driver):
+    """`users` users; each sends its next request (the next in the list) when its last one ends."""
+
+    def __init__(self, requests: Sequence[SimRequest], users: int) -> None:
+        self.queue = list(requests)
+        self.users = max(1, min(users, len(self.queue)))
+        self.next = 0
+
+    def _take(self) -> SimRequest | None:
+        if self.next >= len(self.queue):
+            return None
+        request = self.queue[self.next]
+        self.next += 1
+        return request
+
+    def start(self, t0: float) -> list[tuple[float, SimRequest]]:
+        return [(t0, r) for r in (self._take() for _ in range(self.users)) if r is not None]
+
+    def finished(self, request: SimRequest, t: float) -> list[tuple[float, SimRequest]]:
+        nxt = self._take()
+        return [] if nxt is None else [(t, nxt)]
+
+
+class Bursts(Driver):
+    """Groups sent all at once, each when the previous group has ended (text-generation-benchmark's runs)."""
+
+    def __init__(self, groups: Sequence[Sequence[SimRequest]]) -> None:
+        self.groups = [list(g) for g in groups if g]
+        self.current = 0
+        self.left = 0
+
+    def _send(self, t: float) -> list[tuple[float, SimRequest]]:
+        group = self.groups[self.current]
+        self.left = len(group)
+        return [(t, r) for r in group]
+
+    def start(self, t0: float) -> list[tuple[float, SimRequest]]:
+        return self._send(t0) if self.groups else []
+
+    def finished(self, request: SimRequest, t: float) -> list[tuple[float, SimRequest]]:
+        self.left -= 1
+        if self.left or self.current + 1 >= len(self.groups):
+            return []
+        self.current += 1
+        return self._send(t)
+
+
+class SimulationError(RuntimeError):
+    pass
+
+
+@dataclass
+class Sample:
+    t: float
+    batch_size: int
+    queue_size: int
+    kv_tokens: int
+
+
+class Simulator:
+    """One simulated server: a scheduler built from `config` (a SchedulerConfig), driven on a virtual clock.
+
+    The clock and the prefix cache carry over from one `run` to the next, as a real server's do between
+    the points of a benchmark.
+    """
+
+    def __init__(self, config: Any, cost: CostModel, *, scrape_interval: float = 1.0,
+                 max_forwards: int = 50_000_000) -> None:
+        self.config, self.cost = config, cost
+        self.clock = VirtualClock()
+        self.observer = _Observer()
+        self.driver: Driver | None = None
+        self.backend = SimBackend(self.clock, cost, self._finished)
+        self.queue = sched.Queue(observer=self.observer, clock=self.clock)
+        self.scheduler = sched.Scheduler(self.queue, self.backend, config, observer=self.observer, clock=self.clock)
+        self.scrape_interval = scrape_interval
+        self.samples: list[Sample] = []
+        self._next_sample = 0.0
+        self._arrivals: list[tuple[float, int, SimRequest]] = []
+        self._seq = itertools.count()
+        self.max_forwards = max_forwards
+
+    # -- arrivals ------------------------------------------------------------------------------------
+    def _push(self, pairs: list[tuple[float, SimRequest]]) -> None:
+        overhead = self.cost.request_overhead_s
+        for t, request in pairs:
+            request.record.sent_ns = int(round(t * 1e9))
+            heapq.heappush(self._arrivals, (t + overhead, next(self._seq), request))
+
+    def _finished(self, request: SimRequest, t: float) -> None:
+        self.in_flight -= 1
+        if self.driver is not None:
+            self._push(self.driver.finished(request, t))
+
+    def _deliver(self) -> None:
+        now = self.clock.t
+        while self._arrivals and self._arrivals[0][0] <= now:
+            t, _, request = heapq.heappop(self._arrivals)
+            entry = sched.Entry(request.input_ids, int(request.max_new_tokens), request=request,
+                                lookup=request.lookup, queued_at=t)
+            request.entry = entry
+            request.record.input_tokens = len(request.input_ids)
+            self.queue.append(entry)
+
+    def _sample(self) -> None:
+        while self.clock.t >= self._next_sample:
+            obs = self.observer
+            self.samples.append(Sample(self._next_sample, obs.batch_size, obs.queue_size, obs.kv_tokens))
+            self._next_sample += self.scrape_interval
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def run(self, driver: Driver, requests: Sequence[SimRequest]) -> float:
+        """Run until every request of `driver` has ended; returns the clock's time then."""
+        self.driver = driver
+        self.in_flight = len(requests)
+        self._push(driver.start(self.clock.t))
+        forwards = self.backend.forwards
+        while self.in_flight > 0:
+            self._deliver()
+            progressed = self.scheduler.step()
+            self._sample()
+            if progressed:
+                if self.backend.forwards - forwards > self.max_forwards:
+                    raise SimulationError(f"more than {self.max_forwards} forwards: the workload does not end")
+                continue
+            if self._arrivals:
+                self.clock.jump(self._arrivals[0][0])
+                self._sample()
+                continue
+            stuck = [r for r in requests if not r.done]
+            raise SimulationError(f"{len(stuck)} request(s) can never be scheduled (a prompt of "
+                                  f"{len(stuck[0].input_ids)} tokens with {stuck[0].max_new_tokens} new tokens "
+                                  f"does not fit the KV-cache or batch limits)")
+        self.driver = None
+        return self.clock.t

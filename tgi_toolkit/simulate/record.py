@@ -1,0 +1,153 @@
+"""A simulated run written as a measured one: the same tables (bench.schema), the same per-request and
+per-point arithmetic (bench.stats), the same folder (bench.results), so figures, `compare_*`, the model
+card and `load_results` take it unchanged.
+
+What tells it apart: `backend` is "simulated"; the provenance has `simulated: true`, the cost model
+(`cost_model`), the scheduler's settings (`scheduler`); `config_label` ends in "[simulated: <cost model>]"
+and `config_id` hashes the cost model too, so a figure draws predicted beside measured as two configurations.
+The server table holds what /metrics would have shown, sampled every `scrape_interval` of virtual time.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tgi_toolkit.bench import provenance, stats
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.results import Results, ResultsFolder, frame, load_results
+from tgi_toolkit.simulate.events import Sample, Simulator
+from tgi_toolkit.simulate.workloads import Point
+
+BACKEND = "simulated"
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class SimRun:
+    """Provenance and saving for one simulated scenario call."""
+
+    def __init__(self, target: Any, scenario: str, workload: dict[str, Any], *, output: str | Path | None = None,
+                 slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
+                 command: Sequence[str] | None = None) -> None:
+        self.target, self.scenario = target, scenario
+        self.workload = workload
+        self.slo_ttft_s, self.slo_tpot_s = slo_ttft_s, slo_tpot_s
+        self.folder = ResultsFolder(output) if output is not None else None
+        cost = target.cost.describe()
+        base_id = provenance.config_id(target.launcher) if target.launcher is not None else ""
+        blob = json.dumps({"config": base_id, "scheduler": asdict(target.scheduler), "cost": cost},
+                          sort_keys=True, default=str)
+        self.config_id = hashlib.sha1(blob.encode()).hexdigest()[:10]
+        label = provenance.config_label(target.launcher) if target.launcher is not None else "default"
+        self.config_label = f"{label} [simulated: {target.cost.name}]"
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.run_id = f"{scenario}-sim-{stamp}-{uuid.uuid4().hex[:6]}"
+        self.provenance: dict[str, Any] = {
+            "run_id": self.run_id, "config_id": self.config_id, "scenario": scenario, "started_at": _utc_now(),
+            "finished_at": None, "status": "running",
+            "launcher_config": target.launcher.to_dict(redact=True) if target.launcher is not None else None,
+            "backend": BACKEND, "url": None, "info": target.info(), "workload": workload,
+            "versions": provenance.versions(), "hardware": target.hardware(), "git": provenance.git_revision(),
+            "command": list(command) if command is not None else None,
+            # beyond PROVENANCE_KEYS
+            "simulated": True, "cost_model": cost, "scheduler": asdict(target.scheduler),
+            "simulated_on": provenance.hardware(), "config_label": self.config_label, "sessions": 1,
+            "server_facts": target.facts(), "error": None,
+        }
+        self._memory: dict[str, list[pd.DataFrame]] = {"requests": [], "points": [], "batch": [], "server": []}
+        self._write()
+
+    def _write(self) -> None:
+        if self.folder is not None:
+            self.folder.write_run(self.provenance)
+
+    def finish(self, error: BaseException | None = None) -> None:
+        self.provenance["finished_at"] = _utc_now()
+        self.provenance["status"] = "complete" if error is None else "failed"
+        if error is not None:
+            self.provenance["error"] = f"{type(error).__name__}: {error}"
+        self._write()
+
+    def save_point(self, point: Point, sim: Simulator, samples: Sequence[Sample], started: float) -> dict[str, Any]:
+        """Rows of a finished point, with the point's server samples; as bench's Run.save_point."""
+        ident = {S.RUN_ID: self.run_id, S.CONFIG_ID: self.config_id, S.CONFIG_LABEL: self.config_label,
+                 S.BACKEND: BACKEND, S.MODEL_ID: self.target.model_id, S.SCENARIO: self.scenario,
+                 S.POINT_ID: point.point_id}
+        base = {S.USERS: None, S.BATCH_SIZE: None, S.RATE_RPS: None, S.ARRIVAL: None, S.PROMPT_TOKENS: None,
+                S.MAX_NEW_TOKENS: None, **point.workload}
+        max_new = base[S.MAX_NEW_TOKENS]
+        rows, measured = [], []
+        for request in point.requests:
+            repeat, warmup, index = request.tag
+            record = request.record
+            row = {**ident, **base, S.REPEAT: repeat, S.WARMUP: warmup, S.REQUEST_INDEX: index,
+                   **stats.request_metrics(record, 0)}
+            row[S.SHORT_OUTPUT] = bool(record.ok and max_new is not None and row[S.OUTPUT_TOKENS] < max_new)
+            rows.append(row)
+            if not warmup:
+                measured.append((row, record))
+        batch_rows, windows = [], point.windows
+        if point.batch is not None:
+            size, seq, dec = point.batch
+            runs: dict[tuple[int, bool], list[Any]] = {}
+            for request in point.requests:
+                repeat, warmup, _ = request.tag
+                runs.setdefault((repeat, warmup), []).append(request.record)
+            windows = []
+            for (repeat, warm), records in sorted(runs.items(), key=lambda kv: (not kv[0][1], kv[0][0])):
+                batch_rows.append({**ident, S.BATCH_SIZE: size, S.SEQUENCE_LENGTH: seq, S.DECODE_LENGTH: dec,
+                                   S.REPEAT: repeat, S.WARMUP: warm, **stats.batch_run(records, seq)})
+                ended = [r.token_ns[-1] for r in records if r.token_ns]
+                if not warm and ended:
+                    windows.append((min(r.sent_ns for r in records), max(ended)))
+        if windows is None:
+            recs = [rec for _, rec in measured if rec.token_ns]
+            windows = [(min(r.sent_ns for r in recs), max(r.token_ns[-1] for r in recs))] if recs else []
+        duration = sum(end - start for start, end in windows) / 1e9
+        summary = stats.point_summary([r for r, _ in measured], duration_s=duration, slo_ttft_s=self.slo_ttft_s,
+                                      slo_tpot_s=self.slo_tpot_s)
+        lo = windows[0][0] / 1e9 if windows else started
+        hi = windows[-1][1] / 1e9 if windows else sim.clock.t
+        inside = [s for s in samples if lo <= s.t <= hi] or list(samples[-1:])
+        capacity = float(self.target.scheduler.max_batch_total_tokens)
+        server = {S.CLIENT_LAG_P99_MS: 0.0, S.CLIENT_LAG_MAX_MS: 0.0, S.CLIENT_BOUND: False,
+                  S.SERVER_BATCH_SIZE_MAX: float(max((s.batch_size for s in inside), default=float("nan"))),
+                  S.SERVER_QUEUE_SIZE_MAX: float(max((s.queue_size for s in inside), default=float("nan"))),
+                  S.KV_CAPACITY_TOKENS: capacity,
+                  S.KV_USAGE_MAX: max((s.kv_tokens for s in inside), default=float("nan")) / capacity}
+        point_row = {**ident, **base, **summary, **server}
+        server_rows = []
+        for s in samples:
+            for metric, value in ((S.BATCH_SIZE_METRICS[0], s.batch_size), (S.QUEUE_SIZE_METRICS[0], s.queue_size),
+                                  (S.KV_USED_METRIC, s.kv_tokens), (S.KV_TOTAL_METRIC, capacity)):
+                server_rows.append({S.RUN_ID: self.run_id, S.CONFIG_ID: self.config_id, S.T_S: s.t,
+                                    S.METRIC: metric, S.LABELS: "", S.VALUE: float(value)})
+        self._save({"requests": frame(rows, "requests"), "batch": frame(batch_rows, "batch"),
+                    "server": frame(server_rows, "server"), "points": frame([point_row], "points")})
+        return point_row
+
+    def _save(self, tables: dict[str, pd.DataFrame]) -> None:
+        for name, df in tables.items():
+            if not df.empty:
+                self._memory[name].append(df)
+        if self.folder is not None:
+            self.folder.append(tables)
+
+    def results(self) -> Results:
+        if self.folder is not None:
+            return load_results(self.folder.path, run_id=self.run_id)
+        tables = {name: frame(pd.concat(dfs, ignore_index=True), name) if dfs else frame([], name)
+                  for name, dfs in self._memory.items()}
+        return Results(tables["requests"], tables["points"], tables["batch"], tables["server"],
+                       [json.loads(json.dumps(self.provenance, default=str))])

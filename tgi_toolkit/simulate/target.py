@@ -1,0 +1,177 @@
+"""What a simulation stands for: a cost model, the scheduler's settings and the server's limits.
+
+The scheduler's settings come from, first to last:
+- launcher flags (a LauncherConfig): max_batch_prefill_tokens, max_batch_size, waiting_served_ratio,
+  max_waiting_tokens, max_input_tokens, max_total_tokens;
+- the scheduling mode as TGI reads it from the environment (ATTENTION, PREFIX_CACHING, PREFILL_CHUNKING),
+  or the `attention` / `prefix_caching` / `chunking` arguments;
+- the cost model's server: a calibrated model remembers the limits and mode of the server it was
+  profiled on (its /info and the KV capacity TGI's warm-up found); a roofline model derives them
+  from the GPU's memory and the model's shape;
+- TGI 3's CUDA defaults (flashinfer, block size 1, prefix caching and chunking on).
+
+`max_batch_total_tokens` is the KV capacity of the cost model's server: TGI 3 ignores a user's value
+for flash models (it warns and uses what warm-up found, TGI3-SCHEDULER.md L2), so a flag only applies
+where the cost model knows no capacity.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tgi_toolkit.bench.errors import BenchError
+from tgi_toolkit.engine.scheduler import SchedulerConfig
+from tgi_toolkit.simulate.costs import CostModel, load_cost_model
+
+BLOCK_SIZES = {"flashinfer": 1, "flashdecoding": 256, "flashdecoding-ipex": 64, "paged": 16}
+DEFAULT_PREFILL_TOKENS = 4096  # the launcher's default_optimal when its FLOPs formula cannot run (L1)
+
+
+def _flag(value: str | None, name: str) -> bool | None:
+    if value is None:
+        return None
+    low = value.strip().lower()
+    if low in ("1", "true"):
+        return True
+    if low in ("0", "false"):
+        return False
+    raise BenchError(name, f"{value!r} is not a boolean", "1, true, 0 or false")
+
+
+@dataclass
+class SimTarget:
+    cost: CostModel
+    scheduler: SchedulerConfig
+    launcher: Any = None  # LauncherConfig or None
+    model_id: str = ""
+    max_input_tokens: int | None = None
+    max_total_tokens: int | None = None
+    attention: str = "flashinfer"
+    server: Mapping[str, Any] | None = None
+
+    def check_lengths(self, prompt: int, new: int, field: str = "prompt_tokens") -> None:
+        if self.max_input_tokens is not None and prompt > self.max_input_tokens:
+            raise BenchError(field, f"{prompt} is over the server's max_input_tokens {self.max_input_tokens}",
+                             f"1 to {self.max_input_tokens}")
+        if self.max_total_tokens is not None and prompt + new > self.max_total_tokens:
+            limit = self.max_total_tokens
+            raise BenchError("max_new_tokens", f"{prompt} + {new} is over the server's max_total_tokens {limit}",
+                             f"prompt + output <= {limit}")
+        if not self.scheduler.chunking and prompt > self.scheduler.max_batch_prefill_tokens:
+            raise BenchError(field, f"{prompt} is over max_batch_prefill_tokens "
+                                    f"{self.scheduler.max_batch_prefill_tokens}: without prefill chunking TGI "
+                                    "refuses such prompts", f"1 to {self.scheduler.max_batch_prefill_tokens}, "
+                                                            "or chunking on")
+
+    def info(self) -> dict[str, Any]:
+        sc = self.scheduler
+        return {"model_id": self.model_id, "max_input_tokens": self.max_input_tokens,
+                "max_total_tokens": self.max_total_tokens, "max_batch_total_tokens": sc.max_batch_total_tokens,
+                "max_batch_prefill_tokens": sc.max_batch_prefill_tokens, "max_batch_size": sc.max_batch_size,
+                "waiting_served_ratio": sc.waiting_served_ratio, "max_waiting_tokens": sc.max_waiting_tokens,
+                "router": "tgi_toolkit.simulate"}
+
+    def facts(self) -> dict[str, Any]:
+        return {"max_batch_total_tokens": self.scheduler.max_batch_total_tokens, "attention": self.attention,
+                "block_size": self.scheduler.block_size, "prefix_caching": self.scheduler.prefix_caching,
+                "chunking": self.scheduler.chunking}
+
+    def hardware(self) -> dict[str, Any]:
+        """The hardware simulated (the cost model's), not the machine the simulation ran on."""
+        hw = getattr(self.cost, "hardware", None)
+        if callable(hw):
+            return hw()
+        return dict((self.cost.describe().get("source") or {}).get("hardware") or {})
+
+
+def _cost_server(cost: CostModel) -> dict[str, Any]:
+    get = getattr(cost, "server_defaults", None)
+    if callable(get):
+        return dict(get())
+    return dict((cost.describe().get("source") or {}).get("server") or {})
+
+
+def _launcher(config: Any) -> Any:
+    if config is None:
+        return None
+    from tgi_toolkit.config import LauncherConfig
+
+    if isinstance(config, LauncherConfig):
+        return config
+    if isinstance(config, Mapping):
+        return LauncherConfig(**dict(config))
+    if isinstance(config, (list, tuple)):
+        return LauncherConfig.from_cli([str(a) for a in config if a != "--"], environ={})
+    raise BenchError("config", f"a {type(config).__name__} is not a launcher configuration",
+                     "a LauncherConfig, a dict of its fields, or a list of launcher flags")
+
+
+def make_target(cost_model: Any, config: Any = None, *, attention: str | None = None,
+                prefix_caching: bool | None = None, chunking: bool | None = None,
+                environ: Mapping[str, str] | None = None) -> SimTarget:
+    """A SimTarget from a cost model (object, JSON path or dict) and launcher settings (module docstring)."""
+    if isinstance(cost_model, SimTarget):
+        return cost_model
+    cost = cost_model if hasattr(cost_model, "seconds") else load_cost_model(cost_model)
+    launcher = _launcher(config)
+    env = os.environ if environ is None else environ
+    server = _cost_server(cost)
+
+    attention = attention or env.get("ATTENTION") or server.get("attention") or "flashinfer"
+    if attention not in BLOCK_SIZES:
+        raise BenchError("attention", f"{attention!r} is not known", ", ".join(BLOCK_SIZES))
+    env_prefix, env_chunk = _flag(env.get("PREFIX_CACHING"), "PREFIX_CACHING"), _flag(env.get("PREFILL_CHUNKING"),
+                                                                                       "PREFILL_CHUNKING")
+    prefix = prefix_caching if prefix_caching is not None else env_prefix
+    if prefix is None:
+        prefix = bool(server.get("prefix_caching", True))
+    chunk = chunking if chunking is not None else env_chunk
+    if chunk is None:
+        chunk = bool(server.get("chunking", True))
+    if attention == "paged":  # F1.4, F3: paged attention has neither
+        prefix = chunk = False
+    speculate = int(getattr(launcher, "speculate", None) or 0)
+    if speculate:
+        chunk = False  # F3: speculation turns chunking off
+
+    def pick(name: str, default: Any) -> Any:
+        value = getattr(launcher, name, None) if launcher is not None else None
+        if value is None:
+            value = server.get(name)
+        return default if value is None else value
+
+    capacity = server.get("max_batch_total_tokens") or pick("max_batch_total_tokens", None)
+    if capacity is None:
+        raise BenchError("max_batch_total_tokens", "the cost model knows no KV capacity and none was given",
+                         "--max-batch-total-tokens N after `--`, or a cost model with one")
+    max_total = pick("max_total_tokens", None)
+    max_input = pick("max_input_tokens", None)
+    if max_total is None:
+        max_total = int(capacity) if chunk else None
+    if max_input is None and max_total is not None:
+        max_input = int(max_total) - 1
+    prefill = pick("max_batch_prefill_tokens", None)
+    if prefill is None:
+        prefill = DEFAULT_PREFILL_TOKENS if chunk else (max_input or DEFAULT_PREFILL_TOKENS - 50) + 50
+    scheduler = SchedulerConfig(
+        max_batch_prefill_tokens=int(prefill), max_batch_total_tokens=int(capacity),
+        waiting_served_ratio=float(pick("waiting_served_ratio", 0.3)),
+        max_waiting_tokens=int(pick("max_waiting_tokens", 20)),
+        max_batch_size=pick("max_batch_size", None), block_size=BLOCK_SIZES[attention],
+        prefix_caching=prefix, chunking=chunk, speculate=speculate)
+    model_id = str(server.get("model_id") or getattr(launcher, "model_id", None) or "")
+    return SimTarget(cost, scheduler, launcher, model_id, int(max_input) if max_input else None,
+                     int(max_total) if max_total else None, attention, server)
+
+
+def describe_mode(target: SimTarget) -> str:
+    sc = target.scheduler
+    return (f"{target.attention} (block size {sc.block_size}), prefix caching {'on' if sc.prefix_caching else 'off'}, "
+            f"chunking {'on' if sc.chunking else 'off'}; max_batch_prefill_tokens {sc.max_batch_prefill_tokens}, "
+            f"max_batch_total_tokens {sc.max_batch_total_tokens}")
+
+
+__all__: Sequence[str] = ("SimTarget", "make_target", "describe_mode", "BLOCK_SIZES")

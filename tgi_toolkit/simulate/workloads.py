@@ -1,0 +1,130 @@
+"""Bench's scenarios as simulated clients: the same points, point ids, request counts and arrival
+schedules as `tgi_toolkit.bench.scenarios`, with prompts as token ids instead of text.
+
+Prompts are seeded random token ids of exactly the requested length; with `prefix_tokens` every prompt
+of the run starts with the same ids (bench's shared prefix), so a scheduler with a prefix cache finds
+it. Identical prompts in the batch scenario are identical here too, as text-generation-benchmark sends them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.scenarios import (
+    arrival_offsets,
+    batch_point_id,
+    concurrency_point_id,
+    ingestion_point_id,
+    rate_point_id,
+)
+from tgi_toolkit.simulate.events import Bursts, ClosedLoop, Driver, OpenLoop, SimRequest
+
+VOCAB = 32_000
+
+
+class TokenPrompts:
+    """Distinct prompts of exact lengths as token ids; `prefix_tokens` ids shared by every prompt."""
+
+    def __init__(self, seed: int = 0, prefix_tokens: int = 0, vocab: int = VOCAB) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.vocab = vocab
+        self.prefix = self._ids(prefix_tokens)
+
+    def _ids(self, n: int) -> list[int]:
+        return self.rng.integers(3, self.vocab, size=n).tolist() if n > 0 else []
+
+    def prompts(self, length: int, n: int) -> list[list[int]]:
+        own = max(length - len(self.prefix), 0)
+        head = self.prefix[:length]
+        return [head + self._ids(own) for _ in range(n)]
+
+
+@dataclass
+class Phase:
+    """Requests sent by one driver; the next phase starts when this one has ended (warm-up, then measure)."""
+
+    driver: Driver
+    requests: list[SimRequest]
+
+
+@dataclass
+class Point:
+    point_id: str
+    workload: dict[str, Any]  # the point's workload columns
+    phases: list[Phase]
+    windows: list[tuple[int, int]] | None = None  # filled by the runner for batch points
+    batch: tuple[int, int, int] | None = None  # (batch size, sequence length, decode length)
+    send_lag_s: list[float] = field(default_factory=list)
+
+    @property
+    def requests(self) -> list[SimRequest]:
+        return [r for p in self.phases for r in p.requests]
+
+
+def _tagged(prompts: Sequence[list[int]], output: int, repeat: int, warmup: bool, start: int = 0,
+            ) -> list[SimRequest]:
+    return [SimRequest(p, output, tag=(repeat, warmup, start + i)) for i, p in enumerate(prompts)]
+
+
+def batch_points(prompts: TokenPrompts, batch_sizes: Sequence[int], sequence_length: int, decode_length: int,
+                 runs: int, warmups: int) -> list[Point]:
+    prompt = prompts.prompts(sequence_length, 1)[0]  # identical prompts, as the original
+    out = []
+    for size in batch_sizes:
+        groups = []
+        for step in range(warmups + runs):
+            warm = step < warmups
+            repeat = step if warm else step - warmups
+            groups.append([SimRequest(list(prompt), decode_length, tag=(repeat, warm, i)) for i in range(size)])
+        out.append(Point(batch_point_id(size, sequence_length, decode_length),
+                         {S.BATCH_SIZE: size, S.PROMPT_TOKENS: sequence_length, S.MAX_NEW_TOKENS: decode_length},
+                         [Phase(Bursts(groups), [r for g in groups for r in g])],
+                         batch=(size, sequence_length, decode_length)))
+    return out
+
+
+def concurrency_points(prompts: TokenPrompts, users: Sequence[int], grid: Sequence[tuple[int, int]],
+                       requests: int | None, warmup_requests: int) -> list[Point]:
+    out = []
+    for prompt_tokens, max_new in grid:
+        for n in users:
+            total = requests if requests is not None else max(4 * n, 8)
+            texts = prompts.prompts(prompt_tokens, warmup_requests + total)
+            phases = []
+            if warmup_requests:
+                warm = _tagged(texts[:warmup_requests], max_new, 0, True)
+                phases.append(Phase(ClosedLoop(warm, n), warm))
+            measured = _tagged(texts[warmup_requests:], max_new, 0, False)
+            phases.append(Phase(ClosedLoop(measured, n), measured))
+            out.append(Point(concurrency_point_id(n, prompt_tokens, max_new),
+                             {S.USERS: n, S.PROMPT_TOKENS: prompt_tokens, S.MAX_NEW_TOKENS: max_new}, phases))
+    return out
+
+
+def rate_points(prompts: TokenPrompts, rates: Sequence[float], arrival: str, grid: Sequence[tuple[int, int]],
+                requests: int, seed: int, max_concurrency: int | None) -> list[Point]:
+    out = []
+    for prompt_tokens, max_new in grid:
+        for r in rates:
+            reqs = _tagged(prompts.prompts(prompt_tokens, requests), max_new, 0, False)
+            offsets = arrival_offsets(requests, r, arrival, seed)
+            out.append(Point(rate_point_id(r, arrival, prompt_tokens, max_new),
+                             {S.RATE_RPS: r, S.ARRIVAL: arrival, S.PROMPT_TOKENS: prompt_tokens,
+                              S.MAX_NEW_TOKENS: max_new},
+                             [Phase(OpenLoop(reqs, offsets, max_concurrency), reqs)],
+                             send_lag_s=[0.0] * requests))
+    return out
+
+
+def ingestion_points(prompts: TokenPrompts, prompt_lengths: Sequence[int], repeats: int) -> list[Point]:
+    out = []
+    for length in prompt_lengths:
+        reqs = _tagged(prompts.prompts(length, repeats), 1, 0, False)
+        out.append(Point(ingestion_point_id(length), {S.USERS: 1, S.PROMPT_TOKENS: length, S.MAX_NEW_TOKENS: 1},
+                         [Phase(ClosedLoop(reqs, 1), reqs)]))
+    return out
