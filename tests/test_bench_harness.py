@@ -125,3 +125,27 @@ def test_the_mock_server_streams_as_an_openai_server():
     assert [e["choices"][0]["finish_reason"] if e["choices"] else None for e in events] == [None, "length", None]
     assert events[-1]["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
     assert lines[-1] == "data: [DONE]"
+
+
+def test_a_flood_of_events_is_client_bound_and_a_busy_machine_is_not(tmp_path):
+    # A truly client-bound point: the stand-in writes pre-built heavy events with no pause, so the
+    # client's loop parses all the time (its own CPU is what limits the point).
+    with mock_server("flood") as url:
+        flood = small_run(url, requests=2, max_new_tokens=6000, api="completions").points.iloc[0]
+    loop = flood[[S.CLIENT_LOOP_CPU, S.CLIENT_LOOP_WAIT]].to_dict()
+    assert flood[S.CLIENT_LOOP_CPU] + flood[S.CLIENT_LOOP_WAIT] >= 0.9, loop  # never idle
+    assert bool(flood[S.CLIENT_BOUND]), loop
+    # A busy machine: a slow server (20 ms per token) while one process per core spins. The
+    # loop wakes late, but it is idle most of the time: the machine is flagged, not the client.
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        with mock_server(itl=0.02) as url:
+            busy = small_run(url, requests=2, max_new_tokens=40, api="completions").points.iloc[0]
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    loop = busy[[S.CLIENT_LOOP_CPU, S.CLIENT_LOOP_WAIT, S.OTHER_CPU_CORES, S.CLIENT_LAG_P99_MS]].to_dict()
+    assert busy[S.CLIENT_LOOP_CPU] < 0.25, loop
+    assert not bool(busy[S.CLIENT_BOUND]), loop
+    assert bool(busy[S.MACHINE_BUSY]) and busy[S.OTHER_CPU_CORES] >= 0.5

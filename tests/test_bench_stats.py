@@ -13,7 +13,7 @@ from tgi_toolkit.bench import stats
 from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.scenarios import arrival_offsets
 from tgi_toolkit.bench.tables import markdown_table
-from tgi_toolkit.bench.telemetry import Telemetry, client_bound, parse_prometheus
+from tgi_toolkit.bench.telemetry import Telemetry, client_bound, machine_busy, parse_prometheus
 
 MS = 1_000_000  # ns
 
@@ -152,6 +152,20 @@ def test_client_bound_rule():
     assert not client_bound(8.0, float("nan"), ttft_p50_s=0.300)
     assert client_bound(8.0, float("nan"), ttft_p50_s=0.020)
     assert client_bound(8.0, float("nan"))
+    # With the loop thread's scheduler statistics: the case, 2.5 ms of lag p99 against a
+    # 2 ms floor, while the loop ran 10 % of the time and waited 5 %: the machine, not the client.
+    assert not client_bound(2.5, 0.006, loop_cpu=0.10, loop_wait=0.05)
+    assert client_bound(2.5, 0.006, loop_cpu=0.45, loop_wait=0.50)  # never idle: events queued behind it
+    assert client_bound(8.0, 0.020, loop_cpu=0.30, loop_wait=0.10)  # its own work made it lag
+    assert not client_bound(0.3, 0.020, client_cpu=0.97, loop_cpu=0.05, loop_wait=0.93)  # waited, did not work
+
+
+def test_machine_busy_rule():
+    assert machine_busy(0.12, 0.0, 2)  # the loop waited for a core 12 % of the time
+    assert machine_busy(0.0, 0.6, 2)  # others took 0.6 of 2 cores
+    assert not machine_busy(0.02, 0.3, 2)
+    assert not machine_busy(0.02, 3.0, 64)  # 3 of 64 cores: room left
+    assert not machine_busy(float("nan"), float("nan"), 2)  # unknown: not flagged
 
 
 def test_markdown_table_is_padded_like_seed_000():

@@ -28,7 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.bench.main_metrics import CARD_MAX_NEW_TOKENS, CARD_PROMPT_TOKENS, CARD_USERS
+
+# card_metrics, not main_metrics: that module reads folders with this one, so it sits above it
+from tgi_toolkit.bench.card_metrics import CARD_MAX_NEW_TOKENS, CARD_PROMPT_TOKENS, CARD_USERS, main_metrics_of
 
 if TYPE_CHECKING:  # bench.stats imports the HTTP client: loaded only when a fit is made
     from tgi_toolkit.bench.stats import IngestionFit
@@ -41,7 +43,7 @@ _DTYPES: dict[str, str] = {
     S.REPEAT: "int64", S.WARMUP: "bool", S.REQUEST_INDEX: "int64", S.INPUT_TOKENS: _INT,
     S.OUTPUT_TOKENS: "int64", S.SHORT_OUTPUT: "bool", S.STATUS: "int64", S.REQUESTS: "int64",
     S.ERRORS: "int64", S.SHORT_OUTPUTS: "int64", S.TOTAL_INPUT_TOKENS: "int64",
-    S.TOTAL_OUTPUT_TOKENS: "int64", S.CLIENT_BOUND: "bool", S.SEQUENCE_LENGTH: "int64",
+    S.TOTAL_OUTPUT_TOKENS: "int64", S.CLIENT_BOUND: "bool", S.MACHINE_BUSY: "bool", S.SEQUENCE_LENGTH: "int64",
     S.DECODE_LENGTH: "int64", S.GROUP: _INT, S.TURN: _INT,
 }
 _STRINGS = {S.RUN_ID, S.CONFIG_ID, S.CONFIG_LABEL, S.BACKEND, S.MODEL_ID, S.SCENARIO, S.POINT_ID, S.ARRIVAL,
@@ -142,9 +144,7 @@ class Results:
                      max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> pd.DataFrame:
         """happy_vllm's "Main metrics" per configuration, with how each was obtained: the model card's
         (`tgi_toolkit.bench.main_metrics.main_metrics`)."""
-        from tgi_toolkit.bench.main_metrics import main_metrics
-
-        return main_metrics(self, users, prompt_tokens, max_new_tokens)
+        return main_metrics_of(self, users, prompt_tokens, max_new_tokens)
 
     def ingestion(self) -> IngestionFit:
         """The prompt-ingestion fit (stats.ingestion_fit) over the ingestion runs' requests; its `kept`

@@ -28,7 +28,7 @@ from tgi_toolkit.bench.errors import BenchError, ServerDiedError
 from tgi_toolkit.bench.prompts import PromptFactory, make_tokenizer
 from tgi_toolkit.bench.results import Results, ResultsFolder, frame, load_results
 from tgi_toolkit.bench.target import Target
-from tgi_toolkit.bench.telemetry import Telemetry, client_bound, frozen_gc
+from tgi_toolkit.bench.telemetry import Telemetry, client_bound, frozen_gc, machine_busy
 
 # Errors the client raised itself (no answer, connection lost) rather than ones the server sent.
 LOST = {"ClientConnectorError", "ServerDisconnectedError", "ClientPayloadError", "ClientOSError",
@@ -354,6 +354,8 @@ class Run:
 
     def _server_side(self, windows: Sequence[tuple[int, int]], records: Sequence[StreamRecord],
                      base: dict[str, Any], summary: dict[str, Any], send_lag_s: Sequence[float]) -> dict[str, Any]:
+        if self.telemetry.cpu is not None:
+            self.telemetry.cpu.sample()  # one sample after the window's end
         if not windows:
             window = self.telemetry.window(math.inf, -math.inf)
         else:
@@ -372,11 +374,14 @@ class Run:
                     capacity = float(self.target.facts[fact])
                     break
         bound = client_bound(window.lag_p99_ms, summary[S.stat_column("itl", "p50")], window.client_cpu,
-                             summary[S.stat_column("ttft", "p50")])
+                             summary[S.stat_column("ttft", "p50")], window.loop_cpu, window.loop_wait)
+        busy = machine_busy(window.loop_wait, window.other_cpu, window.cores)
         if send_lag_s and float(pd.Series(send_lag_s).quantile(0.99)) > 0.01:
             bound = True  # the client could not keep the arrival schedule
         return {S.CLIENT_LAG_P99_MS: window.lag_p99_ms, S.CLIENT_LAG_MAX_MS: window.lag_max_ms,
-                S.CLIENT_BOUND: bound, S.SERVER_BATCH_SIZE_MAX: window.batch_size_max,
+                S.CLIENT_BOUND: bound, S.MACHINE_BUSY: busy, S.CLIENT_LOOP_CPU: window.loop_cpu,
+                S.CLIENT_LOOP_WAIT: window.loop_wait, S.OTHER_CPU_CORES: window.other_cpu,
+                S.SERVER_BATCH_SIZE_MAX: window.batch_size_max,
                 S.SERVER_QUEUE_SIZE_MAX: window.queue_size_max, S.KV_CAPACITY_TOKENS: capacity,
                 S.KV_USAGE_MAX: window.kv_usage_max}
 

@@ -7,11 +7,19 @@ schema's (`tgi_toolkit.bench.schema`, server.parquet): client samples are `clien
 (worst lag of each interval) and `client_cpu_percent`.
 
 The client watches itself (MEASUREMENT.md pitfall 4): a loop that wakes late stamps every token
-late. A point is `client_bound` when the client process kept CPU_BOUND cores busy (one Python loop
-cannot do more), or when the loop's p99 lag is over max(LAG_FLOOR_MS, LAG_SHARE of the median
-inter-token latency): past that, the client's delays are a visible part of what it reports. A
-client that shares its cores with a CPU server also lags (the OS runs the server instead); that is
-flagged the same way, since the latencies it stamps are inflated all the same.
+late. But a loop also wakes late when other processes hold the cores, and then the client is not
+what limits the point: the machine is. The two are told apart by the kernel's scheduler statistics
+of the event loop's thread (/proc/.../schedstat): the time it ran and the time it waited, runnable,
+for a core. Over a point's window:
+- `client_bound`: the loop had work (it ran, or waited runnable to run) at least CPU_BOUND of the
+  wall time, so events queued up behind it (one Python loop cannot do more than one core), or its
+  own work made it lag past max(LAG_FLOOR_MS, LAG_SHARE of the median inter-token latency); in
+  either case it ran at least LOOP_BOUND of the time itself. A loop that lags while it mostly
+  sleeps, or waits for a core, is late because of the machine, not because of its own work.
+- `machine_busy`: the loop waited for a core at least BUSY_WAIT of the time, or processes other than
+  the client and the server used at least max(BUSY_OTHER_CORES, BUSY_OTHER_SHARE of the cores):
+  latencies were stretched by the machine, whatever the server and the client did.
+Without schedstat (another OS) the rule falls back on the client's CPU and the lag alone.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import contextlib
 import gc
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,6 +60,10 @@ Sample = tuple[float, str, str, float]
 LAG_FLOOR_MS = 2.0
 LAG_SHARE = 0.25
 CPU_BOUND = 0.9
+LOOP_BOUND = 0.25
+BUSY_WAIT = 0.1
+BUSY_OTHER_CORES = 0.5
+BUSY_OTHER_SHARE = 0.25
 # Series kept from /metrics: the servers' own (histogram buckets and *_created stamps are dropped).
 METRIC_PREFIXES = ("tgi_", "vllm:", "sglang:")
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
@@ -164,6 +177,97 @@ def gpu_sampler() -> GpuSampler | None:
         return None
 
 
+def _schedstat(path: str) -> tuple[int, int] | None:
+    """(ns run on a core, ns waited runnable for one) of a thread, from the kernel's schedstat."""
+    try:
+        with open(path) as handle:
+            run, wait, _ = handle.read().split()
+        return int(run), int(wait)
+    except (OSError, ValueError):
+        return None
+
+
+class CpuSampler:
+    """Where the CPU went, sampled every `period` s on its own thread (off the timing loop).
+
+    Each sample: (t_s, host busy core-seconds, client process CPU seconds, server process tree CPU
+    seconds, loop thread run ns, loop thread wait ns); differences over a window give rates.
+    """
+
+    def __init__(self, now_s: Callable[[], float], loop_tid: int, server_pid: int | None,
+                 period: float = 0.05) -> None:
+        self.now_s, self.period = now_s, period
+        self.samples: list[tuple[float, float, float, float, float, float]] = []
+        self.cores = psutil.cpu_count() or 1
+        self._path = f"/proc/self/task/{loop_tid}/schedstat"
+        self.has_schedstat = _schedstat(self._path) is not None
+        self._me = psutil.Process()
+        self._server: psutil.Process | None = None
+        if server_pid is not None:
+            with contextlib.suppress(psutil.Error):
+                self._server = psutil.Process(server_pid)
+        self._tree: list[psutil.Process] = []
+        self._tree_at = -math.inf
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="bench-cpu", daemon=True)
+
+    def start(self) -> None:
+        self.sample()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            with contextlib.suppress(Exception):  # telemetry never stops a run
+                self.sample()
+
+    def _server_cpu(self) -> float:
+        if self._server is None:
+            return 0.0
+        now = time.monotonic()
+        if now - self._tree_at > 2.0:  # the tree changes rarely; listing it costs a /proc walk
+            with contextlib.suppress(psutil.Error):
+                self._tree = [self._server, *self._server.children(recursive=True)]
+            self._tree_at = now
+        total = 0.0
+        for proc in self._tree:
+            with contextlib.suppress(psutil.Error):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
+
+    def sample(self) -> None:
+        host = psutil.cpu_times()
+        idle = host.idle + getattr(host, "iowait", 0.0)
+        busy = sum(host) - idle - getattr(host, "guest", 0.0) - getattr(host, "guest_nice", 0.0)
+        mine = self._me.cpu_times()
+        loop = _schedstat(self._path) or (math.nan, math.nan)
+        row = (self.now_s(), busy, mine.user + mine.system, self._server_cpu(), float(loop[0]), float(loop[1]))
+        with self._lock:
+            self.samples.append(row)
+
+    def window(self, t0: float, t1: float) -> dict[str, float]:
+        """Rates over [t0, t1]: loop_cpu and loop_wait (fractions of the wall time), client_cpu,
+        server_cpu, other_cpu (cores), NaN where fewer than two samples fall in the window."""
+        slack = 2 * self.period
+        with self._lock:
+            inside = [r for r in self.samples if t0 - slack <= r[0] <= t1 + slack]
+        out = dict.fromkeys(("loop_cpu", "loop_wait", "client_cpu", "server_cpu", "other_cpu"), math.nan)
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return out
+        a, b = inside[0], inside[-1]
+        wall = b[0] - a[0]
+        client, server = (b[2] - a[2]) / wall, (b[3] - a[3]) / wall
+        out.update(loop_cpu=(b[4] - a[4]) / 1e9 / wall, loop_wait=(b[5] - a[5]) / 1e9 / wall, client_cpu=client,
+                   server_cpu=server, other_cpu=max((b[1] - a[1]) / wall - client - server, 0.0))
+        return out
+
+
 @dataclass
 class Window:
     """Telemetry over one point's time window."""
@@ -176,6 +280,10 @@ class Window:
     kv_capacity_tokens: float
     kv_usage_max: float
     kv_usage: list[tuple[float, float]]  # (t_s, fraction) samples, for capacity estimates
+    loop_cpu: float = math.nan  # fraction of the wall time the event loop's thread ran
+    loop_wait: float = math.nan  # fraction it waited, runnable, for a core
+    other_cpu: float = math.nan  # cores used by processes other than the client and the server
+    cores: int = 1
 
 
 class Telemetry:
@@ -200,11 +308,17 @@ class Telemetry:
                 self._process = ProcessSampler(pid)
         self._gpu = gpu_sampler() if gpu and is_local(url) else None
         self.metrics_ok = True
+        self._server_pid = pid
+        self.cpu: CpuSampler | None = None
 
     def now_s(self) -> float:
         return (time.monotonic_ns() - self.clock_ns) / 1e9
 
     async def start(self) -> None:
+        # started from the loop's own thread: the thread whose scheduling the client's timing depends on
+        with contextlib.suppress(Exception):
+            self.cpu = CpuSampler(self.now_s, threading.get_native_id(), self._server_pid)
+            self.cpu.start()
         self._tasks = [asyncio.create_task(self._lag_loop(), name="bench-lag"),
                        asyncio.create_task(self._scrape_loop(), name="bench-scrape")]
 
@@ -215,6 +329,8 @@ class Telemetry:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        if self.cpu is not None:
+            self.cpu.stop()
         if self._gpu is not None:
             self._gpu.close()
 
@@ -306,7 +422,12 @@ class Telemetry:
                 if name in values:
                     usage = values[name]
                     break
+        rates = self.cpu.window(t0, t1) if self.cpu is not None else {}
+        if math.isfinite(rates.get("client_cpu", math.nan)):
+            client_cpu = rates["client_cpu"]
         return Window(lag_p99_ms=lag_p99, lag_max_ms=max(lags) if lags else math.nan, client_cpu=client_cpu,
+                      loop_cpu=rates.get("loop_cpu", math.nan), loop_wait=rates.get("loop_wait", math.nan),
+                      other_cpu=rates.get("other_cpu", math.nan), cores=self.cpu.cores if self.cpu else 1,
                       batch_size_max=peak(BATCH_SIZE_METRICS), queue_size_max=peak(QUEUE_SIZE_METRICS),
                       kv_capacity_tokens=capacity, kv_usage_max=max((u for _, u in usage), default=math.nan),
                       kv_usage=usage)
@@ -319,18 +440,29 @@ class Telemetry:
 
 
 def client_bound(lag_p99_ms: float, itl_p50_s: float, client_cpu: float = math.nan,
-                 ttft_p50_s: float = math.nan) -> bool:
-    """The client's own delays were a visible part of the latencies it measured (module docstring).
+                 ttft_p50_s: float = math.nan, loop_cpu: float = math.nan, loop_wait: float = math.nan) -> bool:
+    """The client's own work limited the point (module docstring); a loop that lagged while it
+    mostly waited for a core (a busy machine) is not client-bound.
 
     The latency the lag is weighed against is the median inter-token gap; a point without gaps (one
     output token each, as prompt ingestion measures) reports only TTFTs, so it is weighed against those.
     """
-    if client_cpu >= CPU_BOUND:
+    lagged = False
+    if not math.isnan(lag_p99_ms):
+        latency_s = ttft_p50_s if math.isnan(itl_p50_s) else itl_p50_s
+        threshold = LAG_FLOOR_MS
+        if not math.isnan(latency_s):
+            threshold = max(threshold, LAG_SHARE * latency_s * 1000)
+        lagged = lag_p99_ms > threshold
+    if not math.isnan(loop_cpu) and not math.isnan(loop_wait):
+        if loop_cpu < LOOP_BOUND:
+            return False  # the loop mostly slept or waited for the machine: not its own work
+        return loop_cpu + loop_wait >= CPU_BOUND or lagged
+    return client_cpu >= CPU_BOUND or lagged
+
+
+def machine_busy(loop_wait: float, other_cpu: float, cores: int) -> bool:
+    """Other processes took CPU during the point (module docstring); False when unknown."""
+    if loop_wait >= BUSY_WAIT:
         return True
-    if math.isnan(lag_p99_ms):
-        return False
-    latency_s = ttft_p50_s if math.isnan(itl_p50_s) else itl_p50_s
-    threshold = LAG_FLOOR_MS
-    if not math.isnan(latency_s):
-        threshold = max(threshold, LAG_SHARE * latency_s * 1000)
-    return lag_p99_ms > threshold
+    return other_cpu >= max(BUSY_OTHER_CORES, BUSY_OTHER_SHARE * cores)
