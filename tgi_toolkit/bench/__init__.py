@@ -19,6 +19,9 @@ _LAZY = {
     "run_batch": ".api", "run_concurrency": ".api", "run_rate": ".api", "measure_ingestion": ".api",
     "run_batch_async": ".api", "run_concurrency_async": ".api", "run_rate_async": ".api",
     "measure_ingestion_async": ".api", "run_scenario": ".api", "kv_capacity": ".api",
+    "run_shared_prefix": ".api", "run_multi_turn": ".api", "run_decode_stall": ".api",
+    "run_shared_prefix_async": ".api", "run_multi_turn_async": ".api", "run_decode_stall_async": ".api",
+    "SharedPrefix": ".workloads", "MultiTurn": ".workloads", "DecodeStall": ".workloads",
     "Results": ".results", "load_results": ".results",
     "BenchError": ".errors", "ServerDiedError": ".errors",
     "PromptFactory": ".prompts",
@@ -33,13 +36,20 @@ if TYPE_CHECKING:  # pragma: no cover
         run_batch_async,
         run_concurrency,
         run_concurrency_async,
+        run_decode_stall,
+        run_decode_stall_async,
+        run_multi_turn,
+        run_multi_turn_async,
         run_rate,
         run_rate_async,
         run_scenario,
+        run_shared_prefix,
+        run_shared_prefix_async,
     )
     from tgi_toolkit.bench.errors import BenchError, ServerDiedError
     from tgi_toolkit.bench.prompts import PromptFactory
     from tgi_toolkit.bench.results import Results, load_results
+    from tgi_toolkit.bench.workloads import DecodeStall, MultiTurn, SharedPrefix
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
@@ -48,5 +58,6 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 __all__ = [
     "BenchError", "PromptFactory", "Results", "ServerDiedError", "kv_capacity", "load_results", "measure_ingestion",
     "measure_ingestion_async", "run_batch", "run_batch_async", "run_concurrency", "run_concurrency_async",
-    "run_rate", "run_rate_async", "run_scenario",
+    "run_rate", "run_rate_async", "run_scenario", "run_shared_prefix", "run_shared_prefix_async", "run_multi_turn",
+    "run_multi_turn_async", "run_decode_stall", "run_decode_stall_async", "SharedPrefix", "MultiTurn", "DecodeStall",
 ]

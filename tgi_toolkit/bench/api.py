@@ -257,12 +257,122 @@ def kv_capacity(server: Any, *, api_key: str | None = None) -> float:
     return float(target.info.get("max_batch_total_tokens") or math.nan)
 
 
+# -- prefix caching and chunked prefill (bench.workloads) -----------------------------------------------
+def _no_prefix_option(options: dict[str, Any], instead: str) -> None:
+    if options.get("prefix_tokens"):
+        raise BenchError("prefix_tokens", "the workload builds its own shared text", instead)
+
+
+async def run_shared_prefix_async(server: Any, *, groups: int = 4, requests_per_group: int = 4,
+                                  prefix_tokens: int = 512, suffix_tokens: int = 32, max_new_tokens: int = 16,
+                                  users: int = 4, **options: Any) -> Results:
+    """Groups of requests sharing a prefix: see `run_shared_prefix`."""
+    from tgi_toolkit.bench import play
+    from tgi_toolkit.bench.workloads import SharedPrefix
+
+    target = _target(server, options)
+    workload = SharedPrefix(groups=groups, requests_per_group=requests_per_group, prefix_tokens=prefix_tokens,
+                            suffix_tokens=suffix_tokens, max_new_tokens=max_new_tokens, users=users)
+    target.check_lengths(prefix_tokens + suffix_tokens, max_new_tokens)
+    params = {"groups": groups, "requests_per_group": requests_per_group, "prefix_tokens": prefix_tokens,
+              "suffix_tokens": suffix_tokens, "max_new_tokens": max_new_tokens, "users": users}
+    async with Run(target, workload.scenario, params, **_options(target, options)) as run:
+        await play.shared_prefix(run, workload)
+    return run.results()
+
+
+def run_shared_prefix(server: Any, *, groups: int = 4, requests_per_group: int = 4, prefix_tokens: int = 512,
+                      suffix_tokens: int = 32, max_new_tokens: int = 16, users: int = 4, **options: Any) -> Results:
+    """`groups` groups of `requests_per_group` requests; each prompt is its group's prefix of
+    `prefix_tokens` tokens plus a suffix of its own (`suffix_tokens`), token-exact. A group's first
+    request goes alone and the rest after it ended (TGI caches a prompt when its request is freed),
+    `users` in flight at most. Requests carry `group` and `turn` (0 = the group's first); the point
+    carries `prefix_cache_hit_rate` from the engine's counters (NaN on servers without them).
+    `plots.shared_prefix_ttft(results.requests)` draws first against later requests."""
+    return _run_sync(lambda: run_shared_prefix_async(
+        server, groups=groups, requests_per_group=requests_per_group, prefix_tokens=prefix_tokens,
+        suffix_tokens=suffix_tokens, max_new_tokens=max_new_tokens, users=users, **options))
+
+
+async def run_multi_turn_async(server: Any, *, conversations: int = 4, turns: int = 4, user_tokens: int = 64,
+                               max_new_tokens: int = 32, system_tokens: int = 0, users: int | None = None,
+                               **options: Any) -> Results:
+    """Conversations resending their history: see `run_multi_turn`."""
+    from tgi_toolkit.bench import play
+    from tgi_toolkit.bench.workloads import MultiTurn
+
+    target = _target(server, options)
+    _no_prefix_option(options, "system_tokens= for a system prompt every conversation starts with")
+    workload = MultiTurn(conversations=conversations, turns=turns, user_tokens=user_tokens,
+                         max_new_tokens=max_new_tokens, system_tokens=system_tokens, users=users)
+    target.check_lengths(workload.prompt_tokens(turns - 1), max_new_tokens)
+    params = {"conversations": conversations, "turns": turns, "user_tokens": user_tokens,
+              "max_new_tokens": max_new_tokens, "system_tokens": system_tokens, "users": users}
+    async with Run(target, workload.scenario, params, **_options(target, options)) as run:
+        await play.multi_turn(run, workload)
+    return run.results()
+
+
+def run_multi_turn(server: Any, *, conversations: int = 4, turns: int = 4, user_tokens: int = 64,
+                   max_new_tokens: int = 32, system_tokens: int = 0, users: int | None = None,
+                   **options: Any) -> Results:
+    """`conversations` chats of `turns` turns, as a chat client sends them: turn t resends turn t-1's
+    prompt and the answer it got, plus a new user message of `user_tokens`, so its prompt is exactly
+    `system_tokens + user_tokens + t * (max_new_tokens + user_tokens)` tokens; `users` conversations
+    at once (None: all). Requests carry `group` (the conversation) and `turn`; the point carries
+    `prefix_cache_hit_rate`. `plots.ttft_by_turn(results.requests)` draws TTFT per turn."""
+    return _run_sync(lambda: run_multi_turn_async(
+        server, conversations=conversations, turns=turns, user_tokens=user_tokens, max_new_tokens=max_new_tokens,
+        system_tokens=system_tokens, users=users, **options))
+
+
+async def run_decode_stall_async(server: Any, *, streams: int = 8, long_prompt: int = 2000, stream_prompt: int = 32,
+                                 stream_tokens: int = 128, long_max_new_tokens: int = 4, lead_tokens: int = 4,
+                                 repeats: int = 3, warmups: int = 1, **options: Any) -> Results:
+    """A long prompt joining running streams: see `run_decode_stall`."""
+    from tgi_toolkit.bench import play
+    from tgi_toolkit.bench.workloads import DecodeStall
+
+    target = _target(server, options)
+    _no_prefix_option(options, "0 (each prompt is distinct, so that no cache hides the prefill)")
+    workload = DecodeStall(streams=streams, stream_prompt_tokens=stream_prompt, stream_tokens=stream_tokens,
+                           long_prompt_tokens=long_prompt, long_max_new_tokens=long_max_new_tokens,
+                           lead_tokens=lead_tokens)
+    target.check_lengths(stream_prompt, stream_tokens, "stream_prompt")
+    target.check_lengths(long_prompt, long_max_new_tokens, "long_prompt")
+    _count("repeats", repeats, 1)
+    _count("warmups", warmups, 0)
+    params = {"streams": streams, "long_prompt": long_prompt, "stream_prompt": stream_prompt,
+              "stream_tokens": stream_tokens, "long_max_new_tokens": long_max_new_tokens,
+              "lead_tokens": lead_tokens, "repeats": repeats, "warmups": warmups}
+    async with Run(target, workload.scenario, params, **_options(target, options)) as run:
+        await play.decode_stall(run, workload, repeats, warmups)
+    return run.results()
+
+
+def run_decode_stall(server: Any, *, streams: int = 8, long_prompt: int = 2000, stream_prompt: int = 32,
+                     stream_tokens: int = 128, long_max_new_tokens: int = 4, lead_tokens: int = 4, repeats: int = 3,
+                     warmups: int = 1, **options: Any) -> Results:
+    """`streams` requests start decoding (`stream_prompt` tokens in, `stream_tokens` out); when each
+    has `lead_tokens` tokens, one prompt of `long_prompt` tokens arrives. The point keeps the running
+    streams' largest and p99 inter-token gap from its send to its first token (`stall_max_gap_s`,
+    `stall_p99_gap_s`), their median gap before (`stall_baseline_gap_s`) and its TTFT
+    (`long_prompt_ttft_s`), over `repeats` rounds after `warmups`. Compare a server with chunked
+    prefill against one without (PREFILL_CHUNKING=0): `plots.decode_stall(results.requests)`."""
+    return _run_sync(lambda: run_decode_stall_async(
+        server, streams=streams, long_prompt=long_prompt, stream_prompt=stream_prompt, stream_tokens=stream_tokens,
+        long_max_new_tokens=long_max_new_tokens, lead_tokens=lead_tokens, repeats=repeats, warmups=warmups,
+        **options))
+
+
 SCENARIO_FUNCTIONS = {"batch": run_batch, "concurrency": run_concurrency, "rate": run_rate,
-                      "ingestion": measure_ingestion}
+                      "ingestion": measure_ingestion, "shared_prefix": run_shared_prefix,
+                      "multi_turn": run_multi_turn, "decode_stall": run_decode_stall}
 
 
 def run_scenario(scenario: str, server: Any, **params: Any) -> Results:
-    """`run_batch`, `run_concurrency`, `run_rate` or `measure_ingestion` by name (for sweeps)."""
+    """`run_batch`, `run_concurrency`, `run_rate`, `measure_ingestion`, `run_shared_prefix`, `run_multi_turn`
+    or `run_decode_stall` by name (for sweeps)."""
     try:
         function = SCENARIO_FUNCTIONS[scenario]
     except KeyError:

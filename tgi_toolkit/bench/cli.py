@@ -21,8 +21,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-SCENARIOS = ("batch", "concurrency", "rate", "ingestion")
+SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")
 LAUNCHABLE = ("embedded", "tgi", "tgi-docker", "vllm")
+WORKLOADS = ("shared-prefix", "multi-turn", "decode-stall")  # bench.workloads: prompts shaped for a prefix cache
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +109,41 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="repeat for several (default 8 lengths up to 90%% of max_input_tokens)")
     p.add_argument("--repeats", type=int, default=3, help="requests per length (default 3)")
     _common(p)
+
+    p = sub.add_parser("shared-prefix", help="groups of requests sharing a prompt prefix: TTFT, prefix-cache hit rate")
+    p.add_argument("--groups", type=int, default=4, help="groups, each with its own prefix (default 4)")
+    p.add_argument("--requests-per-group", type=int, default=4,
+                   help="requests per group; the first goes alone, the rest after it ended (default 4)")
+    p.add_argument("--suffix-tokens", type=int, default=32, help="tokens each request adds (default 32)")
+    p.add_argument("--max-new-tokens", type=int, default=16, help="new tokens per request (default 16)")
+    p.add_argument("--users", "-u", type=int, default=4, help="requests in flight at most (default 4)")
+    _common(p)
+    for action in p._actions:  # the common --prefix-tokens is here each group's own prefix
+        if action.dest == "prefix_tokens":
+            action.default, action.help = 512, "tokens of each group's shared prefix (default 512)"
+
+    p = sub.add_parser("multi-turn", help="conversations resending their history: TTFT per turn, hit rate")
+    p.add_argument("--conversations", type=int, default=4, help="conversations (default 4)")
+    p.add_argument("--turns", type=int, default=4, help="turns per conversation (default 4)")
+    p.add_argument("--user-tokens", type=int, default=64, help="tokens of each new user message (default 64)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens of each answer (default 32)")
+    p.add_argument("--system-tokens", type=int, default=0,
+                   help="a system prompt every conversation starts with (default 0: none)")
+    p.add_argument("--users", "-u", type=int, help="conversations at once (default all)")
+    _common(p)
+
+    p = sub.add_parser("decode-stall", help="a long prompt joining running streams: their largest inter-token gap")
+    p.add_argument("--streams", type=int, default=8, help="streams decoding when the long prompt arrives (default 8)")
+    p.add_argument("--long-prompt", type=int, default=2000, help="tokens of the long prompt (default 2000)")
+    p.add_argument("--stream-prompt", type=int, default=32, help="tokens of each stream's prompt (default 32)")
+    p.add_argument("--stream-tokens", type=int, default=128,
+                   help="tokens each stream generates; enough to outlast the long prefill (default 128)")
+    p.add_argument("--long-max-new-tokens", type=int, default=4, help="tokens the long prompt generates (default 4)")
+    p.add_argument("--lead-tokens", type=int, default=4,
+                   help="tokens every stream has when the long prompt is sent (default 4)")
+    p.add_argument("--repeats", type=int, default=3, help="measured rounds (default 3)")
+    p.add_argument("--warmups", type=int, default=1, help="unmeasured rounds first (default 1)")
+    _common(p)
     bench.set_defaults(func=main)
 
 
@@ -127,6 +163,17 @@ def _scenario_params(args: argparse.Namespace) -> dict[str, Any]:
         return {"rates": given("rates", [1.0, 2.0, 4.0]), "arrival": args.arrival,
                 "prompt_tokens": given("prompt_tokens", [128]), "max_new_tokens": given("max_new_tokens", [128]),
                 "requests": args.requests, "max_concurrency": args.max_concurrency}
+    if args.scenario == "shared-prefix":
+        return {"groups": args.groups, "requests_per_group": args.requests_per_group,
+                "prefix_tokens": args.prefix_tokens, "suffix_tokens": args.suffix_tokens,
+                "max_new_tokens": args.max_new_tokens, "users": args.users}
+    if args.scenario == "multi-turn":
+        return {"conversations": args.conversations, "turns": args.turns, "user_tokens": args.user_tokens,
+                "max_new_tokens": args.max_new_tokens, "system_tokens": args.system_tokens, "users": args.users}
+    if args.scenario == "decode-stall":
+        return {"streams": args.streams, "long_prompt": args.long_prompt, "stream_prompt": args.stream_prompt,
+                "stream_tokens": args.stream_tokens, "long_max_new_tokens": args.long_max_new_tokens,
+                "lead_tokens": args.lead_tokens, "repeats": args.repeats, "warmups": args.warmups}
     return {"prompt_tokens": args.prompt_tokens, "repeats": args.repeats}
 
 
@@ -192,6 +239,19 @@ def _summary(results: Any, scenario: str) -> str:
 
     if scenario == "batch":
         return results.tables()
+    if scenario == "decode-stall":
+        columns = [S.POINT_ID, S.STALL_MAX_GAP_S, S.STALL_P99_GAP_S, S.STALL_BASELINE_GAP_S, S.LONG_PROMPT_TTFT_S,
+                   S.ERRORS]
+        return results.points[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    if scenario in ("shared-prefix", "multi-turn"):
+        ok = results.requests[~results.requests[S.WARMUP] & results.requests[S.ERROR].isna()]
+        turns = ok.groupby(S.TURN)[S.TTFT_S].agg(["count", "median"]).rename(
+            columns={"count": "requests", "median": "ttft_p50_s"})
+        rate = results.points[S.PREFIX_HIT_RATE].iloc[-1] if len(results.points) else float("nan")
+        what = "turn" if scenario == "multi-turn" else "turn (0: the group's first request)"
+        return (f"TTFT by {what}:\n{turns.to_string(float_format=lambda v: f'{v:.4g}')}\n"
+                f"prefix-cache hit rate: {rate:.3f}" + (" (the server has no prefix-cache counters)"
+                                                          if rate != rate else ""))
     if scenario == "ingestion":
         fit = results.ingestion()
         head = f"prompt ingestion speed: {fit['speed_tok_s']:.0f} tokens/s (fit r2={fit['r2']:.3f}, n={fit['n']:.0f})\n"
@@ -212,7 +272,13 @@ def main(args: argparse.Namespace) -> int:
     where = f" (finished points are in {args.output})" if args.output else ""
     try:
         with _server(args) as server:
-            results = run_scenario(args.scenario, server, **_scenario_params(args), **_options(args))
+            options = _options(args)
+            if args.scenario in WORKLOADS:
+                prefix = options.pop("prefix_tokens")
+                if prefix and args.scenario != "shared-prefix":
+                    raise BenchError("--prefix-tokens", "the workload builds its own shared text",
+                                     "--system-tokens for multi-turn; 0 for decode-stall")
+            results = run_scenario(args.scenario.replace("-", "_"), server, **_scenario_params(args), **options)
     except (BenchError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
