@@ -1,10 +1,8 @@
-"""happy_vllm's "Main metrics" (seeds 001 and 003), computed once for everything that shows them:
-the model card (`tgi_toolkit.report`), `Results.main_metrics()`, the app, the notebooks, and the
-published cards in the same shape (`tgi_toolkit.reference.Reference.card_metrics`).
+"""How happy_vllm's "Main metrics" (seeds 001 and 003) are computed from one set of results.
 
-    from tgi_toolkit.bench.main_metrics import main_metrics, main_metrics_table
-    metrics = main_metrics(load_results("results/"))   # one row per (configuration, metric)
-    main_metrics_table(metrics)                        # as the card prints it: a column per configuration
+`tgi_toolkit.bench.main_metrics` is the public face (it also takes a results folder); this module
+sits below `tgi_toolkit.bench.results`, whose `Results.main_metrics()` calls `main_metrics_of`, so it
+names what it reads from a Results by a protocol instead of importing the class.
 
 The three numbers: prompt ingestion speed, mean per-request generation speed for 10 parallel
 requests with a 1024-token prompt and 128 generated tokens, and the KV-cache capacity. Each says
@@ -12,20 +10,30 @@ how it was obtained (`basis`): a small CPU run rarely holds the exact 10 x 1024/
 model with a short context cannot take it at all, so the nearest measured point is used and named
 instead of being passed off as the asked-for one.
 """
-
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import pandas as pd
 
 from tgi_toolkit.bench import schema as S
 
-if TYPE_CHECKING:  # bench.results imports this module for Results.main_metrics' defaults
-    from tgi_toolkit.bench.results import Results
+
+class ResultTables(Protocol):
+    """What the metrics read from a `tgi_toolkit.bench.results.Results` (a dataclass with these fields)."""
+
+    requests: pd.DataFrame
+    points: pd.DataFrame
+    batch: pd.DataFrame
+    server: pd.DataFrame
+    runs: list[dict[str, Any]]
+    path: Path | None
+
+    def ingestion(self) -> Any: ...
 
 # happy_vllm's reference point for the generation speed (seeds 001 and 003).
 CARD_USERS = 10
@@ -92,7 +100,7 @@ INGESTION_LABEL = "Prompt ingestion speed"
 KV_CAPACITY_LABEL = "Estimate of the max nb of tokens in KV cache"
 
 
-def run_info(results: Results) -> dict[str, Any]:
+def run_info(results: ResultTables) -> dict[str, Any]:
     """The server's /info of the latest run (max_input_tokens, max_total_tokens, model_id, ...)."""
     for run in reversed(results.runs):
         if run.get("info"):
@@ -100,7 +108,7 @@ def run_info(results: Results) -> dict[str, Any]:
     return {}
 
 
-def ingestion_speed(results: Results) -> MainMetric:
+def ingestion_speed(results: ResultTables) -> MainMetric:
     """Prompt ingestion speed: 1 / slope of TTFT against prompt length over the ingestion runs'
     requests (happy_vllm's method; `Results.ingestion`)."""
     fit = results.ingestion()
@@ -116,7 +124,7 @@ def ingestion_speed(results: Results) -> MainMetric:
     return MainMetric(INGESTION, INGESTION_LABEL, speed, "tokens/s", f"{approx(speed)} t/s", basis)
 
 
-def card_point(results: Results, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
+def card_point(results: ResultTables, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
                max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> tuple[tuple[int, int, int], str]:
     """The (users, prompt, output) point to report the generation speed at: the asked-for one, cut
     to what the server takes (max_input_tokens, max_total_tokens from /info), and why if cut."""
@@ -132,7 +140,7 @@ def card_point(results: Results, users: int = CARD_USERS, prompt_tokens: int = C
     return (users, prompt, output), "; ".join(notes)
 
 
-def generation_speed(results: Results, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
+def generation_speed(results: ResultTables, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
                      max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> MainMetric:
     """Mean per-request generation speed at the concurrency point of `users` users, a
     `prompt_tokens`-token prompt and `max_new_tokens` generated; where the results do not hold that
@@ -170,7 +178,7 @@ def generation_speed(results: Results, users: int = CARD_USERS, prompt_tokens: i
                       basis, point_text(*got))
 
 
-def kv_cache_capacity(results: Results) -> MainMetric:
+def kv_cache_capacity(results: ResultTables) -> MainMetric:
     """Tokens the KV cache holds: the server's own budget where it states one (TGI's
     tgi_batch_max_total_tokens, the embedded engine likewise), else happy_vllm's estimate from
     the cache usage under load (the points' kv_capacity_tokens)."""
@@ -194,10 +202,8 @@ def kv_cache_capacity(results: Results) -> MainMetric:
     return MainMetric(KV_CAPACITY, KV_CAPACITY_LABEL, value, "tokens", kv_text(value), basis)
 
 
-def split_by_config(results: Results) -> dict[str, Results]:
+def split_by_config(results: ResultTables) -> dict[str, ResultTables]:
     """One Results per configuration (config_id), keyed by its label, in the order first run."""
-    from tgi_toolkit.bench.results import Results
-
     ids: list[str] = []
     for run in results.runs:
         if run.get("config_id", "") not in ids:
@@ -213,13 +219,14 @@ def split_by_config(results: Results) -> dict[str, Results]:
         def pick(df: pd.DataFrame, cid: str = cid) -> pd.DataFrame:
             return df[df[S.CONFIG_ID] == cid].reset_index(drop=True)
 
-        part = Results(pick(results.requests), pick(results.points), pick(results.batch), pick(results.server),
-                       [r for r in results.runs if r.get("config_id", "") == cid], results.path)
+        part = dataclasses.replace(  # a Results (a dataclass) of the rows of this configuration
+            results, requests=pick(results.requests), points=pick(results.points), batch=pick(results.batch),
+            server=pick(results.server), runs=[r for r in results.runs if r.get("config_id", "") == cid])
         out[_config_label(part, cid)] = part
     return out
 
 
-def _config_label(results: Results, cid: str) -> str:
+def _config_label(results: ResultTables, cid: str) -> str:
     for run in results.runs:
         if run.get("config_id", "") == cid and run.get("config_label"):
             return str(run["config_label"])
@@ -227,15 +234,9 @@ def _config_label(results: Results, cid: str) -> str:
     return str(labels.iloc[0]) if len(labels) and labels.iloc[0] else (cid or "default")
 
 
-def main_metrics(results: Results | str | os.PathLike[str], users: int = CARD_USERS,
-                 prompt_tokens: int = CARD_PROMPT_TOKENS, max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> pd.DataFrame:
-    """The card's three main metrics for each configuration in `results` (a Results or a folder).
-
-    Columns (COLUMNS): config_label, metric (INGESTION, GENERATION, KV_CAPACITY), label, value, unit,
-    text, basis, point (the generation speed's users and prompt/output tokens; "" for the others)."""
-    from tgi_toolkit.bench.results import as_results
-
-    results = as_results(results)
+def main_metrics_of(results: ResultTables, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
+                    max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> pd.DataFrame:
+    """`tgi_toolkit.bench.main_metrics.main_metrics` for a Results already loaded."""
     rows = []
     for config, part in split_by_config(results).items():
         for metric in (ingestion_speed(part), generation_speed(part, users, prompt_tokens, max_new_tokens),
@@ -267,8 +268,8 @@ def main_metrics_table(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = [
-    "CARD_MAX_NEW_TOKENS", "CARD_PROMPT_TOKENS", "CARD_USERS", "COLUMNS", "GENERATION", "INGESTION", "KV_CAPACITY",
-    "METRICS", "MainMetric", "approx", "card_point", "generation_label", "generation_speed", "ingestion_speed",
-    "kv_cache_capacity", "kv_text", "main_metrics", "main_metrics_table", "point_text", "run_info",
-    "split_by_config",
+    "CARD_MAX_NEW_TOKENS", "CARD_PROMPT_TOKENS", "CARD_USERS", "COLUMNS", "CONFIG_LABEL", "GENERATION", "INGESTION",
+    "KV_CAPACITY", "METRICS", "MainMetric", "ResultTables", "approx", "card_point", "generation_label",
+    "generation_speed", "ingestion_speed", "kv_cache_capacity", "kv_text", "main_metrics_of", "main_metrics_table",
+    "point_text", "run_info", "split_by_config",
 ]

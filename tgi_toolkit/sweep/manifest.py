@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tgi_toolkit.sweep.grid import SweepConfig, SweepPlan
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from tgi_toolkit.sweep.spec import Sweep, SweepConfig
 
 MANIFEST = "sweep.json"
 LOCK = ".sweep.lock"
@@ -96,7 +97,7 @@ class Manifest:
             self._write(data)
             return data
 
-    def start(self, sweep: Sweep, configs: Sequence[SweepConfig], *, resume: bool,
+    def start(self, sweep: SweepPlan, configs: Sequence[SweepConfig], *, resume: bool,
               command: Sequence[str] | None = None) -> dict[str, Any]:
         """Record the specification and its configurations; keep finished work when resuming.
 

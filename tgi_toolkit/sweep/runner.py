@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tgi_toolkit.sweep.grid import SweepError, SweepPlan, Workload
 from tgi_toolkit.sweep.manifest import Manifest, utc_now
-from tgi_toolkit.sweep.spec import SweepError, Workload
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.bench.results import Results
     from tgi_toolkit.config import LauncherConfig
-    from tgi_toolkit.sweep.spec import Sweep
 
 GPU_BACKENDS = ("tgi", "tgi-docker", "vllm")
 LOG_DIR = "logs"
@@ -322,7 +321,7 @@ def executor_for(executor: str | Executor, options: dict[str, Any] | None = None
 
 
 # -- the sweep ----------------------------------------------------------------------------------------
-def run_sweep(sweep: Sweep, folder: str | os.PathLike[str], *, resume: bool = True, progress: bool = True,
+def run_sweep(sweep: SweepPlan, folder: str | os.PathLike[str], *, resume: bool = True, progress: bool = True,
               executor: str | Executor = "local", retry_failed: bool = False,
               on_point: Callable[[dict[str, Any]], None] | None = None,
               on_config: Callable[[dict[str, Any]], None] | None = None,

@@ -1,0 +1,158 @@
+"""The package's import graph reads top-down: no circles, and the engine sits above the configuration.
+
+The graph is read from the source with `ast`, so it holds every import a reader sees: at module
+level, inside functions (a lazy import is still a dependency) and under `if TYPE_CHECKING:` (a type
+named from another module is one too). Lazy re-exports by name (tgi_toolkit._lazy) are not imports.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tgi_toolkit"
+# What these packages need from the engine lives in tgi_toolkit.config.embedded and .model_files.
+BELOW_THE_ENGINE = ("tgi_toolkit.config", "tgi_toolkit.planner", "tgi_toolkit.tune", "tgi_toolkit.app")
+ENGINE = "tgi_toolkit.engine"
+
+
+def modules(root: Path) -> dict[str, tuple[Path, bool]]:
+    """module name -> (file, is a package's __init__)."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return out
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """module -> the modules of the same package it imports (a name imported from a package's
+    __init__ counts as importing that __init__; a submodule imported by name, as importing it)."""
+    known = modules(root)
+    top = root.name
+    graph: dict[str, set[str]] = {}
+    for name, (path, is_package) in known.items():
+        here = name if is_package else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in known else source for a in node.names]
+            else:
+                continue
+            edges.update(t for t in targets if t in known and (t == top or t.startswith(top + ".")))
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """module -> the module that first imported it, for everything `start` imports, directly or not."""
+    seen = {start: ""}
+    todo = [start]
+    while todo:
+        v = todo.pop()
+        for w in sorted(graph.get(v, ())):
+            if w not in seen:
+                seen[w] = v
+                todo.append(w)
+    return seen
+
+
+def chain(parents: dict[str, str], end: str) -> str:
+    path = [end]
+    while parents[path[-1]]:
+        path.append(parents[path[-1]])
+    return " -> ".join(reversed(path))
+
+
+def test_the_package_has_no_import_circles() -> None:
+    found = cycles(import_graph(PACKAGE))
+    assert not found, "import circles (each a set of modules that import one another): " + "; ".join(
+        ", ".join(c) for c in found)
+
+
+@pytest.mark.parametrize("package", BELOW_THE_ENGINE)
+def test_configuration_planner_tune_and_app_never_reach_the_engine(package: str) -> None:
+    graph = import_graph(PACKAGE)
+    members = [m for m in graph if m == package or m.startswith(package + ".")]
+    assert members, f"{package} not found under {PACKAGE}"
+    for module in members:
+        parents = reachable(graph, module)
+        engine = sorted(m for m in parents if m == ENGINE or m.startswith(ENGINE + "."))
+        assert not engine, f"{module} imports the engine: {chain(parents, engine[0])}"
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "pkg"
+
+
+def test_the_checks_see_lazy_and_type_checking_imports(tmp_path: Path) -> None:
+    # A circle closed only by an import inside a function, one closed under TYPE_CHECKING, and a
+    # reach into `engine` two steps away: each is found.
+    root = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg.b import x\n",
+        "pkg/b.py": "def f():\n    from pkg import a\n",
+        "pkg/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .d import Y\n",
+        "pkg/d.py": "from . import c\n",
+        "pkg/engine/__init__.py": "",
+        "pkg/engine/serve.py": "",
+        "pkg/config/__init__.py": "from pkg.config.form import f\n",
+        "pkg/config/form.py": "from pkg import util\n",
+        "pkg/util.py": "def g():\n    import pkg.engine.serve\n",
+        "pkg/plain.py": "import os\nfrom pkg.config import form\n",
+    })
+    graph = import_graph(root)
+    assert cycles(graph) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.d"]]
+    parents = reachable(graph, "pkg.config")
+    assert chain(parents, "pkg.engine.serve") == "pkg.config -> pkg.config.form -> pkg.util -> pkg.engine.serve"
+    assert "pkg.engine.serve" not in reachable(graph, "pkg.a")
