@@ -8,7 +8,7 @@
     res = run_concurrency(h100, users=[10], prompt_tokens=1024, max_new_tokens=128, output="results/sim")
 
 Modules: events (virtual clock, SimBackend, the event loop), workloads (bench's scenarios as simulated
-clients), costs (forward features, the calibrated linear model and its fit), roofline (the GPU model),
+clients), costs (forward features, the calibrated linear model and its fit), gpu (the roofline cost model of a GPU),
 profile (calibrating against a running server), target (scheduler settings), record (results folders),
 api (run_* functions), cli (`tgi-toolkit simulate`).
 """
@@ -23,7 +23,7 @@ _LAZY = {
     "run_batch": ".api", "run_concurrency": ".api", "run_rate": ".api", "measure_ingestion": ".api",
     "run_scenario": ".api", "kv_capacity": ".api", "SCENARIO_FUNCTIONS": ".api",
     "LinearCostModel": ".costs", "load_cost_model": ".costs", "fit_linear": ".costs", "shape_of": ".costs",
-    "Shape": ".costs", "RooflineCostModel": ".roofline", "roofline": ".roofline",
+    "Shape": ".costs", "RooflineCostModel": ".gpu", "roofline": ".gpu",
     "profile": ".profile", "SimTarget": ".target", "make_target": ".target",
     "Simulator": ".events", "SimRequest": ".events", "VirtualClock": ".events",
 }
@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from tgi_toolkit.simulate.costs import LinearCostModel, Shape, fit_linear, load_cost_model, shape_of
     from tgi_toolkit.simulate.events import SimRequest, Simulator, VirtualClock
+    from tgi_toolkit.simulate.gpu import RooflineCostModel, roofline
     from tgi_toolkit.simulate.profile import profile
-    from tgi_toolkit.simulate.roofline import RooflineCostModel, roofline
     from tgi_toolkit.simulate.target import SimTarget, make_target
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -39,7 +39,7 @@ from tgi_toolkit.simulate.workloads import (
 
 _TARGET_OPTIONS = ("config", "attention", "prefix_caching", "chunking")
 _RUN_OPTIONS = ("output", "seed", "prefix_tokens", "slo_ttft_s", "slo_tpot_s", "scrape_interval", "command",
-                "on_point")
+                "on_point", "light")
 _IGNORED = ("progress", "resume", "tokenizer", "api", "api_key", "sampling", "ignore_eos", "request_timeout",
             "dataset")
 
@@ -85,7 +85,7 @@ def _simulate(target: SimTarget, scenario: str, workload: dict[str, Any], make_p
     workload = {**workload, "seed": seed, "prefix_tokens": prefix, "simulated": True}
     run = SimRun(target, scenario, workload, output=run_options.get("output"),
                  slo_ttft_s=run_options.get("slo_ttft_s"), slo_tpot_s=run_options.get("slo_tpot_s"),
-                 command=run_options.get("command"))
+                 command=run_options.get("command"), light=bool(run_options.get("light")))
     points: list[Point] = make_points(TokenPrompts(seed, prefix))
     # one server for the whole run: its clock and prefix cache carry from point to point
     sim = Simulator(target.scheduler, target.cost, scrape_interval=interval)
@@ -103,6 +103,8 @@ def _simulate(target: SimTarget, scenario: str, workload: dict[str, Any], make_p
         run.finish(exc)
         raise
     run.finish()
+    if run.light:
+        return run  # type: ignore[return-value]  # point_rows / request_rows, for the tuner and fits
     return run.results()
 
 

@@ -153,7 +153,7 @@ def load_cost_model(path_or_dict: str | Path | Mapping[str, Any]) -> CostModel:
             raise ValueError(f"cost_model: {path} is not JSON ({exc})") from None
     kind = data.get("kind", "linear")
     if kind == "roofline":
-        from tgi_toolkit.simulate.roofline import RooflineCostModel
+        from tgi_toolkit.simulate.gpu import RooflineCostModel
 
         return RooflineCostModel.from_dict(data)
     if kind != "linear":

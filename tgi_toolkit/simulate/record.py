@@ -39,8 +39,12 @@ class SimRun:
 
     def __init__(self, target: Any, scenario: str, workload: dict[str, Any], *, output: str | Path | None = None,
                  slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
-                 command: Sequence[str] | None = None) -> None:
+                 command: Sequence[str] | None = None, light: bool = False) -> None:
         self.target, self.scenario = target, scenario
+        # light: keep plain rows only (no DataFrames, no folder): the tuner's hundreds of runs
+        self.light = light and output is None
+        self.point_rows: list[dict[str, Any]] = []
+        self.request_rows: list[dict[str, Any]] = []
         self.workload = workload
         self.slo_ttft_s, self.slo_tpot_s = slo_ttft_s, slo_tpot_s
         self.folder = ResultsFolder(output) if output is not None else None
@@ -58,18 +62,20 @@ class SimRun:
             "finished_at": None, "status": "running",
             "launcher_config": target.launcher.to_dict(redact=True) if target.launcher is not None else None,
             "backend": BACKEND, "url": None, "info": target.info(), "workload": workload,
-            "versions": provenance.versions(), "hardware": target.hardware(), "git": provenance.git_revision(),
+            "versions": {} if self.light else provenance.versions(), "hardware": target.hardware(),
+            "git": None if self.light else provenance.git_revision(),
             "command": list(command) if command is not None else None,
             # beyond PROVENANCE_KEYS
             "simulated": True, "cost_model": cost, "scheduler": asdict(target.scheduler),
-            "simulated_on": provenance.hardware(), "config_label": self.config_label, "sessions": 1,
+            "simulated_on": {} if self.light else provenance.hardware(), "config_label": self.config_label,
+            "sessions": 1,
             "server_facts": target.facts(), "error": None,
         }
         self._memory: dict[str, list[pd.DataFrame]] = {"requests": [], "points": [], "batch": [], "server": []}
         self._write()
 
     def _write(self) -> None:
-        if self.folder is not None:
+        if self.folder is not None and not getattr(self, "light", False):
             self.folder.write_run(self.provenance)
 
     def finish(self, error: BaseException | None = None) -> None:
@@ -127,6 +133,10 @@ class SimRun:
                   S.KV_CAPACITY_TOKENS: capacity,
                   S.KV_USAGE_MAX: max((s.kv_tokens for s in inside), default=float("nan")) / capacity}
         point_row = {**ident, **base, **summary, **server}
+        if self.light:
+            self.point_rows.append(point_row)
+            self.request_rows.extend(rows)
+            return point_row
         server_rows = []
         for s in samples:
             for metric, value in ((S.BATCH_SIZE_METRICS[0], s.batch_size), (S.QUEUE_SIZE_METRICS[0], s.queue_size),

@@ -23,22 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from tgi_toolkit.bench.errors import BenchError
+from tgi_toolkit.config.errors import ConfigError
+from tgi_toolkit.config.scheduling import BLOCK_SIZES, resolve_mode
 from tgi_toolkit.engine.scheduler import SchedulerConfig
 from tgi_toolkit.simulate.costs import CostModel, load_cost_model
 
-BLOCK_SIZES = {"flashinfer": 1, "flashdecoding": 256, "flashdecoding-ipex": 64, "paged": 16}
 DEFAULT_PREFILL_TOKENS = 4096  # the launcher's default_optimal when its FLOPs formula cannot run (L1)
 
 
-def _flag(value: str | None, name: str) -> bool | None:
-    if value is None:
-        return None
-    low = value.strip().lower()
-    if low in ("1", "true"):
-        return True
-    if low in ("0", "false"):
-        return False
-    raise BenchError(name, f"{value!r} is not a boolean", "1, true, 0 or false")
+def _bool_env(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return "1" if value else "0"
 
 
 @dataclass
@@ -120,22 +116,25 @@ def make_target(cost_model: Any, config: Any = None, *, attention: str | None = 
     env = os.environ if environ is None else environ
     server = _cost_server(cost)
 
-    attention = attention or env.get("ATTENTION") or server.get("attention") or "flashinfer"
-    if attention not in BLOCK_SIZES:
-        raise BenchError("attention", f"{attention!r} is not known", ", ".join(BLOCK_SIZES))
-    env_prefix, env_chunk = _flag(env.get("PREFIX_CACHING"), "PREFIX_CACHING"), _flag(env.get("PREFILL_CHUNKING"),
-                                                                                       "PREFILL_CHUNKING")
-    prefix = prefix_caching if prefix_caching is not None else env_prefix
-    if prefix is None:
-        prefix = bool(server.get("prefix_caching", True))
-    chunk = chunking if chunking is not None else env_chunk
-    if chunk is None:
-        chunk = bool(server.get("chunking", True))
-    if attention == "paged":  # F1.4, F3: paged attention has neither
-        prefix = chunk = False
+    # The mode as TGI resolves it from its environment; what the cost model's server ran with fills
+    # the variables the environment leaves unset, and explicit arguments win over both.
+    mode_env = {k: str(v) for k, v in (("ATTENTION", server.get("attention")),
+                                        ("PREFIX_CACHING", _bool_env(server.get("prefix_caching"))),
+                                        ("PREFILL_CHUNKING", _bool_env(server.get("chunking")))) if v is not None}
+    mode_env.update({k: env[k] for k in ("ATTENTION", "PREFIX_CACHING", "PREFILL_CHUNKING") if k in env})
+    for key, value in (("ATTENTION", attention), ("PREFIX_CACHING", _bool_env(prefix_caching)),
+                       ("PREFILL_CHUNKING", _bool_env(chunking))):
+        if value is not None:
+            mode_env[key] = str(value)
+    if mode_env.get("ATTENTION") == "paged":
+        mode_env["PREFIX_CACHING"] = "0"  # TGI's launcher turns it off with paged attention (F1.4)
     speculate = int(getattr(launcher, "speculate", None) or 0)
-    if speculate:
-        chunk = False  # F3: speculation turns chunking off
+    try:
+        mode = resolve_mode(mode_env, speculate=speculate)
+    except ConfigError as exc:
+        raise BenchError("scheduling mode", str(exc), "ATTENTION flashinfer|flashdecoding|paged, "
+                                                      "PREFIX_CACHING and PREFILL_CHUNKING 0 or 1") from None
+    attention, prefix, chunk = mode.attention, mode.prefix_caching, mode.chunking
 
     def pick(name: str, default: Any) -> Any:
         value = getattr(launcher, name, None) if launcher is not None else None
@@ -160,7 +159,7 @@ def make_target(cost_model: Any, config: Any = None, *, attention: str | None = 
         max_batch_prefill_tokens=int(prefill), max_batch_total_tokens=int(capacity),
         waiting_served_ratio=float(pick("waiting_served_ratio", 0.3)),
         max_waiting_tokens=int(pick("max_waiting_tokens", 20)),
-        max_batch_size=pick("max_batch_size", None), block_size=BLOCK_SIZES[attention],
+        max_batch_size=pick("max_batch_size", None), block_size=mode.block_size,
         prefix_caching=prefix, chunking=chunk, speculate=speculate)
     model_id = str(server.get("model_id") or getattr(launcher, "model_id", None) or "")
     return SimTarget(cost, scheduler, launcher, model_id, int(max_input) if max_input else None,
