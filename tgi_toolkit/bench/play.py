@@ -99,6 +99,19 @@ def check_lengths(run: Run, plan: Sequence[PlannedRequest], records: Sequence[St
                          "the server's own tokenizer (no --tokenizer-name) or the served model's")
 
 
+def shared_prefix_texts(prompts: PromptFactory, workload: SharedPrefix, salt: str) -> list[str]:
+    """The plan's prompts: each group's prefix text (exactly `prefix_tokens`) extended by a suffix of its own."""
+    heads = {g: prompts.extend("", workload.prefix_tokens, f"{salt}:prefix:{g}") for g in range(workload.groups)}
+    return [prompts.extend(heads[r.group], r.prompt_tokens, f"{salt}:suffix:{r.group}:{r.turn}")
+            for r in workload.requests()]
+
+
+def turn_text(prompts: PromptFactory, history: str, request: PlannedRequest, salt: str) -> str:
+    """A turn's prompt: the history (system prompt, or the last prompt and its answer) and a new user
+    message, exactly `request.prompt_tokens` long; the message absorbs an answer of another length."""
+    return prompts.extend(history, request.prompt_tokens, f"{salt}:user:{request.group}:{request.turn}")
+
+
 # -- sending ----------------------------------------------------------------------------------------------
 async def play(run: Run, plan: Sequence[PlannedRequest],
                body_for: Callable[[PlannedRequest, list[StreamRecord]], Awaitable[bytes | None]], *,
@@ -153,11 +166,8 @@ async def shared_prefix(run: Run, workload: SharedPrefix) -> None:
     prompts = await factory(run)
     salt = f"{run.run_id}:{point_id}"
 
-    def texts() -> list[str]:
-        heads = {g: prompts.extend("", workload.prefix_tokens, f"{salt}:prefix:{g}") for g in range(workload.groups)}
-        return [prompts.extend(heads[r.group], r.prompt_tokens, f"{salt}:suffix:{r.group}:{r.turn}") for r in plan]
-
-    bodies = [run.encode(text, r.max_new_tokens) for text, r in zip(await build(run, texts), plan, strict=True)]
+    texts = await build(run, lambda: shared_prefix_texts(prompts, workload, salt))
+    bodies = [run.encode(text, r.max_new_tokens) for text, r in zip(texts, plan, strict=True)]
 
     async def body_for(request: PlannedRequest, _records: list[StreamRecord]) -> bytes:
         return bodies[request.index]
@@ -190,9 +200,8 @@ async def multi_turn(run: Run, workload: MultiTurn) -> None:
     async def body_for(request: PlannedRequest, records: list[StreamRecord]) -> bytes | None:
         # the history a chat client resends: the last prompt and the answer it got, then a new message
         head = system if request.after is None else sent[request.after] + (records[request.after].text or "")
-        key = f"{salt}:user:{request.group}:{request.turn}"
         try:
-            text = await build(run, lambda: prompts.extend(head, request.prompt_tokens, key))
+            text = await build(run, lambda: turn_text(prompts, head, request, salt))
         except BenchError:
             record = records[request.index]
             record.sent_ns = now_ns()

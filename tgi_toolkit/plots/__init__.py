@@ -16,6 +16,8 @@ values (NaN, one point, no server samples) draw what there is and say on the fig
 | Pareto frontier                          | pareto_plot, pareto_front                  | points   |
 | queue and batch size over time           | server_timeline, kv_usage_timeline         | server (+ requests) |
 | result sets side by side                 | compare_batch, compare_points, label_sets  | batch, points |
+| TTFT by turn; first vs later of a group  | ttft_by_turn, shared_prefix_ttft, ttft_table | requests |
+| streams' gaps as a long prompt joins     | decode_stall, stall_gaps_table; decode_stall_summary | requests; points |
 
 Times are drawn in ms or s, chosen per axis from the data; `axis_scale(table, column)` says which (and
 the factor), so anything added to a figure lands in its units, e.g. `pareto_plot(points,
@@ -30,6 +32,14 @@ from tgi_toolkit.plots.compare import compare_batch, compare_points, label_sets
 from tgi_toolkit.plots.distributions import distribution, fit_ingestion, ingestion_plot, itl_distribution
 from tgi_toolkit.plots.load import metrics_vs_users, speed_and_ttft_vs_users, throughput_vs_users
 from tgi_toolkit.plots.pareto import pareto_front, pareto_plot
+from tgi_toolkit.plots.prefix import (
+    decode_stall,
+    decode_stall_summary,
+    shared_prefix_ttft,
+    stall_gaps_table,
+    ttft_by_turn,
+    ttft_table,
+)
 from tgi_toolkit.plots.server import kv_usage_timeline, server_timeline
 
 __all__ = [
@@ -37,4 +47,5 @@ __all__ = [
     "batch_latency_throughput", "compare_batch", "compare_points", "distribution", "fit_ingestion",
     "ingestion_plot", "itl_distribution", "kv_usage_timeline", "label_sets", "metrics_vs_users", "pareto_front",
     "pareto_plot", "server_timeline", "speed_and_ttft_vs_users", "throughput_vs_users",
+    "decode_stall", "decode_stall_summary", "shared_prefix_ttft", "stall_gaps_table", "ttft_by_turn", "ttft_table",
 ]
