@@ -7,6 +7,7 @@ import copy
 import math
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -202,3 +203,72 @@ def test_cli(tmp_path, capsys) -> None:
     assert out.is_file() and (tmp_path / "card.html").is_file()
     assert cli_main(["report", str(tmp_path / "missing")]) == 2
     assert "is not a results folder" in capsys.readouterr().err
+
+
+# -- issue 15 item 6: results that never overstate ------------------------------------------------------------
+def _scattered(results: Results, seed: int = 1) -> Results:
+    """The example's ingestion TTFTs with 150 ms of seeded noise each: what a busy machine does to them."""
+    out = _copy(results)
+    rows = out.requests[S.SCENARIO] == "ingestion"
+    noise = np.random.default_rng(seed).normal(0, 0.15, int(rows.sum()))
+    out.requests.loc[rows, S.TTFT_S] = (out.requests.loc[rows, S.TTFT_S] + noise).abs()
+    return out
+
+
+def test_a_poor_ingestion_fit_is_never_a_number_alone(example: Results) -> None:
+    good = report.main_metrics(example).set_index("metric").loc[report.INGESTION]
+    assert "unreliable" not in good["text"]  # r² 0.99 over 15 requests and 5 lengths
+    poor = _scattered(example)
+    fit = poor.ingestion()
+    assert fit["r2"] < 0.9
+    row = report.main_metrics(poor).set_index("metric").loc[report.INGESTION]
+    assert row["text"].endswith(f", unreliable (r\u00b2 = {fit['r2']:.2f})")
+    assert "unreliable fit (r\u00b2 = " in row["basis"]
+    (figure,) = [f for f in report.card_figures(poor) if f.name.startswith("prompt_ingestion")]
+    assert "unreliable fit (r\u00b2 = " in figure.figure.layout.title.text
+    # too few requests: 4 of two lengths fit a line perfectly, and mean nothing
+    few = _copy(example)
+    ingestion = few.requests[few.requests[S.SCENARIO] == "ingestion"]
+    keep = ingestion[ingestion[S.PROMPT_TOKENS].isin([32, 1024])].index[:4]
+    few.requests = few.requests.drop(ingestion.index.difference(keep)).reset_index(drop=True)
+    unreliable = few.ingestion()["unreliable"]
+    assert "4 requests < 5" in unreliable and "2 prompt lengths < 3" in unreliable
+
+
+def test_each_configurations_ingestion_figure_agrees_with_its_table_cell(example: Results) -> None:
+    # The quickstart's card: the table said ~1560 t/s (one configuration's fit) and the figure
+    # 5,512 tokens/s (a fit over every configuration's requests at once).
+    two = _copy(example)
+    other = _only(_scattered(example, seed=2), "ingestion")
+    other.requests[S.CONFIG_ID] = "other"
+    other.requests[S.CONFIG_LABEL] = "max_batch_size=4"
+    other.requests[S.TTFT_S] *= 3
+    for run in other.runs:
+        run.update(config_id="other", config_label="max_batch_size=4")
+    two.requests = pd.concat([two.requests, other.requests], ignore_index=True)
+    two.runs = two.runs + other.runs
+    metrics = report.main_metrics(two)
+    speeds = metrics[metrics["metric"] == report.INGESTION].set_index("config_label")["value"]
+    titles = [f.figure.layout.title.text for f in report.card_figures(two) if f.name.startswith("prompt_ingestion")]
+    assert len(titles) == 2 == len(speeds)
+    for (config, speed), title in zip(speeds.items(), titles, strict=True):
+        assert title.startswith(f"Prompt ingestion, {config}: {speed:,.0f} tokens/s")
+
+
+def test_points_measured_on_a_busy_machine_are_flagged_on_the_card(example: Results, tmp_path) -> None:
+    busy = _copy(example)
+    busy.points[S.MACHINE_BUSY] = False
+    busy.points[S.CLIENT_BOUND] = False
+    busy.points[S.OTHER_CPU_CORES] = 0.1
+    card_point = (busy.points[S.SCENARIO] == "concurrency") & (busy.points[S.USERS] == 10) & (
+        busy.points[S.PROMPT_TOKENS] == 1024)
+    busy.points.loc[card_point, S.MACHINE_BUSY] = True
+    busy.points.loc[card_point, S.OTHER_CPU_CORES] = 1.4
+    md = report.write_report(busy, tmp_path / "card", figure_format="html").read_text()
+    assert "# Measurement conditions" in md
+    flagged = [line for line in md.splitlines() if "machine busy (other processes took CPU)" in line]
+    assert len(flagged) == int(card_point.sum()) and all("|1.4|" in line for line in flagged)
+    speed = report.main_metrics(busy).set_index("metric").loc[report.GENERATION]
+    assert "measured while the machine was busy" in speed["basis"]
+    quiet = report.write_report(example, tmp_path / "quiet", figure_format="html").read_text()
+    assert "Measurement conditions" not in quiet

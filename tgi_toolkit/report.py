@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tgi_toolkit.bench import schema as S
@@ -146,12 +147,25 @@ def card_figures(results: Any) -> list[Figure]:
                 f"the 25th and 75th percentiles.",
                 plots.speed_and_ttft_vs_users(part, title=f"Per-request speed and TTFT, prompt {prompt} / "
                                                           f"output {output} tokens")))
-    ingestion = results.requests[results.requests[S.SCENARIO] == "ingestion"]
-    if len(ingestion):
-        figures.append(Figure("prompt_ingestion", "Prompt ingestion",
+    # One ingestion fit per configuration, as the main metrics table has: a fit over every
+    # configuration's requests at once would give a figure that the table contradicts.
+    parts = split_by_config(results)
+    for i, (config, part) in enumerate(parts.items()):
+        ingestion = part.requests[part.requests[S.SCENARIO] == "ingestion"]
+        if not len(ingestion):
+            continue
+        name, title = "prompt_ingestion", None
+        if len(parts) > 1:
+            name = f"prompt_ingestion_{i}"
+            fit = plots.fit_ingestion(ingestion)
+            speed = f": {fit['speed_tok_s']:,.0f} tokens/s" if np.isfinite(fit["speed_tok_s"]) else ""
+            if speed and fit.get("unreliable"):
+                speed += f", {fit['unreliable']}"
+            title = f"Prompt ingestion, {config}{speed}"
+        figures.append(Figure(name, "Prompt ingestion",
                               "TTFT against prompt length, one request at a time; the slope of the fitted line is "
                               "the time per prompt token, its inverse the ingestion speed.",
-                              plots.ingestion_plot(ingestion)))
+                              plots.ingestion_plot(ingestion, title=title)))
     if len(results.batch):
         figures.append(Figure("batch_latency_throughput", "Batch benchmark (text-generation-benchmark)",
                               "Prefill and decode latency against throughput, one colour per batch size, one "
@@ -265,6 +279,9 @@ def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures
                         [[*([r.config_label] if len(configs) > 1 else []), r.label, r.basis]
                          for r in metrics.itertuples()]))
     sections = [main]
+    conditions = _conditions(results)
+    if conditions is not None:
+        sections.append(conditions)
     by_section: dict[str, _Section] = {}
     intros = {
         "Total generation speed": "The following graph shows the total throughput with respect to the number of "
@@ -286,6 +303,34 @@ def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures
                             [[k, *row] for k, row in zip(params.index, params.values.tolist(), strict=True)]))
     sections.append(launched)
     return sections
+
+
+def _conditions(results: Any) -> _Section | None:
+    """The points whose numbers the machine stretched: measured while other processes took CPU
+    (machine_busy) or while the benchmark client itself was the bottleneck (client_bound)."""
+    points = results.points
+    flags = {S.MACHINE_BUSY: "machine busy (other processes took CPU)",
+             S.CLIENT_BOUND: "client-bound (the benchmark client's own CPU limited the point)"}
+    marked = pd.Series(False, index=points.index)
+    for column in flags:
+        if column in points:
+            marked |= points[column].fillna(False).astype(bool)
+    if not marked.any():
+        return None
+    rows = []
+    for _, point in points[marked].iterrows():
+        said = [text for column, text in flags.items() if column in points and pd.notna(point[column])
+                and bool(point[column])]
+        other = point.get(S.OTHER_CPU_CORES)
+        load = f"{other:.1f}" if isinstance(other, float) and np.isfinite(other) else "-"
+        rows.append([str(point[S.CONFIG_LABEL] or point[S.CONFIG_ID] or ""), str(point[S.SCENARIO]),
+                     str(point[S.POINT_ID]), "; ".join(said), load])
+    section = _Section("Measurement conditions", [
+        f"{int(marked.sum())} of {len(points)} points were measured while the machine, not the server, limited "
+        f"them: their latencies are stretched and their throughputs understated. Measure again on an idle "
+        f"machine before comparing them."])
+    section.tables.append((["Configuration", "Scenario", "Point", "Flag", "Other processes (cores)"], rows))
+    return section
 
 
 def _markdown(title: str, sections: Sequence[_Section], figure_links: dict[str, str], fmt: str) -> str:

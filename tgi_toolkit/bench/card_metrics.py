@@ -121,7 +121,13 @@ def ingestion_speed(results: ResultTables) -> MainMetric:
     lengths = rows[S.INPUT_TOKENS].astype("float64").fillna(rows[S.PROMPT_TOKENS].astype("float64"))
     basis = (f"1 / slope of TTFT against prompt length: {fit['n']:.0f} requests one at a time, prompts of "
              f"{lengths.min():.0f} to {lengths.max():.0f} tokens, r\u00b2 = {fit['r2']:.2f}")
-    return MainMetric(INGESTION, INGESTION_LABEL, speed, "tokens/s", f"{approx(speed)} t/s", basis)
+    text = f"{approx(speed)} t/s"
+    unreliable = fit.get("unreliable")
+    if unreliable:  # never the number alone: the cell itself carries the fit's quality
+        text += f", unreliable (r\u00b2 = {fit['r2']:.2f})"
+        basis += (f"; {unreliable}: TTFT scatters around the line (a busy machine, too few prompts), so 1 / slope "
+                  f"is not the server's speed; measure again on an idle machine")
+    return MainMetric(INGESTION, INGESTION_LABEL, speed, "tokens/s", text, basis)
 
 
 def card_point(results: ResultTables, users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
@@ -171,6 +177,11 @@ def generation_speed(results: ResultTables, users: int = CARD_USERS, prompt_toke
         cut = f"; the server takes at most {want_prompt}/{want_output} ({limit})" if limit else ""
         basis = (f"the nearest point these results hold to the card's {asked}{cut} "
                  f"({int(best[S.REQUESTS])} requests)")
+    flagged = [name for column, name in ((S.MACHINE_BUSY, "the machine was busy (other processes took CPU)"),
+                                         (S.CLIENT_BOUND, "the benchmark client was the bottleneck"))
+               if column in best and pd.notna(best[column]) and bool(best[column])]
+    if flagged:
+        basis += "; measured while " + " and ".join(flagged)
     short = int(best[S.SHORT_OUTPUTS]) if pd.notna(best[S.SHORT_OUTPUTS]) else 0
     if short:
         basis += f"; {short} request(s) stopped before {got[2]} tokens (EOS could not be ignored)"

@@ -254,13 +254,26 @@ def _summary(results: Any, scenario: str) -> str:
                                                           if rate != rate else ""))
     if scenario == "ingestion":
         fit = results.ingestion()
-        head = f"prompt ingestion speed: {fit['speed_tok_s']:.0f} tokens/s (fit r2={fit['r2']:.3f}, n={fit['n']:.0f})\n"
+        caveat = f"; {fit['unreliable']}" if fit.get("unreliable") else ""
+        head = (f"prompt ingestion speed: {fit['speed_tok_s']:.0f} tokens/s (fit r2={fit['r2']:.3f}, "
+                f"n={fit['n']:.0f}{caveat})\n")
     else:
         head = ""
     columns = [S.POINT_ID, S.REQUESTS, S.ERRORS, S.stat_column("ttft", "p50"), S.stat_column("tpot", "p50"),
                S.stat_column("itl", "p50"), S.stat_column("e2e", "p50"), S.OUTPUT_THROUGHPUT, S.GOODPUT_RPS,
-               S.CLIENT_BOUND]
-    return head + results.points[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}")
+               S.CLIENT_BOUND, S.MACHINE_BUSY]
+    points = results.points
+    table = points[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    notes = []
+    failed = points[points[S.ERRORS] > 0]
+    if len(failed):
+        notes.append(f"{len(failed)} point(s) had failed requests (errors column; requests.parquet says why)")
+    for column, what in ((S.CLIENT_BOUND, "the client was the bottleneck"),
+                         (S.MACHINE_BUSY, "other processes took CPU: latencies stretched")):
+        flagged = points[column].fillna(False).astype(bool)
+        if flagged.any():
+            notes.append(f"{int(flagged.sum())} point(s) {column}: {what}")
+    return head + table + "".join(f"\nnote: {n}" for n in notes)
 
 
 def main(args: argparse.Namespace) -> int:

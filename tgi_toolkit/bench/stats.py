@@ -183,6 +183,30 @@ class IngestionFit(TypedDict):
     r2: float
     n: float  # requests kept (kept.sum())
     kept: Any  # bool per request given, in their order: fitted (False: an outlier, or a NaN length/TTFT)
+    lengths: float  # distinct prompt lengths among the kept requests
+    unreliable: str | None  # why 1/slope is not to be quoted alone (`ingestion_unreliable`), None when it is
+
+
+# A fitted ingestion speed is quoted as a number only when the line explains TTFT well over enough
+# requests: on a busy machine TTFT scatters and 1/slope is noise (r² 0.69 gave ~1250 t/s and r² 0.20
+# ~1560 t/s where the idle machine's r² 0.99 gave ~3400 t/s, data/examples/README.md and issue 15).
+INGESTION_MIN_R2 = 0.9
+INGESTION_MIN_REQUESTS = 5
+INGESTION_MIN_LENGTHS = 3
+
+
+def ingestion_unreliable(r2: float, n: float, lengths: float) -> str | None:
+    """Why a fit of TTFT against prompt length is unreliable (r², too few requests or lengths), or None."""
+    if not n or lengths < 2:
+        return None  # no fit at all: the caller says so
+    reasons = []
+    if not r2 >= INGESTION_MIN_R2:
+        reasons.append(f"r\u00b2 = {r2:.2f} < {INGESTION_MIN_R2}")
+    if n < INGESTION_MIN_REQUESTS:
+        reasons.append(f"{n:.0f} requests < {INGESTION_MIN_REQUESTS}")
+    if lengths < INGESTION_MIN_LENGTHS:
+        reasons.append(f"{lengths:.0f} prompt lengths < {INGESTION_MIN_LENGTHS}")
+    return "unreliable fit (" + ", ".join(reasons) + ")" if reasons else None
 
 
 def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> IngestionFit:
@@ -198,7 +222,7 @@ def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> In
     kept = np.isfinite(x_all) & np.isfinite(y_all)
     x, y = x_all[kept], y_all[kept]
     out: IngestionFit = {"speed_tok_s": NAN, "slope_s_per_tok": NAN, "intercept_s": NAN, "r2": NAN,
-                         "n": float(x.size), "kept": kept}
+                         "n": float(x.size), "kept": kept, "lengths": float(np.unique(x).size), "unreliable": None}
     if x.size < 2 or np.unique(x).size < 2:
         return out
     i, j = np.triu_indices(x.size, 1)
@@ -217,7 +241,9 @@ def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> In
     ss_tot = float(((y - y.mean()) ** 2).sum())
     out.update(slope_s_per_tok=float(slope), intercept_s=float(intercept), n=float(x.size),
                speed_tok_s=float(1 / slope) if slope > 0 else NAN,
-               r2=1 - float(((y - fitted) ** 2).sum()) / ss_tot if ss_tot > 0 else NAN)
+               r2=1 - float(((y - fitted) ** 2).sum()) / ss_tot if ss_tot > 0 else NAN,
+               lengths=float(np.unique(x).size))
+    out["unreliable"] = ingestion_unreliable(out["r2"], out["n"], out["lengths"])
     return out
 
 

@@ -162,7 +162,8 @@ def fit_ingestion(requests: pd.DataFrame) -> IngestionFit:
 
 
 def ingestion_plot(requests: pd.DataFrame, *, title: str | None = None, grey_outliers: bool = True) -> go.Figure:
-    """TTFT against prompt length with the fitted line (`fit_ingestion`); the speed in the title.
+    """TTFT against prompt length with the fitted line (`fit_ingestion`); the speed in the title,
+    with "unreliable fit (r² = ...)" beside it when the fit is poor (`bench.stats.ingestion_unreliable`).
 
     grey_outliers: draw the requests the fit left out (outliers) in grey, apart from those it kept.
     Needs TTFT_S and INPUT_TOKENS or PROMPT_TOKENS."""
@@ -190,6 +191,8 @@ def ingestion_plot(requests: pd.DataFrame, *, title: str | None = None, grey_out
                                 f"slope: {fit['slope_s_per_tok'] * 1e3:.4g} ms/token, R²: {fit['r2']:.3f}")))
         if np.isfinite(fit["speed_tok_s"]):
             speed = f": {fit['speed_tok_s']:,.0f} tokens/s"
+            if fit.get("unreliable"):  # never the number alone: the title says how little it means
+                speed += f", {fit['unreliable']}"
     else:
         note(fig, "too few distinct prompt lengths to fit a line" if len(data) else "no measured requests")
     fig.update_xaxes(title_text=axis_title(S.INPUT_TOKENS))
