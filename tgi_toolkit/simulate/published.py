@@ -48,29 +48,53 @@ def card_config(card: Card) -> list[str]:
     return ["--max-input-tokens", str(card.max_model_len - 1), "--max-total-tokens", str(card.max_model_len)]
 
 
+def _quiet() -> Any:
+    import contextlib
+
+    @contextlib.contextmanager
+    def quiet() -> Any:  # the scheduler's chunking warning, once per simulated server
+        logger = logging.getLogger("tgi_toolkit.engine.scheduler")
+        level = logger.level
+        logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            logger.setLevel(level)
+
+    return quiet()
+
+
+def ingestion_speed(card: Card, cost: RooflineCostModel, *, points: int = 8) -> float:
+    """bench's ingestion scenario on the card's server: 1 / slope of TTFT against prompt length."""
+    from tgi_toolkit.bench.stats import ingestion_fit
+    from tgi_toolkit.simulate.api import default_ingestion_lengths, measure_ingestion
+    from tgi_toolkit.simulate.target import make_target
+
+    with _quiet():
+        target = make_target(cost, card_config(card), environ={})
+        lengths = default_ingestion_lengths(target, points)
+        rows = measure_ingestion(target, prompt_tokens=lengths, repeats=1, light=True).request_rows
+    return ingestion_fit([r["input_tokens"] for r in rows], [r["ttft_s"] for r in rows])["speed_tok_s"]
+
+
+def generation_speed(card: Card, cost: RooflineCostModel, *, requests: int = 40) -> float:
+    """Mean per-request speed of 10 users, 1,024-token prompts, 128 tokens (the card's point)."""
+    from tgi_toolkit.simulate.api import run_concurrency
+    from tgi_toolkit.simulate.target import make_target
+
+    with _quiet():
+        target = make_target(cost, card_config(card), environ={})
+        run = run_concurrency(target, users=[10], prompt_tokens=1024, max_new_tokens=128, requests=requests,
+                              light=True)
+    return float(run.point_rows[0]["speed_mean_tok_s"])
+
+
 def predict(card: Card, cost: RooflineCostModel | None = None, *, ingestion_points: int = 8,
             requests: int = 40) -> dict[str, float]:
     """The card's three main metrics, simulated with `cost` (default: the fitted roofline)."""
-    from tgi_toolkit.bench.stats import ingestion_fit
-    from tgi_toolkit.simulate.api import default_ingestion_lengths, measure_ingestion, run_concurrency
-    from tgi_toolkit.simulate.target import make_target
-
     cost = cost or roofline(card.gpu, card.model)
-    config = card_config(card)
-    level = logging.getLogger("tgi_toolkit.engine.scheduler").level
-    logging.getLogger("tgi_toolkit.engine.scheduler").setLevel(logging.ERROR)  # the chunking warning, each run
-    try:
-        target = make_target(cost, config, environ={})
-        lengths = default_ingestion_lengths(target, ingestion_points)
-        ing = measure_ingestion(target, prompt_tokens=lengths, repeats=1, light=True)
-        rows = ing.request_rows
-        fit = ingestion_fit([r["input_tokens"] for r in rows], [r["ttft_s"] for r in rows])
-        gen = run_concurrency(target, users=[10], prompt_tokens=1024, max_new_tokens=128, requests=requests,
-                              light=True)
-    finally:
-        logging.getLogger("tgi_toolkit.engine.scheduler").setLevel(level)
-    return {"prompt_ingestion_speed": fit["speed_tok_s"],
-            "generation_speed_per_request": float(gen.point_rows[0]["speed_mean_tok_s"]),
+    return {"prompt_ingestion_speed": ingestion_speed(card, cost, points=ingestion_points),
+            "generation_speed_per_request": generation_speed(card, cost, requests=requests),
             "kv_cache_capacity": float(vllm_kv_capacity(cost))}
 
 

@@ -1,0 +1,121 @@
+"""How close the simulator comes: predicted against measured (this machine) and published (seeds 001, 003).
+
+    .venv/bin/python benchmarks/simulate_accuracy.py --published          # roofline against data/reference
+    .venv/bin/python benchmarks/simulate_accuracy.py --refit              # fit the roofline's efficiencies again
+    .venv/bin/python benchmarks/simulate_accuracy.py --speed              # 32 users, 1,000 requests
+    .venv/bin/python benchmarks/simulate_accuracy.py --local [--cost cost.json] [--quick]
+        # profile the embedded engine (or read --cost), then simulate and measure the same points,
+        # chunked (TGI 3 default) and PREFILL_CHUNKING=0: TTFT p50, TPOT p50, output throughput
+
+Targets (issue 13): ±15 % on this machine for every point and metric; ±30 % of each published main
+metric with the roofline model; the 32-user 1,000-request simulation under 10 s. Each line prints
+predicted, measured (or published) and their ratio. Timings on a shared 2-core machine are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+# Unbounded, the least-squares fit puts the matmul efficiency at 1.0 (the datasheet's peak, not reached by
+# real GEMMs) to make up for seed 001's fast ingestion while seed 003's long prompts pin attention; 0.8 is
+# about the best a bf16 GEMM of these shapes reaches, and keeps both cards within ±30 %.
+MATMUL_CAP = 0.8
+
+
+def published() -> int:
+    from tgi_toolkit.simulate.published import compare
+
+    worst = 0.0
+    print(f"{'seed':4} {'metric':30} {'predicted':>11} {'published':>10} {'ratio':>6}")
+    for row in compare():
+        print(f"{row['seed']:4} {row['metric']:30} {row['predicted']:11.1f} {row['published']:10.0f} "
+              f"{row['ratio']:6.2f}")
+        worst = max(worst, abs(math.log(row["ratio"])))
+    print(f"worst |log ratio| {worst:.2f} (±30 % is 0.26 up, 0.36 down)")
+    return 0
+
+
+def refit() -> int:
+    """Fit matmul and attention efficiency to both cards' ingestion speed, then bandwidth efficiency to
+    seed 001's generation speed (seed 003's is left out: see the report in tgi_toolkit.simulate.gpu)."""
+    from tgi_toolkit.simulate.gpu import roofline
+    from tgi_toolkit.simulate.published import CARDS, generation_speed, ingestion_speed, published
+
+    refs = {c.seed: published(c) for c in CARDS}
+    best = (math.inf, None)
+    grid_m = np.round(np.geomspace(0.3, MATMUL_CAP, 9), 3)  # see MATMUL_CAP
+    grid_a = np.round(np.geomspace(0.05, 1.0, 11), 3)
+    for m, a in itertools.product(grid_m, grid_a):
+        err = 0.0
+        for card in CARDS:
+            cost = roofline(card.gpu, card.model, matmul_efficiency=float(m), attention_efficiency=float(a),
+                            forward_overhead_s=0.0)
+            err += math.log(ingestion_speed(card, cost) / refs[card.seed]["prompt_ingestion_speed"]) ** 2
+        if err < best[0]:
+            best = (err, (float(m), float(a)))
+    m, a = best[1]
+    print(f"matmul_efficiency {m}, attention_efficiency {a} (sum of squared log errors {best[0]:.4f})")
+    card = CARDS[0]
+    best_b = (math.inf, None)
+    for b in np.round(np.geomspace(0.3, 1.0, 13), 3):
+        cost = roofline(card.gpu, card.model, matmul_efficiency=m, attention_efficiency=a,
+                        bandwidth_efficiency=float(b), forward_overhead_s=0.0)
+        err = abs(math.log(generation_speed(card, cost) / refs[card.seed]["generation_speed_per_request"]))
+        if err < best_b[0]:
+            best_b = (err, float(b))
+    print(f"bandwidth_efficiency {best_b[1]} (|log error| on seed 001's generation speed {best_b[0]:.3f})")
+    return 0
+
+
+def speed() -> int:
+    import logging
+
+    from tgi_toolkit.simulate import LinearCostModel, run_concurrency
+
+    logging.getLogger("tgi_toolkit.engine.scheduler").setLevel(logging.ERROR)
+    cost = LinearCostModel(forward_s=0.02, token_s=2e-4, row_s=1e-3, name="speed test",
+                           source={"server": {"max_batch_total_tokens": 200_000}})
+    started = time.perf_counter()
+    res = run_concurrency(cost, users=[32], prompt_tokens=256, max_new_tokens=128, requests=1000)
+    took = time.perf_counter() - started
+    print(f"32 users, 1,000 requests of 256+128 tokens: {took:.2f} s wall "
+          f"({res.points['duration_s'].iloc[0]:.0f} s simulated; target < 10 s)")
+    return 0 if took < 10 else 1
+
+
+def local(cost: str | None, quick: bool) -> int:
+    raise NotImplementedError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--published", action="store_true")
+    parser.add_argument("--refit", action="store_true")
+    parser.add_argument("--speed", action="store_true")
+    parser.add_argument("--local", action="store_true")
+    parser.add_argument("--cost", help="a cost.json to use instead of profiling (with --local)")
+    parser.add_argument("--quick", action="store_true", help="fewer points (with --local)")
+    args = parser.parse_args(argv)
+    rc = 0
+    if args.refit:
+        rc |= refit()
+    if args.published:
+        rc |= published()
+    if args.speed:
+        rc |= speed()
+    if args.local:
+        rc |= local(args.cost, args.quick)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
