@@ -25,8 +25,8 @@ def args_line() -> str:
     return next(line for line in seed("004").splitlines() if "Args {" in line)
 
 
-def problem_fields(cfg: LauncherConfig) -> list[tuple[str, ...]]:
-    return [p.fields for p in cfg.problems()]
+def problem_fields(cfg: LauncherConfig, env: dict[str, str] | None = None) -> list[tuple[str, ...]]:
+    return [p.fields for p in cfg.problems(env)]
 
 
 # -- fields ---------------------------------------------------------------------------------------
@@ -73,9 +73,8 @@ def test_json_schema_carries_group_flag_and_env_for_every_field():
     (dict(max_input_tokens=512, max_total_tokens=512), ("max_input_tokens", "max_total_tokens")),
     (dict(max_input_length=600, max_total_tokens=512), ("max_input_length", "max_total_tokens")),
     (dict(max_total_tokens=4096, max_batch_total_tokens=2048), ("max_total_tokens", "max_batch_total_tokens")),
-    (dict(max_input_tokens=1000, max_batch_prefill_tokens=999), ("max_batch_prefill_tokens", "max_input_tokens")),
-    (dict(max_batch_prefill_tokens=5000, max_batch_total_tokens=4000),
-     ("max_batch_prefill_tokens", "max_batch_total_tokens")),
+    # prefill < input is a problem only without chunking, and prefill > a given max_batch_total_tokens is none
+    # on TGI 3 (TGI3-SCHEDULER.md L2 step 5, L4): see test_prefill_budget_rule_depends_on_chunking.
     (dict(max_batch_size=0), ("max_batch_size",)),
     (dict(validation_workers=0), ("validation_workers",)),
     (dict(waiting_served_ratio=-0.1), ("waiting_served_ratio",)),
@@ -120,6 +119,44 @@ def test_each_rule_reports_its_fields(fields, expected):
 ])
 def test_valid_combinations_have_no_problem(fields):
     assert LauncherConfig(**fields).validate() is not None
+
+
+def test_prefill_budget_rule_depends_on_chunking():
+    # TGI3-SCHEDULER.md L4: the router checks max_input_tokens <= max_batch_prefill_tokens only without
+    # chunking; chunking (the default, F3) is what lets a 1000-token prompt through a 999-token budget.
+    cfg = LauncherConfig(max_input_tokens=1000, max_batch_prefill_tokens=999)
+    assert cfg.chunking({}) is True and cfg.problems({}) == []
+    cfg.validate({})
+    # Chunking off: PREFILL_CHUNKING=0, paged attention (F3), or speculation (F3).
+    for env, speculate in (({"PREFILL_CHUNKING": "0"}, None), ({"ATTENTION": "paged"}, None), ({}, 2)):
+        off = cfg.model_copy(update={"speculate": speculate})
+        assert off.chunking(env) is False
+        assert problem_fields(off, env) == [("max_batch_prefill_tokens", "max_input_tokens")]
+        with pytest.raises(ConfigError, match=r"--max-batch-prefill-tokens \(999\) must be >= --max-input-tokens "
+                                              r"\(1000\).*without prefill chunking"):
+            off.validate(env)
+    # The legacy --max-input-length is checked the same way.
+    legacy = LauncherConfig(max_input_length=1000, max_batch_prefill_tokens=999)
+    assert problem_fields(legacy, {"PREFILL_CHUNKING": "0"}) == [("max_batch_prefill_tokens", "max_input_length")]
+    # vLLM: TGI's chunking question does not apply (its V1 engine always chunks prefills).
+    assert cfg.chunking({"PREFILL_CHUNKING": "0"}, backend="vllm") is None
+    assert cfg.problems({"PREFILL_CHUNKING": "0"}, backend="vllm") == []
+    # A bad scheduling variable is reported as such, naming its allowed values.
+    (problem,) = cfg.problems({"PREFILL_CHUNKING": "maybe"})
+    assert problem.fields == ("PREFILL_CHUNKING",) and "1, true, 0, false" in str(problem)
+    # The process's own environment when none is given (as TGI reads its own).
+    import os
+
+    assert cfg.problems() == cfg.problems(dict(os.environ))
+
+
+def test_a_given_max_batch_total_tokens_does_not_bound_the_prefill_budget():
+    # TGI3-SCHEDULER.md L2 step 5: flash models ignore --max-batch-total-tokens (with a "deprecated" warning)
+    # and the router compares the prefill budget with the KV capacity found at warm-up, not with it.
+    assert LauncherConfig(max_batch_prefill_tokens=5000, max_batch_total_tokens=4000).problems({}) == []
+    # The launcher itself still checks max_total_tokens against the given value (L4, launcher).
+    assert problem_fields(LauncherConfig(max_total_tokens=4096, max_batch_total_tokens=2048), {}) == [
+        ("max_total_tokens", "max_batch_total_tokens")]
 
 
 def test_all_problems_are_reported_together():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import typing
 from collections.abc import Mapping, Sequence
@@ -205,8 +206,27 @@ class LauncherConfig(BaseModel):
         return cls(**kwargs)
 
     # -- checks ------------------------------------------------------------------------------
-    def problems(self) -> list[Problem]:
-        """Every launcher and router rule this config breaks (rules on unset values are skipped)."""
+    def chunking(self, env: Mapping[str, str] | None = None, *, backend: str = "tgi") -> bool | None:
+        """Whether the server would chunk prefills (TGI 3's F3), or None where the question does not apply (vLLM).
+
+        TGI and the embedded engine read ATTENTION / PREFIX_CACHING / PREFILL_CHUNKING from their
+        environment (`env`; None: this process's), and --speculate turns chunking off. Raises ConfigError
+        for a bad value of one of those variables.
+        """
+        if backend == "vllm":
+            return None
+        from tgi_toolkit.config.scheduling import resolve_mode
+
+        mode = resolve_mode(os.environ if env is None else env, speculate=self.speculate or 0,
+                            lora=self.lora_adapters is not None)
+        return mode.chunking
+
+    def problems(self, env: Mapping[str, str] | None = None, *, backend: str = "tgi") -> list[Problem]:
+        """Every launcher and router rule this config breaks (rules on unset values are skipped).
+
+        `env` and `backend` say which scheduling applies: the prompt limit must fit the prefill budget
+        only without prefill chunking (TGI 3's router, section 6 L4 of TGI3-SCHEDULER.md); see `chunking`.
+        """
         out: list[Problem] = []
 
         def add(fields: tuple[str, ...], message: str) -> None:
@@ -234,12 +254,19 @@ class LauncherConfig(BaseModel):
             add(("max_total_tokens", "max_batch_total_tokens"),
                 f"--max-total-tokens ({total}) must be <= --max-batch-total-tokens ({batch_total})")
         if prefill is not None and inp is not None and prefill < inp:
-            add(("max_batch_prefill_tokens", inp_name),
-                f"--max-batch-prefill-tokens ({prefill}) must be >= {flag_for(inp_name)} ({inp}) "
-                "(a whole prompt must fit one prefill when the model cannot chunk it)")
-        if prefill is not None and batch_total is not None and prefill > batch_total:
-            add(("max_batch_prefill_tokens", "max_batch_total_tokens"),
-                f"--max-batch-prefill-tokens ({prefill}) must be <= --max-batch-total-tokens ({batch_total})")
+            try:
+                chunking = self.chunking(env, backend=backend)
+            except ConfigError as exc:
+                out += exc.problems
+                chunking = True  # the variable's own problem is reported; do not guess the mode
+            if chunking is False:
+                add(("max_batch_prefill_tokens", inp_name),
+                    f"--max-batch-prefill-tokens ({prefill}) must be >= {flag_for(inp_name)} ({inp}) "
+                    "(a whole prompt must fit one prefill without prefill chunking: PREFILL_CHUNKING=0, "
+                    "ATTENTION=paged or --speculate)")
+        # No `max_batch_prefill_tokens <= max_batch_total_tokens` check on the given value: TGI 3 ignores a
+        # user's --max-batch-total-tokens on flash models (L2 step 5) and its router compares the prefill
+        # budget with the KV capacity found at warm-up (L4; scheduling.router_problems).
         if self.max_batch_size is not None and self.max_batch_size <= 0:
             add(("max_batch_size",), f"--max-batch-size ({self.max_batch_size}) must be > 0")
         if self.validation_workers <= 0:
@@ -288,17 +315,18 @@ class LauncherConfig(BaseModel):
                         f"--lora-adapters: {adapter!r} has more than one '@' (expected id or id@revision)")
         return out
 
-    def check(self) -> LauncherConfig:
-        """Raise ConfigError listing every problem; return self when there is none."""
-        problems = self.problems()
+    def check(self, env: Mapping[str, str] | None = None, *, backend: str = "tgi") -> LauncherConfig:
+        """Raise ConfigError listing every problem; return self when there is none (see `problems`)."""
+        problems = self.problems(env, backend=backend)
         if problems:
             raise ConfigError(problems)
         return self
 
     # Shadows pydantic's deprecated classmethod `BaseModel.validate`, which nothing here uses.
-    def validate(self) -> LauncherConfig:  # type: ignore[override]
+    def validate(self, env: Mapping[str, str] | None = None, *,  # type: ignore[override]
+                 backend: str = "tgi") -> LauncherConfig:
         """Same as `check()`: raise ConfigError listing every problem."""
-        return self.check()
+        return self.check(env, backend=backend)
 
     def resolved(self, max_position_embeddings: int) -> LauncherConfig:
         """A validated copy with the launcher's derived defaults filled for a model of this context length.
