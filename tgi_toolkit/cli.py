@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "quickstart": "tgi_toolkit.quickstart",
     "launch": "tgi_toolkit.server.cli",
     "bench": "tgi_toolkit.bench.cli",
+    "simulate": "tgi_toolkit.simulate.cli",
     "sweep": "tgi_toolkit.sweep",
     "tune": "tgi_toolkit.tune",
     "report": "tgi_toolkit.report",

@@ -132,6 +132,8 @@ class SimRun:
                   S.SERVER_QUEUE_SIZE_MAX: float(max((s.queue_size for s in inside), default=float("nan"))),
                   S.KV_CAPACITY_TOKENS: capacity,
                   S.KV_USAGE_MAX: max((s.kv_tokens for s in inside), default=float("nan")) / capacity}
+        if hasattr(S, "MACHINE_BUSY"):
+            server[S.MACHINE_BUSY] = False  # nothing else shared a virtual clock
         point_row = {**ident, **base, **summary, **server}
         if self.light:
             self.point_rows.append(point_row)

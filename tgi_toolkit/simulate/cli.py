@@ -1,0 +1,169 @@
+"""`tgi-toolkit simulate SCENARIO`: bench's scenarios on a virtual clock, and `simulate profile`.
+
+    tgi-toolkit simulate profile --backend embedded --output cost.json
+    tgi-toolkit simulate profile --url http://127.0.0.1:3000 --output cost.json
+    tgi-toolkit simulate concurrency --cost-model cost.json -u 1 -u 8 -u 32 --prompt-tokens 512
+    tgi-toolkit simulate concurrency --gpu H100 --model config.json -u 10 --prompt-tokens 1024 \\
+        --max-new-tokens 128 --output results/sim -- --max-batch-prefill-tokens 8192
+
+SCENARIO is one of bench's (batch, concurrency, rate, ingestion, shared-prefix, multi-turn, decode-stall)
+with bench's flags for it (`tgi-toolkit bench SCENARIO --help`); the server is a cost model instead:
+`--cost-model cost.json` (calibrated by `simulate profile`, or a saved roofline) or `--gpu NAME --model
+CONFIG_JSON [--num-shard N] [--quantize Q]` (the roofline model). Launcher flags after `--` set the
+scheduler (max_batch_prefill_tokens, max_batch_size, ...); ATTENTION, PREFIX_CACHING and PREFILL_CHUNKING
+are read from the environment as TGI reads them, or given with --attention / --[no-]prefix-caching /
+--[no-]chunking. It prints bench's tables; `--output` writes bench's results folder, marked simulated.
+Bad input is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("simulate", help="predict bench's results with TGI's scheduler on a virtual clock",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenario", choices=("profile", *SCENARIOS), metavar="SCENARIO",
+                   help="profile, or one of: " + ", ".join(SCENARIOS))
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the scenario's flags (see the description)")
+    p.set_defaults(func=main)
+
+
+def _model_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tgi-toolkit simulate SCENARIO", add_help=False)
+    g = p.add_argument_group("cost model (one of)")
+    g.add_argument("--cost-model", metavar="COST_JSON", help="a cost model saved by `simulate profile` (or a roofline)")
+    g.add_argument("--gpu", help="roofline model: a card (H100, A100-80GB, L4, ...)")
+    g.add_argument("--model", metavar="CONFIG_JSON", help="roofline model: the model's config.json or directory")
+    g.add_argument("--num-shard", type=int, default=1, help="roofline model: tensor-parallel GPUs (default 1)")
+    g.add_argument("--quantize", help="roofline model: quantization (bitsandbytes, gptq, awq, fp8, ...)")
+    g.add_argument("--dtype", default="bfloat16", help="roofline model: weights' dtype (default bfloat16)")
+    m = p.add_argument_group("scheduling mode (default: $ATTENTION, $PREFIX_CACHING, $PREFILL_CHUNKING)")
+    m.add_argument("--attention", choices=("flashinfer", "flashdecoding", "paged"))
+    m.add_argument("--prefix-caching", dest="prefix_caching", action="store_true", default=None)
+    m.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false")
+    m.add_argument("--chunking", dest="chunking", action="store_true", default=None)
+    m.add_argument("--no-chunking", dest="chunking", action="store_false")
+    return p
+
+
+def _profile_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tgi-toolkit simulate profile",
+                                description="measure a server's forward times and fit the calibrated cost model")
+    p.add_argument("--url", help="a running server")
+    p.add_argument("--backend", choices=("embedded", "tgi", "tgi-docker", "vllm"), help="launch one for the profile")
+    p.add_argument("--output", "-o", required=True, metavar="COST_JSON", help="where to write the cost model")
+    p.add_argument("--full", action="store_true", help="the fuller grid (default: the quick one)")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("launcher_args", nargs=argparse.REMAINDER, help="with --backend: `-- --max-batch-size 8 ...`")
+    return p
+
+
+def _cost_model(ns: argparse.Namespace) -> Any:
+    from tgi_toolkit.bench.errors import BenchError
+
+    if ns.cost_model and (ns.gpu or ns.model):
+        raise BenchError("--cost-model/--gpu", "give a cost model or a GPU and a model, not both",
+                         "--cost-model COST_JSON, or --gpu NAME --model CONFIG_JSON")
+    if ns.cost_model:
+        from tgi_toolkit.simulate.costs import load_cost_model
+
+        try:
+            return load_cost_model(ns.cost_model)
+        except ValueError as exc:
+            raise BenchError("--cost-model", str(exc).removeprefix("cost_model: ")) from None
+    if not (ns.gpu and ns.model):
+        raise BenchError("--cost-model/--gpu", "no cost model given",
+                         "--cost-model COST_JSON, or --gpu NAME --model CONFIG_JSON")
+    from tgi_toolkit.simulate.gpu import roofline
+
+    try:
+        return roofline(ns.gpu, ns.model, num_shard=ns.num_shard, dtype=ns.dtype, quantize=ns.quantize)
+    except ValueError as exc:
+        raise BenchError("--gpu/--model", str(exc)) from None
+
+
+def _bench_args(scenario: str, rest: list[str]) -> argparse.Namespace:
+    """bench's own parser for the scenario's flags, so the two commands cannot drift apart."""
+    from tgi_toolkit.bench import cli as bench_cli
+
+    root = argparse.ArgumentParser(prog="tgi-toolkit simulate")
+    bench_cli.add_parser(root.add_subparsers(dest="command"))
+    return root.parse_args(["bench", scenario, *rest])
+
+
+def simulate_main(scenario: str, rest: list[str]) -> int:
+    from tgi_toolkit.bench import cli as bench_cli
+    from tgi_toolkit.bench.errors import BenchError
+    from tgi_toolkit.config import ConfigError
+    from tgi_toolkit.simulate.api import run_scenario
+    from tgi_toolkit.simulate.events import SimulationError
+
+    try:
+        own, remaining = _model_parser().parse_known_args(rest)
+        args = _bench_args(scenario, remaining)
+        if getattr(args, "url", None) or getattr(args, "backend", None):
+            raise BenchError("--url/--backend", "a simulation has no server", "--cost-model, or --gpu and --model")
+        options = bench_cli._options(args)
+        extra = [a for a in args.launcher_args or [] if a != "--"]
+        kept = ("output", "seed", "prefix_tokens", "slo_ttft_s", "slo_tpot_s", "scrape_interval")
+        sim_options = {k: options[k] for k in kept if k in options}
+        sim_options["command"] = ["tgi-toolkit", "simulate", scenario, *rest]
+        if extra:
+            sim_options["config"] = extra
+        for key in ("attention", "prefix_caching", "chunking"):
+            if getattr(own, key) is not None:
+                sim_options[key] = getattr(own, key)
+        results = run_scenario(scenario, _cost_model(own), **bench_cli._scenario_params(args), **sim_options)
+    except (BenchError, ConfigError, SimulationError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(bench_cli._summary(results, scenario))
+    run = results.runs[-1] if results.runs else {}
+    print(f"\nsimulated: {run.get('cost_model', {}).get('name', '')}; scheduler {run.get('scheduler')}")
+    if sim_options.get("output"):
+        print(f"results: {sim_options['output']} (tgi_toolkit.bench.load_results)")
+    return 0
+
+
+def profile_main(rest: list[str]) -> int:
+    from tgi_toolkit.bench.errors import BenchError
+    from tgi_toolkit.config import ConfigError
+    from tgi_toolkit.simulate.profile import profile
+
+    args = _profile_parser().parse_args(rest)
+    extra = [a for a in args.launcher_args if a != "--"] if args.launcher_args else []
+    try:
+        if bool(args.url) == bool(args.backend):
+            raise BenchError("--url/--backend", "give exactly one", "--url URL, or --backend NAME")
+        if args.url:
+            if extra:
+                raise BenchError("launcher flags", f"{extra} need --backend (a server to launch)", "--backend NAME")
+            model = profile(args.url, quick=not args.full, progress=args.progress, output=args.output)
+        else:
+            from tgi_toolkit.config import LauncherConfig
+            from tgi_toolkit.server import Server
+
+            config = LauncherConfig.from_cli(extra, environ={})
+            with Server(config, backend=args.backend, startup_progress=args.progress) as server:
+                model = profile(server, quick=not args.full, progress=args.progress, output=args.output)
+    except (BenchError, ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(model.formula())
+    print(f"request overhead {model.request_overhead_s * 1e3:.3g} ms; fitted to {len(model.points)} measurements, "
+          f"worst ratio {max(abs(p['ratio'] - 1) for p in model.points):.1%} off")
+    print(f"saved: {args.output}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    rest = list(args.rest or [])
+    if args.scenario == "profile":
+        return profile_main(rest)
+    return simulate_main(args.scenario, rest)
