@@ -21,7 +21,8 @@ from tgi_toolkit._lazy import lazy_getattr
 
 _LAZY = {
     "run_batch": ".api", "run_concurrency": ".api", "run_rate": ".api", "measure_ingestion": ".api",
-    "run_scenario": ".api", "kv_capacity": ".api", "SCENARIO_FUNCTIONS": ".api",
+    "run_scenario": ".api", "kv_capacity": ".api", "SCENARIO_FUNCTIONS": ".api", "run_shared_prefix": ".api",
+    "run_multi_turn": ".api", "run_decode_stall": ".api",
     "LinearCostModel": ".costs", "load_cost_model": ".costs", "fit_linear": ".costs", "shape_of": ".costs",
     "Shape": ".costs", "RooflineCostModel": ".gpu", "roofline": ".gpu",
     "profile": ".profile", "SimTarget": ".target", "make_target": ".target",
@@ -35,8 +36,11 @@ if TYPE_CHECKING:  # pragma: no cover
         measure_ingestion,
         run_batch,
         run_concurrency,
+        run_decode_stall,
+        run_multi_turn,
         run_rate,
         run_scenario,
+        run_shared_prefix,
     )
     from tgi_toolkit.simulate.costs import LinearCostModel, Shape, fit_linear, load_cost_model, shape_of
     from tgi_toolkit.simulate.events import SimRequest, Simulator, VirtualClock
@@ -49,5 +53,6 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 __all__ = [
     "SCENARIO_FUNCTIONS", "LinearCostModel", "RooflineCostModel", "Shape", "SimRequest", "SimTarget", "Simulator",
     "VirtualClock", "fit_linear", "kv_capacity", "load_cost_model", "make_target", "measure_ingestion", "profile",
-    "roofline", "run_batch", "run_concurrency", "run_rate", "run_scenario", "shape_of",
+    "roofline", "run_batch", "run_concurrency", "run_decode_stall", "run_multi_turn", "run_rate", "run_scenario",
+    "run_shared_prefix", "shape_of",
 ]

@@ -33,8 +33,11 @@ from tgi_toolkit.simulate.workloads import (
     TokenPrompts,
     batch_points,
     concurrency_points,
+    decode_stall_points,
     ingestion_points,
+    multi_turn_points,
     rate_points,
+    shared_prefix_points,
 )
 
 _TARGET_OPTIONS = ("config", "attention", "prefix_caching", "chunking")
@@ -94,8 +97,11 @@ def _simulate(target: SimTarget, scenario: str, workload: dict[str, Any], make_p
         for point in points:
             started = sim.clock.t
             first_sample = len(sim.samples)
+            hit, lookup = sim.observer.hit_tokens, sim.observer.lookup_tokens
             for phase in point.phases:
                 sim.run(phase.driver, phase.requests)
+            if point.finish is not None:
+                point.finish(point, sim.observer.hit_tokens - hit, sim.observer.lookup_tokens - lookup)
             row = run.save_point(point, sim, sim.samples[first_sample:], started)
             if on_point is not None:
                 on_point(row)
@@ -191,14 +197,70 @@ def measure_ingestion(cost_model: Any, *, prompt_tokens: Sequence[int] | None = 
     return _simulate(target, "ingestion", workload, lambda p: ingestion_points(p, lengths, repeats), ropts)
 
 
+def run_shared_prefix(cost_model: Any, *, groups: int = 4, requests_per_group: int = 4, prefix_tokens: int = 512,
+                      suffix_tokens: int = 32, max_new_tokens: int = 16, users: int = 4, **options: Any) -> Results:
+    """bench.run_shared_prefix, simulated: groups sharing a prefix; the point's prefix_cache_hit_rate is the
+    scheduler's own count (hit / looked-up prompt tokens)."""
+    from tgi_toolkit.bench.workloads import SharedPrefix
+
+    topts, ropts = _split(options)
+    target = make_target(cost_model, **topts)
+    workload = SharedPrefix(groups=groups, requests_per_group=requests_per_group, prefix_tokens=prefix_tokens,
+                            suffix_tokens=suffix_tokens, max_new_tokens=max_new_tokens, users=users)
+    target.check_lengths(prefix_tokens + suffix_tokens, max_new_tokens)
+    params = {"groups": groups, "requests_per_group": requests_per_group, "prefix_tokens": prefix_tokens,
+              "suffix_tokens": suffix_tokens, "max_new_tokens": max_new_tokens, "users": users}
+    return _simulate(target, "shared_prefix", params, lambda p: shared_prefix_points(workload), ropts)
+
+
+def run_multi_turn(cost_model: Any, *, conversations: int = 4, turns: int = 4, user_tokens: int = 64,
+                   max_new_tokens: int = 32, system_tokens: int = 0, users: int | None = None,
+                   **options: Any) -> Results:
+    """bench.run_multi_turn, simulated: each turn resends the history (the last answer is recomputed, as
+    TGI never caches generated tokens)."""
+    from tgi_toolkit.bench.workloads import MultiTurn
+
+    topts, ropts = _split(options)
+    target = make_target(cost_model, **topts)
+    workload = MultiTurn(conversations=conversations, turns=turns, user_tokens=user_tokens,
+                         max_new_tokens=max_new_tokens, system_tokens=system_tokens, users=users)
+    target.check_lengths(workload.prompt_tokens(turns - 1), max_new_tokens)
+    params = {"conversations": conversations, "turns": turns, "user_tokens": user_tokens,
+              "max_new_tokens": max_new_tokens, "system_tokens": system_tokens, "users": users}
+    return _simulate(target, "multi_turn", params, lambda p: multi_turn_points(workload), ropts)
+
+
+def run_decode_stall(cost_model: Any, *, streams: int = 8, long_prompt: int = 2000, stream_prompt: int = 32,
+                     stream_tokens: int = 128, long_max_new_tokens: int = 4, lead_tokens: int = 4, repeats: int = 3,
+                     warmups: int = 1, **options: Any) -> Results:
+    """bench.run_decode_stall, simulated: the running streams' largest inter-token gap while a long prompt
+    joins (chunked: one mixed forward; unchunked: the whole prefill alone)."""
+    from tgi_toolkit.bench.workloads import DecodeStall
+
+    topts, ropts = _split(options)
+    target = make_target(cost_model, **topts)
+    workload = DecodeStall(streams=streams, stream_prompt_tokens=stream_prompt, stream_tokens=stream_tokens,
+                           long_prompt_tokens=long_prompt, long_max_new_tokens=long_max_new_tokens,
+                           lead_tokens=lead_tokens)
+    target.check_lengths(long_prompt, long_max_new_tokens, "long_prompt")
+    target.check_lengths(stream_prompt, stream_tokens, "stream_prompt")
+    _count("repeats", repeats, 1)
+    _count("warmups", warmups, 0)
+    params = {"streams": streams, "long_prompt": long_prompt, "stream_prompt": stream_prompt,
+              "stream_tokens": stream_tokens, "long_max_new_tokens": long_max_new_tokens, "lead_tokens": lead_tokens,
+              "repeats": repeats, "warmups": warmups}
+    return _simulate(target, "decode_stall", params, lambda p: decode_stall_points(workload, repeats, warmups), ropts)
+
+
 SCENARIO_FUNCTIONS = {"batch": run_batch, "concurrency": run_concurrency, "rate": run_rate,
-                      "ingestion": measure_ingestion}
+                      "ingestion": measure_ingestion, "shared_prefix": run_shared_prefix,
+                      "multi_turn": run_multi_turn, "decode_stall": run_decode_stall}
 
 
 def run_scenario(scenario: str, cost_model: Any, **params: Any) -> Results:
     """`run_batch`, `run_concurrency`, `run_rate` or `measure_ingestion` by name."""
     try:
-        function = SCENARIO_FUNCTIONS[scenario]
+        function = SCENARIO_FUNCTIONS[scenario.replace("-", "_")]
     except KeyError:
         raise BenchError("scenario", f"{scenario!r} is not known", ", ".join(SCENARIO_FUNCTIONS)) from None
     return function(cost_model, **params)

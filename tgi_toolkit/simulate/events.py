@@ -51,7 +51,8 @@ class SimRequest:
     output_tokens: int
     max_new_tokens: int | None = None  # what the request asks for (default: output_tokens)
     lookup: bool = True  # False: no prefix-cache lookup (TGI's decoder_input_details requests)
-    tag: Any = None  # the workload's own bookkeeping (point, repeat, warm-up, index, user)
+    tag: Any = None  # the workload's own bookkeeping (repeat, warm-up, index)
+    columns: dict[str, Any] = field(default_factory=dict)  # request columns of its own (group, turn, ...)
     record: StreamRecord = field(default_factory=StreamRecord)
     entry: Any = None
     done: bool = False
@@ -102,7 +103,12 @@ class _Observer(sched.Observer):
 
     def __init__(self) -> None:
         self.batch_size = self.queue_size = self.kv_tokens = 0
+        self.lookup_tokens = self.hit_tokens = 0
         self.dropped_entries: list[Any] = []
+
+    def prefix(self, lookup_tokens: int, hit_tokens: int) -> None:
+        self.lookup_tokens += lookup_tokens
+        self.hit_tokens += hit_tokens
 
     def queued(self, size: int) -> None:
         self.queue_size = size
@@ -205,6 +211,50 @@ class Bursts(Driver):
         return self._send(t)
 
 
+class PlanDriver(Driver):
+    """bench.play's rules for a list of bench.workloads.PlannedRequest: a request leaves once the one it
+    follows (`after`) has ended and every earlier request has `wait_tokens` tokens (or has ended), at most
+    `users` in flight, in the plan's order."""
+
+    def __init__(self, requests: Sequence[SimRequest], plan: Sequence[Any], users: int) -> None:
+        self.requests, self.plan, self.users = list(requests), list(plan), max(1, users)
+        self.sent = [False] * len(self.plan)
+        self.ended = [False] * len(self.plan)
+        self.in_flight = 0
+        self.index = {id(r): i for i, r in enumerate(self.requests)}
+
+    def _due(self, i: int) -> bool:
+        planned = self.plan[i]
+        if planned.after is not None and not self.ended[planned.after]:
+            return False
+        if planned.wait_tokens:
+            return all(self.ended[j] or len(self.requests[j].record.token_ns) >= planned.wait_tokens
+                       for j in range(i))
+        return True
+
+    def _release(self, t: float) -> list[tuple[float, SimRequest]]:
+        out = []
+        for i in range(len(self.plan)):
+            if self.in_flight >= self.users:
+                break
+            if not self.sent[i] and self._due(i):
+                self.sent[i] = True
+                self.in_flight += 1
+                out.append((t, self.requests[i]))
+        return out
+
+    def start(self, t0: float) -> list[tuple[float, SimRequest]]:
+        return self._release(t0)
+
+    def finished(self, request: SimRequest, t: float) -> list[tuple[float, SimRequest]]:
+        self.ended[self.index[id(request)]] = True
+        self.in_flight -= 1
+        return self._release(t)
+
+    def poll(self, t: float) -> list[tuple[float, SimRequest]]:
+        return self._release(t) if any(p.wait_tokens for p in self.plan) and not all(self.sent) else []
+
+
 class SimulationError(RuntimeError):
     pass
 
@@ -279,6 +329,9 @@ class Simulator:
             self._deliver()
             progressed = self.scheduler.step()
             self._sample()
+            poll = getattr(driver, "poll", None)
+            if poll is not None:
+                self._push(poll(self.clock.t))
             if progressed:
                 if self.backend.forwards - forwards > self.max_forwards:
                     raise SimulationError(f"more than {self.max_forwards} forwards: the workload does not end")

@@ -98,7 +98,7 @@ class SimRun:
             repeat, warmup, index = request.tag
             record = request.record
             row = {**ident, **base, S.REPEAT: repeat, S.WARMUP: warmup, S.REQUEST_INDEX: index,
-                   **stats.request_metrics(record, 0)}
+                   **stats.request_metrics(record, 0), **request.columns}
             row[S.SHORT_OUTPUT] = bool(record.ok and max_new is not None and row[S.OUTPUT_TOKENS] < max_new)
             rows.append(row)
             if not warmup:
@@ -134,7 +134,7 @@ class SimRun:
                   S.KV_USAGE_MAX: max((s.kv_tokens for s in inside), default=float("nan")) / capacity}
         if hasattr(S, "MACHINE_BUSY"):
             server[S.MACHINE_BUSY] = False  # nothing else shared a virtual clock
-        point_row = {**ident, **base, **summary, **server}
+        point_row = {**ident, **base, **summary, **server, **point.columns}
         if self.light:
             self.point_rows.append(point_row)
             self.request_rows.extend(rows)

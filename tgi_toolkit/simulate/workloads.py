@@ -22,7 +22,7 @@ from tgi_toolkit.bench.scenarios import (
     ingestion_point_id,
     rate_point_id,
 )
-from tgi_toolkit.simulate.events import Bursts, ClosedLoop, Driver, OpenLoop, SimRequest
+from tgi_toolkit.simulate.events import Bursts, ClosedLoop, Driver, OpenLoop, PlanDriver, SimRequest
 
 VOCAB = 32_000
 
@@ -60,6 +60,8 @@ class Point:
     windows: list[tuple[int, int]] | None = None  # filled by the runner for batch points
     batch: tuple[int, int, int] | None = None  # (batch size, sequence length, decode length)
     send_lag_s: list[float] = field(default_factory=list)
+    columns: dict[str, Any] = field(default_factory=dict)  # the point's own columns, filled once it has run
+    finish: Any = None  # called with (point, hit tokens, lookup tokens) once it has run, to fill `columns`
 
     @property
     def requests(self) -> list[SimRequest]:
@@ -128,3 +130,74 @@ def ingestion_points(prompts: TokenPrompts, prompt_lengths: Sequence[int], repea
         out.append(Point(ingestion_point_id(length), {S.USERS: 1, S.PROMPT_TOKENS: length, S.MAX_NEW_TOKENS: 1},
                          [Phase(ClosedLoop(reqs, 1), reqs)]))
     return out
+
+
+# -- bench.workloads: shared prefixes, multi-turn conversations, a long prompt joining streams --------------
+def _planned(plan: Sequence[Any], repeat: int = 0, warmup: bool = False, salt: str = "") -> list[SimRequest]:
+    from tgi_toolkit.bench.workloads import synthetic_ids
+
+    out = []
+    for r in plan:
+        ids = synthetic_ids(r)
+        if salt:  # a run's own token ids: another run's cache must not make its first request warm
+            ids = [(i + hash(salt) % 9973) % (VOCAB - 1) + 1 for i in ids]
+        out.append(SimRequest(ids, r.max_new_tokens, tag=(repeat, warmup, r.index),
+                              columns={S.GROUP: r.group, S.TURN: r.turn, S.PROMPT_TOKENS: r.prompt_tokens,
+                                       S.MAX_NEW_TOKENS: r.max_new_tokens}))
+    return out
+
+
+def _hit_rate(point: Point, hit: float, lookup: float) -> None:
+    point.columns.update({S.PREFIX_HIT_RATE: hit / lookup if lookup > 0 else float("nan"),
+                          S.PREFIX_HIT_TOKENS: float(hit), S.PREFIX_LOOKUP_TOKENS: float(lookup)})
+
+
+def shared_prefix_points(workload: Any) -> list[Point]:
+    plan = workload.requests()
+    reqs = _planned(plan)
+    return [Point(workload.point_id, {S.USERS: workload.users, S.PROMPT_TOKENS: workload.prefix_tokens
+                                      + workload.suffix_tokens, S.MAX_NEW_TOKENS: workload.max_new_tokens},
+                  [Phase(PlanDriver(reqs, plan, workload.max_in_flight), reqs)], finish=_hit_rate)]
+
+
+def multi_turn_points(workload: Any) -> list[Point]:
+    plan = workload.requests()
+    reqs = _planned(plan)
+    return [Point(workload.point_id, {S.USERS: workload.max_in_flight, S.PROMPT_TOKENS: workload.prompt_tokens(0),
+                                      S.MAX_NEW_TOKENS: workload.max_new_tokens},
+                  [Phase(PlanDriver(reqs, plan, workload.max_in_flight), reqs)], finish=_hit_rate)]
+
+
+def _stall(point: Point, hit: float, lookup: float) -> None:
+    from tgi_toolkit.bench.play import stall_gaps
+
+    inside: list[float] = []
+    before: list[float] = []
+    ttfts: list[float] = []
+    steps: dict[int, list[SimRequest]] = {}
+    for r in point.requests:
+        repeat, warm, _ = r.tag
+        if not warm:
+            steps.setdefault(repeat, []).append(r)
+    for step in steps.values():
+        streams, long = [r.record for r in step[:-1]], step[-1].record
+        gaps_in, gaps_before, _ = stall_gaps(streams, long)
+        inside += gaps_in
+        before += gaps_before
+        if long.token_ns:
+            ttfts.append((long.token_ns[0] - long.sent_ns) / 1e9)
+    point.columns.update({S.STALL_MAX_GAP_S: max(inside) if inside else float("nan"),
+                          S.STALL_P99_GAP_S: float(np.percentile(inside, 99)) if inside else float("nan"),
+                          S.STALL_BASELINE_GAP_S: float(np.median(before)) if before else float("nan"),
+                          S.LONG_PROMPT_TTFT_S: float(np.median(ttfts)) if ttfts else float("nan")})
+
+
+def decode_stall_points(workload: Any, repeats: int, warmups: int) -> list[Point]:
+    phases = []
+    for step in range(warmups + repeats):
+        warm = step < warmups
+        plan = workload.requests(step)
+        reqs = _planned(plan, step if warm else step - warmups, warm)
+        phases.append(Phase(PlanDriver(reqs, plan, workload.max_in_flight), reqs))
+    return [Point(workload.point_id, {S.USERS: workload.streams, S.PROMPT_TOKENS: workload.long_prompt_tokens,
+                                      S.MAX_NEW_TOKENS: workload.stream_tokens}, phases, finish=_stall)]
