@@ -124,7 +124,7 @@ it would run. `form.config` is the `LauncherConfig` it holds; pass it to `Server
 """),
     code("""
 if show_form:
-    from tgi_toolkit.widgets import launcher_form
+    from tgi_toolkit.config.widgets import launcher_form
 
     form = launcher_form(config, target=backend if backend in ("embedded", "tgi", "tgi-docker", "vllm") else "embedded")
     display(form)"""),
@@ -154,7 +154,7 @@ from tgi_toolkit.planner import compare, parse_reported_capacity
 reported = parse_reported_capacity("\\n".join(server.logs(None)))
 print("reported by the server:", reported.get("max_batch_total_tokens"), "tokens")
 if backend == "embedded":
-    from tgi_toolkit.engine.model import converted_model_dir, resolve_model
+    from tgi_toolkit.config.model_files import converted_model_dir, resolve_model
     from tgi_toolkit.planner import plan_embedded
 
     source = resolve_model(config.model_id)
@@ -314,16 +314,22 @@ plots.ingestion_plot(ingestion.requests)"""),
     md("""
 ## The main metrics of a model card
 
-`Results.main_metrics()` reads the three numbers of a happy_vllm card from everything in the
-results folder, as the model card does; `basis` says how each was obtained (here the generation
-speed comes from the nearest point measured, not from 10 users with 1024-token prompts:
-`05_model_card` explains).
+`Results.main_metrics()` reads the three numbers of a happy_vllm card, as the model card does;
+`basis` says how each was obtained (here the generation speed comes from the nearest point measured,
+not from 10 users with 1024-token prompts: `05_model_card` explains). They come from this notebook's
+three runs only (`Results.select`): a folder reused with other parameters also holds earlier runs'
+points, and a summary over all of them would report one of those as this run's.
 """),
     code("""
 from tgi_toolkit.bench import load_results
 
 stack.close()  # stops the server this notebook launched
-load_results(output_dir).main_metrics()[["label", "text", "basis"]]"""),
+folder = load_results(output_dir)
+mine = [run_id for part in (batch, load, ingestion) for run_id in part.run_ids]
+others = [run_id for run_id in folder.run_ids if run_id not in mine]
+print(f"main metrics of this notebook's {len(mine)} runs"
+      + (f"; {len(others)} other run(s) in {output_dir} (other parameters) left out" if others else ""))
+folder.select(mine).main_metrics()[["label", "text", "basis"]]"""),
 ]
 
 # ------------------------------------------------------------------------------------------------------
@@ -394,7 +400,7 @@ same folder skips what is finished (`resume`).
     code("""
 results = sweep.run(output_dir, resume=resume, progress=progress)
 status = sweep_status(output_dir)
-status[["label", *sweep.knobs(), "status", "problems"]]"""),
+status[["label", *sweep.knobs(), "status", "problems", "error"]]"""),
     md("""
 ## Throughput and latency per configuration
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,13 @@ def test_one_parameters_cell_of_plain_assignments_and_no_outputs(name: str) -> N
 
 
 # -- headless runs ----------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every notebook runs as on a GPU host without internet: the kernel papermill starts inherits
+    HF_HUB_OFFLINE=1, under which huggingface_hub refuses any request, even to 127.0.0.1."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
 def execute(name: str, **parameters: Any) -> nbformat.NotebookNode:
     import papermill
 
@@ -112,10 +120,15 @@ def test_02_benchmark(server, tmp_path) -> None:
     from tgi_toolkit.bench import load_results
 
     results_dir = tmp_path / "results"
+    # The folder already holds runs with other parameters (the example set: among them the card's own
+    # 10 users x 1024/128 point): the notebook's summary must keep to its own runs (issue 15 item 6).
+    shutil.copytree(example_results_dir(), results_dir)
+    earlier = set(load_results(results_dir).run_ids)
     nb = execute("02_benchmark", url=server.url, output_dir=str(results_dir), batch_sizes=[1, 2], sequence_length=16,
                  decode_length=4, runs=1, warmups=0, users=[1, 2], prompt_tokens=16, max_new_tokens=4, requests=2,
                  ingestion_prompt_tokens=[16, 64], ingestion_repeats=1, progress=False)
     results = load_results(results_dir)
+    results = results.select([r for r in results.run_ids if r not in earlier])
     assert sorted({r["scenario"] for r in results.runs}) == ["batch", "concurrency", "ingestion"]
     assert all(r["status"] == "complete" for r in results.runs)
     assert sorted(results.batch["batch_size"].unique()) == [1, 2]
@@ -129,6 +142,7 @@ def test_02_benchmark(server, tmp_path) -> None:
     assert len(itl["data"]) == 2  # one per concurrency point
     assert "ingestion" in ingestion["layout"]["title"]["text"].lower()
     assert "Prompt ingestion speed" in text(nb) and "Mean generation speed for 2 parallel requests" in text(nb)
+    assert f"main metrics of this notebook's 3 runs; {len(earlier)} other run(s)" in text(nb)
 
 
 @pytest.mark.slow

@@ -391,6 +391,20 @@ def report_paths(output: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
     return folder / f"{stem}.md", folder / f"{stem}.html", folder / FIGURES_DIR
 
 
+def _sweep_failures(folder: Path | None) -> list[str]:
+    """'label: why' for each configuration of the sweep in `folder` that did not complete."""
+    if folder is None:
+        return []
+    from tgi_toolkit.sweep.manifest import Manifest
+
+    failures = []
+    for entry in Manifest(folder).read().get("configs", []):
+        if entry.get("in_spec", True) and entry.get("status") != "complete":
+            why = entry.get("error") or "; ".join(p["rule"] for p in entry.get("problems") or []) or "not run"
+            failures.append(f"{entry.get('label')}: {entry.get('status')} ({why})")
+    return failures
+
+
 def write_report(results_or_folder: Any, output: str | os.PathLike[str], *, figure_format: str = "auto",
                  users: int = CARD_USERS, prompt_tokens: int = CARD_PROMPT_TOKENS,
                  max_new_tokens: int = CARD_MAX_NEW_TOKENS) -> Path:
@@ -405,6 +419,10 @@ def write_report(results_or_folder: Any, output: str | os.PathLike[str], *, figu
     results = as_results(results_or_folder)
     if not len(results.points) and not len(results.requests) and not len(results.batch):
         where = f" in {results.path}" if results.path else ""
+        failures = _sweep_failures(results.path)
+        if failures:  # a sweep ran and measured nothing: say what became of each configuration
+            raise ValueError(f"no results{where}: every configuration of the sweep failed: {'; '.join(failures)} "
+                             f"(fix the cause, then rerun the sweep with retry_failed=True / --retry-failed)")
         raise ValueError(f"no results{where}: nothing to report (run `tgi-toolkit bench` or a sweep first)")
     md_path, html_path, fig_dir = report_paths(output)
     fig_dir.mkdir(parents=True, exist_ok=True)

@@ -134,6 +134,17 @@ class Results:
         return Results(pick(self.requests), pick(self.points), pick(self.batch), pick(self.server),
                        [r for r in self.runs if r["run_id"] == run_id], self.path)
 
+    def select(self, run_ids: Sequence[str]) -> Results:
+        """The rows of these runs only: a folder reused with other parameters also holds other runs'
+        points, which summaries of one session (main metrics, a card, figures) must leave out."""
+        wanted = set(run_ids)
+
+        def pick(df: pd.DataFrame) -> pd.DataFrame:
+            return df[df[S.RUN_ID].isin(wanted)].reset_index(drop=True)
+
+        return Results(pick(self.requests), pick(self.points), pick(self.batch), pick(self.server),
+                       [r for r in self.runs if r["run_id"] in wanted], self.path)
+
     def tables(self, run_id: str | None = None) -> str:
         """text-generation-benchmark's tables (seed 000) for the batch runs, as Markdown."""
         from tgi_toolkit.bench.tables import batch_tables
