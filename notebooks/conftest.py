@@ -1,9 +1,12 @@
 """`pytest --nbval-lax notebooks/` (part of `make test` through pyproject's testpaths and addopts) runs
 every notebook with its own defaults. Each starts a kernel and most start a server: mark them slow
-so that the quick loop (`pytest -m "not slow"`) leaves them out."""
+so that the quick loop (`pytest -m "not slow"`) leaves them out. They run with HF_HUB_OFFLINE=1, as on a
+GPU host without internet."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,3 +18,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.slow)
+
+
+def _is_notebook(item: pytest.Item) -> bool:
+    return HERE in Path(str(item.fspath)).resolve().parents
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    # Set before nbval's set-up of the notebook starts its kernel, which inherits this environment.
+    previous = os.environ.get("HF_HUB_OFFLINE")
+    if _is_notebook(item):
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        if _is_notebook(item):
+            if previous is None:
+                os.environ.pop("HF_HUB_OFFLINE", None)
+            else:
+                os.environ["HF_HUB_OFFLINE"] = previous

@@ -32,22 +32,35 @@ class Answer:
     tokens: int
 
 
-def ask(url: str, question: str = DEFAULT_QUESTION, max_tokens: int = 64) -> Answer:
-    """Stream a greedy chat answer from any OpenAI-compatible server; time its first token."""
-    from huggingface_hub import InferenceClient
+def ask(url: str, question: str = DEFAULT_QUESTION, max_tokens: int = 64, *, api_key: str | None = None) -> Answer:
+    """Stream a greedy chat answer from any OpenAI-compatible server; time its first token.
 
-    client = InferenceClient(base_url=url)
-    sent = time.perf_counter()
-    first = None
-    parts: list[str] = []
-    for chunk in client.chat_completion(messages=[{"role": "user", "content": question}], max_tokens=max_tokens,
-                                        temperature=0, stream=True):
-        delta = chunk.choices[0].delta.content if chunk.choices else None
-        if delta:
-            first = first or time.perf_counter()
-            parts.append(delta)
-    end = time.perf_counter()
-    return Answer("".join(parts).strip(), (first or end) - sent, end - sent, len(parts))
+    Sent with the bench's own chat client (aiohttp), which talks to a local URL whatever
+    HF_HUB_OFFLINE says: huggingface_hub's InferenceClient refuses every request in offline mode,
+    127.0.0.1 included. Raises RuntimeError naming the server's error when the request fails.
+    """
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tgi_toolkit.bench.client import ChatClient, GenerationRequest, StreamRecord, now_ns
+
+    async def one() -> tuple[StreamRecord, int]:
+        async with ChatClient(url, api_key=api_key) as client:
+            record = await client.stream(GenerationRequest(question, max_tokens))
+            return record, now_ns()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        record, end = asyncio.run(one())
+    else:  # a notebook's kernel runs a loop in this thread: the request gets a thread and a loop of its own
+        with ThreadPoolExecutor(1) as pool:
+            record, end = pool.submit(asyncio.run, one()).result()
+    if record.error:
+        raise RuntimeError(f"{url}: the chat request failed ({record.error}: {record.error_message})")
+    first = record.token_ns[0] if record.token_ns else end
+    return Answer((record.text or "").strip(), (first - record.sent_ns) / 1e9, (end - record.sent_ns) / 1e9,
+                  len(record.token_ns))
 
 
 def run(config: Any = None, backend: str = "embedded", question: str = DEFAULT_QUESTION,

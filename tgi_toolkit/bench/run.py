@@ -212,10 +212,10 @@ class Run:
         """Announce the points of this run (for the progress bar and the server-death message)."""
         self.total_points = len(point_ids)
         if self.progress:
-            from tqdm.auto import tqdm
+            from tgi_toolkit.progress import progress_bar
 
             done = sum(p in self.finished for p in point_ids)
-            self._bar = tqdm(total=len(point_ids), initial=done, desc=f"{self.scenario} points", unit="point")
+            self._bar = progress_bar(len(point_ids), f"{self.scenario} points", unit="point", initial=done)
 
     def skip(self, point_id: str) -> bool:
         return point_id in self.finished
@@ -223,10 +223,11 @@ class Run:
     def request_bar(self, total: int, desc: str) -> Any:
         if not self.progress:
             return None
-        from tqdm.auto import tqdm
+        from tgi_toolkit.progress import progress_bar
 
-        bar = tqdm(total=total, desc=desc, unit="req", leave=False)
-        self._bars.append(bar)
+        bar = progress_bar(total, desc, unit="req", transient=True)  # None where it cannot be redrawn
+        if bar is not None:
+            self._bars.append(bar)
         return bar
 
     async def prompt_list(self, length: int, n: int) -> list[str]:

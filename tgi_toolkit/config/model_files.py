@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tgi_toolkit.progress import redraws_in_place
+
 log = logging.getLogger("tgi_toolkit.engine.model")
 
 DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -135,6 +137,12 @@ def _load_pretrained(path: Path, dtype: Any, **kwargs: Any) -> tuple[Any, Any]:
     # the caller's process and its children (a notebook's huggingface_hub InferenceClient then
     # refused to talk even to the local server).
     kwargs.setdefault("local_files_only", True)
+    if not redraws_in_place():
+        # transformers' "Loading weights" bar, written to a log (the engine's stderr under Server, CI), is one
+        # line of carriage returns per refresh; a log line says when loading is done instead.
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
     return tokenizer, model
@@ -243,3 +251,16 @@ def _forget_gguf_origin(model: Any) -> None:
         model.is_quantized = False
 
 
+
+
+def model_config_file(model: str, revision: str | None = None) -> Path:
+    """The config.json describing `model`: a config.json itself, a model directory, or any model id the
+    embedded engine takes (the bundled default by name, a .gguf file, a hub id in the local cache), read
+    the way the engine finds it (a GGUF model through its converted copy, made now if missing).
+    Raises ModelNotFoundError naming every place looked."""
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".json":
+        return path
+    if path.is_dir() and (path / "config.json").is_file():
+        return path / "config.json"
+    return converted_model_dir(resolve_model(model, revision)) / "config.json"

@@ -7,7 +7,8 @@ import os
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engine") -> int:
+    """Serve with the launcher flags in `argv`; `prog` is the command the help names (how it was started)."""
     from tgi_toolkit.config import ConfigError, LauncherConfig
     from tgi_toolkit.engine.model import ModelNotFoundError
     from tgi_toolkit.engine.runner import UnsupportedModelError
@@ -16,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
         parser = argparse.ArgumentParser(
-            prog="python -m tgi_toolkit.engine",
+            prog=prog,
             description="The embedded TGI-compatible engine. Takes text-generation-launcher's flags "
                         "and environment variables.")
         LauncherConfig.add_arguments(parser)
@@ -38,4 +39,4 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         add_help=False, prefix_chars="\0",  # every argument goes through to the launcher parser
     )
     parser.add_argument("launcher_args", nargs=argparse.REMAINDER)
-    parser.set_defaults(func=lambda args: main(args.launcher_args))
+    parser.set_defaults(func=lambda args: main(args.launcher_args, prog="tgi-toolkit serve"))

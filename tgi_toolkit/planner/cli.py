@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from tgi_toolkit.planner.dtypes import QUANT_SCHEMES
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, parse_size
@@ -15,8 +16,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "plan", help="predict the KV-cache capacity and launcher settings for a model on a GPU",
         description="Plan a deployment before launching it: weights, KV cache per token, the "
                     "max-batch-total-tokens that fits, concurrent users, and recommended launcher flags.")
-    p.add_argument("--model", required=True, metavar="CONFIG_OR_DIR",
-                   help="a config.json, or a model directory holding one")
+    p.add_argument("--model", required=True, metavar="MODEL",
+                   help="a config.json, a model directory holding one, or a model as `tgi-toolkit serve "
+                        "--model-id` takes it (the default HuggingFaceTB/SmolLM2-135M-Instruct by name, a .gguf "
+                        "file, a hub id already in the local cache)")
     p.add_argument("--gpu", required=True,
                    help=f"a card ({', '.join(KNOWN_GPUS)}), a memory size ('24GiB', '80GB'), "
                         "or 'embedded' for this toolkit's CPU engine")
@@ -45,9 +48,18 @@ def run(args: argparse.Namespace) -> int:
                   output_tokens=args.output_tokens, max_input_tokens=args.max_input_tokens,
                   max_total_tokens=args.max_total_tokens, max_batch_prefill_tokens=args.max_batch_prefill_tokens,
                   model_id=args.model_id)
+    from tgi_toolkit.config.model_files import ModelNotFoundError, model_config_file
+
+    try:
+        model = model_config_file(args.model)
+    except ModelNotFoundError as exc:
+        print(f"error: --model: {exc}", file=sys.stderr)
+        return 2
+    if args.model_id is None and not Path(args.model).expanduser().exists():
+        common["model_id"] = args.model  # a model named as serve takes it goes into the recommended command as is
     try:
         overhead = parse_size(args.overhead, field="--overhead") if args.overhead else None
-        result = plan(args.model, args.gpu, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
+        result = plan(model, args.gpu, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
                       num_shard=args.num_shard, overhead_bytes=overhead, **common)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -29,6 +29,8 @@ from typing import Any
 
 import httpx
 
+# the same test as the bench's and the sweep's progress: a terminal or a notebook kernel
+from tgi_toolkit.progress import redraws_in_place as _redraws_in_place
 from tgi_toolkit.server.base import TAIL_LINES, Backend, ManagedProcess, ServerError
 from tgi_toolkit.server.docker import DockerBackend
 from tgi_toolkit.server.embedded import EmbeddedBackend
@@ -339,18 +341,6 @@ class Server:
         display, self._startup = self._startup, None  # the lines that follow are the server's work
         if display is not None:
             display.close(self.seconds_to_healthy)
-
-
-def _redraws_in_place(stream: Any) -> bool:
-    """True where a progress line can be redrawn: a terminal, or a Jupyter kernel (tqdm.auto draws a
-    widget there). Written to a pipe or a file, every redraw would be one more line."""
-    with contextlib.suppress(Exception):
-        if stream.isatty():
-            return True
-    shell = sys.modules.get("IPython")  # imported by every kernel; never imported here for the check
-    get_ipython = getattr(shell, "get_ipython", None)
-    kernel = get_ipython() if get_ipython is not None else None
-    return kernel is not None and "IPKernelApp" in getattr(kernel, "config", {})
 
 
 class _StartupDisplay:

@@ -355,9 +355,9 @@ def run_sweep(sweep: SweepPlan, folder: str | os.PathLike[str], *, resume: bool 
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tgi_toolkit.progress import progress_bar
 
-        bar = tqdm(total=len(configs), initial=len(configs) - len(jobs), desc="sweep configurations", unit="config")
+        bar = progress_bar(len(configs), "sweep configurations", unit="config", initial=len(configs) - len(jobs))
 
     def done(entry: dict[str, Any]) -> None:
         if bar is not None:
