@@ -23,7 +23,7 @@ import torch
 
 from tgi_toolkit.engine.runner import LlamaRunner, Seq
 from tgi_toolkit.engine.sampling import TokenChooser, choose_batch
-from tgi_toolkit.engine.scheduler import BatchingLimits, Entry, Observer, Queue, Scheduler
+from tgi_toolkit.engine.scheduler import Entry, Forward, Observer, Queue, Row, Scheduler, SchedulerConfig, segment
 from tgi_toolkit.engine.validation import ValidRequest
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,10 @@ class _State:
     chooser: TokenChooser
     emit: Callable[[Any], None]
     seq: Seq | None = None
+    entry: Entry | None = None  # the queue entry (segment) whose KV `seq` holds
+    queued_at: float = 0.0
+    batched_at: float | None = None  # when the request's first segment was admitted
+    prefill_logits: list[torch.Tensor] = field(default_factory=list)  # chunks' logits, for prefill logprobs
     generated: list[int] = field(default_factory=list)
     tokens: list[Token] = field(default_factory=list)
     top_tokens: list[list[Token]] = field(default_factory=list)
@@ -126,16 +130,69 @@ class ModelBackend:
         return ""
 
     # -- scheduler Backend protocol ------------------------------------------------------
-    def prefill(self, entries: list[Entry]) -> None:
-        states: list[_State] = [e.request for e in entries]
-        seqs, logits = self.runner.prefill([e.input_ids for e in entries],
-                                           [s.request.decoder_input_details for s in states])
-        for state, seq, rows in zip(states, seqs, logits, strict=True):
-            state.seq = seq
-            if state.request.decoder_input_details:
-                state.prefill = self._prefill_tokens(state.request.input_ids, rows)
-        last = torch.cat([rows[-1:] for rows in logits])
-        self._advance(entries, last)
+    def forward(self, forward: Forward) -> None:
+        """Run one forward of the scheduler's batch: prompt chunks and decoding rows together."""
+        runner = self.runner
+        rows = sorted(forward.rows, key=self._row_order)  # the runner's tuned decode wants row order
+        inputs, store, all_logits = [], [], []
+        for row in rows:
+            entry, state = row.entry, row.entry.request
+            if state.entry is not entry:  # the entry's first forward (or a continuation segment's)
+                cached = entry.allocation.slots[:entry.cache_len] if entry.cache_len else ()
+                state.entry = entry  # before new_seq: release() must find a row it may have taken
+                state.seq = runner.new_seq(cached)
+                if state.batched_at is None:
+                    state.queued_at, state.batched_at = entry.queued_at, entry.batched_at
+            if row.prompt:
+                ids = entry.input_ids[row.start:row.start + row.length]
+                store.append(self._store_slots(entry, row) if runner.pool is not None else None)
+                all_logits.append(state.request.decoder_input_details and not state.prefill)
+            else:
+                ids = [entry.output_ids[-1]]
+                store.append(None)
+                all_logits.append(False)
+            inputs.append((state.seq, ids))
+        logits = runner.forward(inputs, all_logits if any(all_logits) else None,
+                                store if any(s is not None for s in store) else None)
+        emitting, last = [], []
+        for i, (row, rows_logits) in enumerate(zip(rows, logits, strict=True)):
+            state = row.entry.request
+            if all_logits[i]:
+                state.prefill_logits.append(rows_logits)
+            if row.emits:
+                if all_logits[i] or state.prefill_logits:
+                    if not state.prefill:
+                        state.prefill = self._prefill_tokens(state.request.input_ids,
+                                                             torch.cat(state.prefill_logits))
+                        state.prefill_logits = []
+                emitting.append(row.entry)
+                last.append(i)
+        if emitting:
+            all_last = runner.last_logits if getattr(runner, "last_logits", None) is not None else \
+                torch.cat([logits[i][-1:] for i in range(len(rows))])
+            self._advance(emitting, all_last[torch.tensor(last)] if len(last) != len(rows) else all_last)
+
+    @staticmethod
+    def _row_order(row: Row) -> int:
+        seq = row.entry.request.seq
+        return seq.row if seq is not None and row.entry.request.entry is row.entry else 1 << 30
+
+    @staticmethod
+    def _store_slots(entry: Entry, row: Row) -> list[int] | None:
+        """Pool slots for the prompt tokens this row computes, where the prefix cache may keep them."""
+        allocation = entry.allocation
+        if allocation is None or allocation.lookup is None:
+            return None
+        if row.start < allocation.prefix_len:  # a full hit recomputes one token of a block the trie owns
+            return None
+        return allocation.slots[row.start:row.start + row.length]
+
+    def release(self, entry: Entry) -> None:
+        state: _State = entry.request
+        if state.entry is entry:
+            if state.seq is not None and state.seq.row >= 0:
+                self.runner.release(state.seq)
+            state.seq = None
 
     def _prefill_tokens(self, ids: list[int], logits: torch.Tensor) -> list[Token]:
         logprobs = logits.log_softmax(-1)
@@ -144,16 +201,6 @@ class ModelBackend:
             out.append(Token(ids[i], self.token_text(ids[i]), float(logprobs[i - 1, ids[i]]),
                              ids[i] in self.special_ids))
         return out
-
-    def decode(self, entries: list[Entry]) -> None:
-        ordered = sorted(entries, key=lambda e: e.request.seq.row)
-        logits = self.runner.decode([e.request.generated[-1] for e in ordered])
-        self._advance(ordered, logits)
-
-    def release(self, entry: Entry) -> None:
-        state: _State = entry.request
-        if state.seq is not None and state.seq.row >= 0:
-            self.runner.release(state.seq)
 
     # -- tokens ------------------------------------------------------------------------
     def _advance(self, entries: list[Entry], logits: torch.Tensor) -> None:
@@ -166,6 +213,7 @@ class ModelBackend:
             if entry.cancelled:
                 continue
             state.generated.append(choice.token_id)
+            entry.output_ids.append(choice.token_id)
             special = choice.token_id in self.special_ids
             text = self._incremental_text(state)
             token = Token(choice.token_id, text if not special else self.token_text(choice.token_id),
@@ -198,11 +246,12 @@ class ModelBackend:
         text = self._decode(state.generated, skip_special=True)
         if state.request.return_full_text:
             text = state.request.inputs + text
-        batched = entry.batched_at or entry.queued_at
+        queued_at = state.queued_at or entry.queued_at
+        batched = state.batched_at or entry.batched_at or queued_at
         return Finish(
             reason=reason, generated_text=text, generated_tokens=len(state.generated),
-            seed=state.chooser.seed, input_length=entry.input_length,
-            queued=batched - entry.queued_at, inference=now - batched, prefill=state.prefill,
+            seed=state.chooser.seed, input_length=len(state.request.input_ids),
+            queued=batched - queued_at, inference=now - batched, prefill=state.prefill,
             tokens=state.tokens, top_tokens=state.top_tokens, logprob_sum=state.logprob_sum,
         )
 
@@ -253,15 +302,23 @@ class ComputeThread:
 class Engine:
     """Owns the queue, the scheduler thread and the model backend; the API's only dependency."""
 
-    def __init__(self, backend: ModelBackend, limits: BatchingLimits, observer: Observer | None = None):
+    def __init__(self, backend: ModelBackend, limits: SchedulerConfig, observer: Observer | None = None):
         self.backend = backend
         self.limits = limits
-        self.queue = Queue(observer)
-        self.scheduler = Scheduler(self.queue, self._guarded(backend), limits, observer)
+        self.observer = observer or Observer()
+        self.queue = Queue(self.observer)
+        self.scheduler = Scheduler(self.queue, backend, limits, self.observer, on_failure=self._fail)
         self._thread: threading.Thread | None = None
-        self.failure: BaseException | None = None
+        self.failure: BaseException | None = None  # set when the compute side died
+        self.on_death: Callable[[BaseException], None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         backend.deliver = self._deliver
+        if limits.prefix_caching and hasattr(backend.runner, "enable_pool"):
+            backend.runner.enable_pool(limits.max_batch_total_tokens // limits.block_size * limits.block_size)
+
+    @property
+    def healthy(self) -> bool:
+        return self.failure is None
 
     def _deliver(self, events: list[tuple[Callable[[Any], None], Any]]) -> None:
         if events and self.loop is not None:
@@ -269,35 +326,29 @@ class Engine:
         else:  # no loop yet (tests driving the engine directly)
             _run_all(events)
 
-    def _guarded(self, backend: ModelBackend) -> Any:
-        engine = self
+    def _fail(self, entries: list[Entry], error: BaseException) -> None:
+        """Each request of a failed forward ends with TGI's 424 `generation` error."""
+        message = str(error) or type(error).__name__
+        self.backend.deliver([(entry.request.emit, GenerationError(message)) for entry in entries
+                              if entry.request is not None])
 
-        class Guarded:
-            # A model failure ends the requests in the batch with an error, not the server.
-            def prefill(self, entries: list[Entry]) -> None:
-                engine._run(backend.prefill, entries)
-
-            def decode(self, entries: list[Entry]) -> None:
-                engine._run(backend.decode, entries)
-
-            def release(self, entry: Entry) -> None:
-                backend.release(entry)
-
-        return Guarded()
-
-    def _run(self, fn: Callable[[list[Entry]], None], entries: list[Entry]) -> None:
+    def _loop(self) -> None:
+        """The batching loop; if it dies, every request ends with an error and the owner is told."""
         try:
-            fn(entries)
-        except Exception as exc:  # surfaces to each client as 424 `generation`
-            log.exception("generation failed")
-            for entry in entries:
-                entry.finished = True
-            self.backend.deliver([(entry.request.emit, GenerationError(str(exc))) for entry in entries])
+            self.scheduler.run()
+        except BaseException as exc:  # the compute side is gone: nothing may hang on it
+            log.critical("the batching loop died; the engine cannot serve", exc_info=exc)
+            self.failure = exc
+            try:
+                self.scheduler.abort_all(exc)
+            finally:
+                if self.on_death is not None:
+                    self.on_death(exc)
 
     def start(self, compute: ComputeThread | None = None) -> None:
         """Run the batching loop in `compute` (the thread that loaded the model), or a new thread."""
         compute = compute or ComputeThread()
-        compute.hand_over(self.scheduler.run)
+        compute.hand_over(self._loop)
         self._thread = compute.thread
 
     def stop(self) -> None:
@@ -306,8 +357,11 @@ class Engine:
             self._thread.join(timeout=10)
 
     def submit(self, request: ValidRequest, emit: Callable[[Any], None]) -> Entry:
+        if self.failure is not None:
+            raise GenerationError(f"the engine's compute side died: {self.failure}")
         state = _State(request=request, chooser=TokenChooser(request.sampling), emit=emit)
-        entry = Entry(input_ids=request.input_ids, max_new_tokens=request.max_new_tokens, request=state)
+        entry = segment(request.input_ids, request.max_new_tokens, request=state,
+                        lookup=not request.decoder_input_details)
         self.queue.append(entry)
         return entry
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from tgi_toolkit.engine.scheduler import Entry
+from tgi_toolkit.engine.scheduler import Entry, Observer
+
+# TGI's v3 allocator logs every allocation attempt at INFO under its router crate's target.
+allocation_log = logging.getLogger("text_generation_router_v3::radix")
 
 # TGI's buckets are exponential; these cover a CPU engine's milliseconds to minutes.
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)
@@ -12,7 +17,7 @@ _TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-class Metrics:
+class Metrics(Observer):
     """All of the engine's metrics in one registry; also the scheduler's `Observer`."""
 
     def __init__(self) -> None:
@@ -52,6 +57,20 @@ class Metrics:
         self.queue_size = Gauge("tgi_queue_size", "Requests waiting", registry=r)
         self.batch_max_total_tokens = Gauge("tgi_batch_max_total_tokens", "Token budget of a batch",
                                             registry=r)
+        self.batch_inference_failure = Counter("tgi_batch_inference_failure", "Forward passes that failed",
+                                               ["method"], registry=r)
+        self.batch_concat = Counter("tgi_batch_concat", "New groups joined to a running batch", ["reason"],
+                                    registry=r)
+        # The toolkit's own extension (TGI has no prefix-cache metric): what the cache saved.
+        self.prefix_lookup_tokens = Counter(
+            "tgi_toolkit_prefix_cache_lookup_tokens",
+            "Prompt tokens of admitted requests that looked up the prefix cache (toolkit extension)", registry=r)
+        self.prefix_hit_tokens = Counter(
+            "tgi_toolkit_prefix_cache_hit_tokens",
+            "Prompt tokens whose keys and values came from the prefix cache (toolkit extension)", registry=r)
+        self.prefill_computed_tokens = Counter(
+            "tgi_toolkit_prefill_computed_tokens", "Prompt tokens computed by forwards (toolkit extension)",
+            registry=r)
 
     # -- scheduler Observer ------------------------------------------------------------
     def dropped(self, entry: Entry) -> None:
@@ -65,10 +84,27 @@ class Metrics:
         self.batch_current_max_tokens.set(max_tokens)
         self.queue_size.set(queue_size)
 
-    def forward(self, method: str, size: int, seconds: float) -> None:
+    def forward(self, method: str, size: int, seconds: float, tokens: int = 0) -> None:
         self.batch_inference_count.labels(method=method).inc()
         self.batch_inference_success.labels(method=method).inc()
         self.batch_forward_duration.labels(method=method).observe(seconds)
+
+    def concat(self, reason: str) -> None:
+        self.batch_concat.labels(reason=reason).inc()
+
+    def allocation(self, prefix_len: int, suffix_len: int) -> None:
+        allocation_log.info("Prefix %d - Suffix %d", prefix_len, suffix_len)
+
+    def prefix(self, lookup_tokens: int, hit_tokens: int) -> None:
+        self.prefix_lookup_tokens.inc(lookup_tokens)
+        self.prefix_hit_tokens.inc(hit_tokens)
+
+    def computed(self, prompt_tokens: int) -> None:
+        self.prefill_computed_tokens.inc(prompt_tokens)
+
+    def failed(self, entries: list[Entry], error: BaseException) -> None:
+        self.batch_inference_failure.labels(method="prefill" if any(e.prefilling for e in entries)
+                                            else "decode").inc()
 
     def next_batch(self, size: int) -> None:
         self.batch_next_size.observe(size)

@@ -1,244 +1,496 @@
-"""TGI's continuous-batching scheduler: a FIFO queue and the loop that grows the running batch.
+"""TGI 3's router: the queue's admission rules and the batching loop, for both of TGI's paths.
 
-The rules are TGI's router (non-chunking path, see shared/reference/TGI.md):
-- idle: take a batch with no minimum size, prefill it, set `waiting_tokens = 1`;
-- running: before each decode step try to add waiting requests, with
-  `min_size = floor(running * waiting_served_ratio)` unless `waiting_tokens >= max_waiting_tokens`
-  (then no minimum), `max_size = max_batch_size - running` and the token budget left after the
-  running requests' reservations; a new batch is prefilled alone, joins, and resets
-  `waiting_tokens`; then one decode step for everyone and `waiting_tokens += 1`;
-- a request reserves `input_length + max_new_tokens` tokens; the queue stops at the first
-  request that does not fit (FIFO, nothing skipped), and gives everything back when fewer than
-  `min_size` fit;
-- after every prefill or decode, finished requests and requests whose client went away leave
-  the batch and free their reservation.
+Held against TGI's v3 backend (`backend.rs` batching_task, `queue.rs` next_batch) and the shard's
+chunk sizing (`flash_causal_lm.py`); docs/tgi-rules.md states the rules this module follows, by
+the names used in the comments below (B = batching loop, Q = queue, S = shard, N = non-chunking).
 
-The model side is behind `Backend`, so tests drive this module with a stand-in.
+Chunked prefill (the default, TGI 3 with flashinfer or flashdecoding attention):
+- B2: from idle, take a group with `max_size = max_batch_size` and the full budgets; run it as one
+  Prefill forward; go straight to the inner loop (no Decode first, so the queue is polled at once).
+- B3: each inner iteration asks the queue once, with no size limits and a prefill budget of
+  `max_batch_prefill_tokens - current_tokens` (the tokens already in the next forward). A group
+  that comes back runs in ONE forward together with the running batch (each decoding row adds one
+  token, counted `tgi_batch_concat{reason="chunking"}`); then, always, a Decode forward, with no
+  queue poll between the two.
+- Q4: the scan is FIFO and stops at the first entry that does not fit. An entry first allocates
+  `input + max_new_tokens + speculate - 1` tokens of blocks (a failed allocation stops the scan:
+  head-of-line blocking); only its uncached tokens count against the prefill budget; the last one
+  admitted may be partial (a chunk of `budget - tokens so far`); an entry with no budget left goes
+  back with its blocks released.
+- S5: after a forward that computed prompt tokens, the next chunk of every still-prefilling row is
+  `max(1, min(remaining, budget))`, the budget starting at `max_batch_prefill_tokens - (rows - 1)`
+  and handed out from the last row to the first.
+- B5/B8: `max_batch_size` caps only a batch started from idle; `waiting_served_ratio` and
+  `max_waiting_tokens` are ignored.
+
+Without chunking (`PREFILL_CHUNKING=0`, paged attention, speculation: TGI's older path, N1-N4):
+`min_size = floor(running * waiting_served_ratio)` until `waiting_tokens >= max_waiting_tokens`,
+`max_size = max_batch_size - running`; a new group is prefilled alone while the running batch
+waits, then joins it for the Decode (`tgi_batch_concat` reason `backpressure` or `wait_exceeded`).
+
+The model side is behind `Backend` and time behind `Clock`: the engine passes its model and
+`time.perf_counter`; tests pass a stand-in; the simulator passes a cost model and a virtual clock.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tgi_toolkit.engine.blocks import Allocation, RadixAllocator, SimpleAllocator
 
-@dataclass
+log = logging.getLogger(__name__)
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+
+class MonotonicClock:
+    def now(self) -> float:
+        return time.perf_counter()
+
+
+WALL = MonotonicClock()
+
+
+@dataclass(eq=False)
 class Entry:
-    """A validated request, from the queue to its last token."""
+    """A validated request (one segment of it), from the queue to its last token."""
 
     input_ids: list[int]
     max_new_tokens: int
     request: Any = None  # the engine's own per-request state (sampling, stopping, output sink)
+    lookup: bool = True  # False for decoder_input_details requests: no prefix-cache lookup or insert
     id: int = 0
-    queued_at: float = field(default_factory=time.perf_counter)
+    queued_at: float = 0.0
     batched_at: float | None = None
     cancelled: bool = False  # the client went away
     finished: bool = False
+    failed: bool = False  # a forward it was in raised: its KV is not to be trusted
+    allocation: Allocation | None = None
+    prefix_len: int = 0  # prompt tokens whose KV came from the prefix cache at admission
+    cache_len: int = 0  # prompt (and generated) tokens whose KV is present
+    chunk: int = 0  # tokens this entry computes in the next forward
+    generated: int = 0  # tokens emitted
+    # L5/L6: a request asking for more than SEGMENT_TOKENS new tokens runs as segments of at most
+    # that many; `max_total_new_tokens` is what is left of the whole request when this segment starts.
+    max_total_new_tokens: int | None = None
+    output_ids: list[int] = field(default_factory=list)  # the backend appends each token it chooses
 
     @property
     def input_length(self) -> int:
         return len(self.input_ids)
 
     @property
+    def prefilling(self) -> bool:
+        return self.cache_len < self.input_length
+
+    @property
     def reserved_tokens(self) -> int:
+        """Tokens of KV the entry holds: its blocks times the block size, or input + max_new_tokens."""
+        if self.allocation is not None:
+            return len(self.allocation.slots)
         return self.input_length + self.max_new_tokens
 
 
+@dataclass
+class Row:
+    """One entry's share of a forward: `length` tokens at positions `start...`."""
+
+    entry: Entry
+    start: int
+    length: int
+    emits: bool  # a decoding row, or the final chunk of a prompt: the forward yields its next token
+
+    @property
+    def prompt(self) -> bool:
+        return self.start < self.entry.input_length
+
+
+@dataclass
+class Forward:
+    rpc: str  # TGI's RPC, as metrics label it: "prefill" or "decode" (a Decode can still carry a chunk, S8)
+    rows: list[Row]
+
+    @property
+    def tokens(self) -> int:
+        return sum(row.length for row in self.rows)
+
+    @property
+    def prefilling(self) -> bool:
+        return any(row.prompt for row in self.rows)
+
+    @property
+    def entries(self) -> list[Entry]:
+        return [row.entry for row in self.rows]
+
+
 @dataclass(frozen=True)
-class BatchingLimits:
+class SchedulerConfig:
     max_batch_prefill_tokens: int
     max_batch_total_tokens: int
     waiting_served_ratio: float = 0.3
     max_waiting_tokens: int = 20
     max_batch_size: int | None = None
+    block_size: int = 1
+    prefix_caching: bool = True
+    chunking: bool = True
+    speculate: int = 0
+
+
+# L5: TGI's DEFAULT_GENERATION_LENGTH, the most new tokens one queue entry reserves.
+SEGMENT_TOKENS = 1024
+
+
+def segment(input_ids: list[int], max_new_tokens: int, **kwargs: Any) -> Entry:
+    """The first queue entry of a request: its segment reserves at most SEGMENT_TOKENS new tokens."""
+    return Entry(input_ids, min(max_new_tokens, SEGMENT_TOKENS), max_total_new_tokens=max_new_tokens, **kwargs)
+
+
+# The name the engine used before TGI 3's rules: kept for callers that build limits by keyword.
+BatchingLimits = SchedulerConfig
 
 
 class Backend(Protocol):
     """What the scheduler asks of the model side."""
 
-    def prefill(self, entries: list[Entry]) -> None:
-        """Run the prompts, emit each entry's first token, set `finished` where it stops."""
-
-    def decode(self, entries: list[Entry]) -> None:
-        """One token for every running entry; set `finished` where it stops."""
+    def forward(self, forward: Forward) -> None:
+        """Compute every row; for each emitting row choose a token, and set `entry.finished` when it stops."""
 
     def release(self, entry: Entry) -> None:
-        """Free the entry's KV cache."""
+        """Free the model side's state of an entry that left the batch."""
 
 
-class Observer(Protocol):
-    """Metrics hooks; every method is optional to implement (see `NullObserver`)."""
+class Observer:
+    """Metrics and timing hooks; every method is a no-op here, so observers override what they need."""
 
     def dropped(self, entry: Entry) -> None: ...
     def queued(self, size: int) -> None: ...
     def batch_state(self, size: int, max_tokens: int, queue_size: int) -> None: ...
-    def forward(self, method: str, size: int, seconds: float) -> None: ...
+    def forward(self, method: str, size: int, seconds: float, tokens: int = 0) -> None: ...
     def next_batch(self, size: int) -> None: ...
+    def concat(self, reason: str) -> None: ...
+    def allocation(self, prefix_len: int, suffix_len: int) -> None: ...
+    def prefix(self, lookup_tokens: int, hit_tokens: int) -> None: ...
+    def computed(self, prompt_tokens: int) -> None: ...
+    def emitted(self, entry: Entry, now: float) -> None: ...
+    def failed(self, entries: list[Entry], error: BaseException) -> None: ...
 
 
-class NullObserver:
-    def dropped(self, entry: Entry) -> None:
-        pass
+NullObserver = Observer
 
-    def queued(self, size: int) -> None:
-        pass
 
-    def batch_state(self, size: int, max_tokens: int, queue_size: int) -> None:
-        pass
-
-    def forward(self, method: str, size: int, seconds: float) -> None:
-        pass
-
-    def next_batch(self, size: int) -> None:
-        pass
+def make_allocator(config: SchedulerConfig) -> SimpleAllocator:
+    cls = RadixAllocator if config.prefix_caching else SimpleAllocator
+    return cls(config.max_batch_total_tokens, config.block_size)
 
 
 class Queue:
-    """FIFO of waiting entries, safe to append to from other threads.
+    """FIFO of waiting entries, safe to append to from other threads (Q1-Q7).
 
     Its length goes to the observer whenever it changes (as TGI's queue updates `tgi_queue_size`
-    on append and on each batch taken), not only after a step: a request that arrives during a
-    long prefill is counted at once.
+    on append and on each batch taken), not only after a step.
     """
 
-    def __init__(self, observer: Observer | None = None) -> None:
+    def __init__(self, observer: Observer | None = None, clock: Clock | None = None,
+                 allocator: SimpleAllocator | None = None, config: SchedulerConfig | None = None) -> None:
         self._entries: deque[Entry] = deque()
         self._lock = threading.Lock()
         self._ids = 0
-        self.observer = observer or NullObserver()
+        self.observer = observer or Observer()
+        self.clock = clock or WALL
+        self.allocator = allocator
+        self.config = config
         self.notify = threading.Event()
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def waiting(self) -> list[Entry]:
+        with self._lock:
+            return list(self._entries)
+
     def append(self, entry: Entry) -> None:
         with self._lock:
             self._ids += 1
             entry.id = self._ids
+            if not entry.queued_at:
+                entry.queued_at = self.clock.now()
             self._entries.append(entry)
             self.observer.queued(len(self._entries))
         self.notify.set()
 
+    def drain(self) -> list[Entry]:
+        """Take every waiting entry (the engine failing them all when its compute side died)."""
+        with self._lock:
+            entries = list(self._entries)
+            self._entries.clear()
+            self.observer.queued(0)
+        return entries
+
     def next_batch(self, min_size: int | None, max_size: int | None, prefill_budget: int,
                    token_budget: int) -> list[Entry] | None:
+        """Q2-Q5: the group to admit, or None."""
         if prefill_budget <= 0 or token_budget <= 0 or max_size == 0:
             return None
+        config, allocator = self.config, self.allocator
+        assert config is not None and allocator is not None, "Scheduler binds the queue to its config"
+        bs = config.block_size
+        budget = math.ceil(prefill_budget / bs) * bs  # Q3
         with self._lock:
             if not self._entries or (min_size is not None and len(self._entries) < min_size):
                 return None
-            batch = self._take(max_size, prefill_budget, token_budget)
+            batch = self._take(max_size, budget, config, allocator)
             if batch and min_size is not None and len(batch) < min_size:
+                for entry in batch:
+                    self._unadmit(entry)
                 self._entries.extendleft(reversed(batch))
                 batch = []
             self.observer.queued(len(self._entries))
         if not batch:
             return None
-        now = time.perf_counter()
+        now = self.clock.now()
+        lookups = hits = 0
         for entry in batch:
-            entry.batched_at = now
+            entry.batched_at = now  # Q6: a chunked request's queue time ends at its first chunk
+            if entry.allocation is not None and entry.allocation.lookup is not None:
+                lookups += entry.input_length
+                hits += entry.prefix_len
         self.observer.next_batch(len(batch))
+        if lookups:
+            self.observer.prefix(lookups, hits)
         return batch
 
-    def _take(self, max_size: int | None, prefill_budget: int, token_budget: int) -> list[Entry]:
-        """Pop from the front while entries fit (the caller holds the lock); cancelled ones are dropped."""
+    def _take(self, max_size: int | None, budget: int, config: SchedulerConfig,
+              allocator: SimpleAllocator) -> list[Entry]:
+        """Q4: pop from the front while entries fit (the caller holds the lock)."""
         batch: list[Entry] = []
-        prefill_tokens = reserved = 0
+        prefill_tokens = 0
         while self._entries:
             entry = self._entries.popleft()
             if entry.cancelled:
                 self.observer.dropped(entry)
                 continue
-            if (prefill_tokens + entry.input_length > prefill_budget
-                    or reserved + entry.reserved_tokens > token_budget):
+            lookup = entry.input_ids if (config.prefix_caching and entry.lookup) else None
+            tokens = entry.input_length + entry.max_new_tokens + config.speculate - 1
+            allocation = allocator.allocate(tokens, lookup)
+            prefix = allocation.prefix_len if allocation is not None else 0
+            self.observer.allocation(prefix, tokens - prefix)  # TGI logs every attempt
+            if allocation is None:  # head-of-line blocking: later, smaller entries are not tried
                 self._entries.appendleft(entry)
                 break
-            prefill_tokens += entry.input_length
-            reserved += entry.reserved_tokens
+            prefix_len = min(prefix, entry.input_length - 1)  # a full hit still computes one token
+            postfix = entry.input_length - prefix_len
+            if prefill_tokens + postfix > budget:
+                chunk = budget - prefill_tokens
+                if config.chunking and chunk > 0:
+                    self._admit(entry, allocation, prefix_len, chunk)
+                    batch.append(entry)
+                    break
+                allocator.free(allocation)
+                self._entries.appendleft(entry)
+                break
+            prefill_tokens += postfix
+            self._admit(entry, allocation, prefix_len, postfix)
             batch.append(entry)
             if max_size is not None and len(batch) == max_size:
                 break
         return batch
 
+    @staticmethod
+    def _admit(entry: Entry, allocation: Allocation, prefix_len: int, chunk: int) -> None:
+        entry.allocation = allocation
+        entry.prefix_len = entry.cache_len = prefix_len
+        entry.chunk = chunk
+
+    def _unadmit(self, entry: Entry) -> None:
+        assert self.allocator is not None and entry.allocation is not None
+        self.allocator.free(entry.allocation)
+        entry.allocation = None
+        entry.prefix_len = entry.cache_len = entry.chunk = 0
+
 
 class Scheduler:
-    """The batching loop. `step()` does one iteration; `run()` loops until `stop()`."""
+    """The batching loop. `step()` does one iteration of TGI's loop; `run()` loops until `stop()`."""
 
-    def __init__(self, queue: Queue, backend: Backend, limits: BatchingLimits,
-                 observer: Observer | None = None) -> None:
+    def __init__(self, queue: Queue, backend: Backend, config: SchedulerConfig,
+                 observer: Observer | None = None, clock: Clock | None = None,
+                 allocator: SimpleAllocator | None = None,
+                 on_failure: Callable[[list[Entry], BaseException], None] | None = None) -> None:
         self.queue = queue
+        self.on_failure = on_failure  # told which entries a failed forward (or a dying loop) ended
         self.backend = backend
-        self.limits = limits
+        self.config = config
         self.observer = observer or queue.observer
-        self.running: list[Entry] = []
+        self.clock = clock or queue.clock
+        self.allocator = allocator or make_allocator(config)
+        queue.allocator, queue.config, queue.clock = self.allocator, config, self.clock
+        self.running: list[Entry] = []  # TGI's cached batch, in row order
         self.waiting_tokens = 0
         self._stop = threading.Event()
 
+    # -- the batch's numbers ----------------------------------------------------------------
     @property
-    def reserved_tokens(self) -> int:
+    def limits(self) -> SchedulerConfig:
+        return self.config
+
+    @property
+    def max_tokens(self) -> int:
+        """S7: blocks times block size over the batch (shared prefix blocks counted per request)."""
         return sum(entry.reserved_tokens for entry in self.running)
 
+    reserved_tokens = max_tokens
+
+    @property
+    def current_tokens(self) -> int:
+        """S6: tokens in the next forward (the rows when the batch is pure decode)."""
+        return sum(entry.chunk for entry in self.running)
+
+    # -- the loop ----------------------------------------------------------------------------
     def step(self) -> bool:
-        """One scheduling iteration; False when there was nothing to do."""
-        limits = self.limits
-        if not self.running:
-            batch = self.queue.next_batch(None, limits.max_batch_size, limits.max_batch_prefill_tokens,
-                                          limits.max_batch_total_tokens)
-            if not batch:
+        """One iteration of TGI's batching loop; False when there was nothing to do."""
+        config = self.config
+        if not self.running:  # B2
+            group = self.queue.next_batch(None, config.max_batch_size, config.max_batch_prefill_tokens,
+                                          config.max_batch_total_tokens)
+            if not group:
                 self._publish()
                 return False
-            self._prefill(batch)
+            self.running = group
+            self._forward("prefill", group)
             self.waiting_tokens = 1
             return True
 
-        size = len(self.running)
-        if self.waiting_tokens >= limits.max_waiting_tokens:
+        self._publish()  # B3.1
+        token_budget = max(0, config.max_batch_total_tokens - self.max_tokens)
+        if config.chunking:
+            prefill_budget = max(0, config.max_batch_prefill_tokens - self.current_tokens)
+            min_size = max_size = None
+        else:  # N1, N2
+            prefill_budget = config.max_batch_prefill_tokens
+            size = len(self.running)
             min_size = None
-        else:
-            min_size = math.floor(size * limits.waiting_served_ratio)
-        max_size = None if limits.max_batch_size is None else max(limits.max_batch_size - size, 0)
-        token_budget = max(limits.max_batch_total_tokens - self.reserved_tokens, 0)
-        batch = self.queue.next_batch(min_size, max_size, limits.max_batch_prefill_tokens, token_budget)
-        if batch:
-            self._prefill(batch)
+            if self.waiting_tokens < config.max_waiting_tokens:
+                min_size = math.floor(size * config.waiting_served_ratio)
+            max_size = None if config.max_batch_size is None else max(config.max_batch_size - size, 0)
+        group = self.queue.next_batch(min_size, max_size, prefill_budget, token_budget)
+        if group:
+            if config.chunking:  # B3.5: one forward over [running, new]
+                self.observer.concat("chunking")
+                self.running = self.running + group
+                self._forward("prefill", self.running)
+                if not self.running:
+                    return True
+            else:  # N4: the new group alone, then it joins for the Decode
+                self.observer.concat("backpressure" if min_size is not None else "wait_exceeded")
+                running = self.running
+                self.running = group
+                self._forward("prefill", group)
+                self.running = running + self.running
             self.waiting_tokens = 1
-        if self.running:
+        if self.running:  # B3.6: always a Decode next
             self._forward("decode", self.running)
             self.waiting_tokens += 1
         return True
 
-    def _prefill(self, batch: list[Entry]) -> None:
-        self._forward("prefill", batch)
-        self.running.extend(batch)
+    def _forward(self, rpc: str, entries: list[Entry]) -> None:
+        rows = [Row(e, e.cache_len, e.chunk, e.cache_len + e.chunk >= e.input_length) for e in entries]
+        forward = Forward(rpc, rows)
+        started = self.clock.now()
+        try:
+            self.backend.forward(forward)
+        except Exception as exc:  # B6: an error discards the whole batch; the engine goes on
+            log.exception("forward failed; its %d requests end with an error", len(entries))
+            for entry in self.running:
+                entry.finished = entry.failed = True
+            self._failed(list(self.running), exc)
+            self._filter()
+            return
+        now = self.clock.now()
+        self.observer.forward(rpc, len(rows), now - started, forward.tokens)
+        prompt_tokens = sum(min(r.length, r.entry.input_length - r.start) for r in rows if r.prompt)
+        if prompt_tokens:
+            self.observer.computed(prompt_tokens)
+        for row in rows:
+            row.entry.cache_len += row.length
+            if row.emits and not row.entry.cancelled:
+                row.entry.generated += 1
+                self.observer.emitted(row.entry, now)
+        self._next_chunks(rows, forward.prefilling)
         self._filter()
 
-    def _forward(self, method: str, entries: list[Entry]) -> None:
-        started = time.perf_counter()
-        if method == "prefill":
-            self.backend.prefill(entries)
-        else:
-            self.backend.decode(entries)
-        self.observer.forward(method, len(entries), time.perf_counter() - started)
-        if method == "decode":
-            self._filter()
+    def _next_chunks(self, rows: list[Row], prefilling: bool) -> None:
+        """S5: the shard sizes every row's next input, walking from the last row to the first."""
+        budget = self.config.max_batch_prefill_tokens - (len(rows) - 1)
+        for row in reversed(rows):
+            entry = row.entry
+            remaining = entry.input_length - entry.cache_len
+            if prefilling and remaining > 0:
+                entry.chunk = max(1, min(remaining, budget))
+                budget -= entry.chunk
+            else:
+                entry.chunk = 1
 
     def _filter(self) -> None:
+        """B6: finished entries, and entries whose client left, leave the batch and free their blocks."""
         kept = []
         for entry in self.running:
             if entry.finished or entry.cancelled:
                 if entry.cancelled and not entry.finished:
                     self.observer.dropped(entry)
-                self.backend.release(entry)
+                self._release(entry)
+            elif entry.generated >= entry.max_new_tokens and self._continues(entry):
+                self._release(entry)
+                self.queue.append(self._continuation(entry))
             else:
                 kept.append(entry)
         self.running = kept
         self._publish()
 
+    @staticmethod
+    def _continues(entry: Entry) -> bool:
+        return entry.max_total_new_tokens is not None and entry.max_total_new_tokens > entry.generated
+
+    def _continuation(self, entry: Entry) -> Entry:
+        """L6: the segment's tokens join the prompt and the request queues again, at the back."""
+        ids = entry.output_ids[-entry.generated:] if len(entry.output_ids) >= entry.generated else \
+            [-entry.id] * entry.generated  # a backend that records no ids (a simulator): unique stand-ins
+        left = entry.max_total_new_tokens - entry.generated
+        return Entry(entry.input_ids + ids, min(left, SEGMENT_TOKENS), request=entry.request,
+                     lookup=entry.lookup, max_total_new_tokens=left)
+
+    def _release(self, entry: Entry) -> None:
+        self.backend.release(entry)
+        if entry.allocation is not None:
+            # Only prompt tokens whose KV was computed (and not by a failed forward) may be cached.
+            computed = 0 if entry.failed else min(entry.cache_len, entry.input_length)
+            self.allocator.free(entry.allocation, computed)
+
     def _publish(self) -> None:
-        self.observer.batch_state(len(self.running), self.reserved_tokens, len(self.queue))
+        self.observer.batch_state(len(self.running), self.max_tokens, len(self.queue))
+
+    def abort_all(self, error: BaseException) -> list[Entry]:
+        """End every running and queued entry (the compute side is going away); return them."""
+        entries = self.running + self.queue.drain()
+        for entry in entries:
+            entry.finished = entry.failed = True
+        for entry in self.running:
+            self._release(entry)
+        self.running = []
+        self._failed(entries, error)
+        return entries
+
+    def _failed(self, entries: list[Entry], error: BaseException) -> None:
+        self.observer.failed(entries, error)
+        if self.on_failure is not None:
+            self.on_failure(entries, error)
 
     def run(self, idle_wait: float = 0.05) -> None:
         while not self._stop.is_set():

@@ -11,12 +11,13 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 # The rules live below both the engine and the configuration (the form and the planner show them
 # without importing the engine); re-exported here, where the engine applies them.
-from tgi_toolkit.config.embedded import DEFAULT_KV_CACHE_BYTES, UnsupportedSetting, refusals
+from tgi_toolkit.config.embedded import UnsupportedSetting, refusals
 from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID
 
 log = logging.getLogger("tgi_toolkit.engine")
@@ -40,7 +41,6 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     from tgi_toolkit.engine.api import Api, ServerInfo
     from tgi_toolkit.engine.infer import ComputeThread, Engine, ModelBackend
     from tgi_toolkit.engine.metrics import Metrics
-    from tgi_toolkit.engine.scheduler import BatchingLimits
     from tgi_toolkit.engine.validation import Limits
 
     if cfg.huggingface_hub_cache:
@@ -48,28 +48,15 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     # Every torch computation, loading included, happens in one thread (see ComputeThread).
     compute = ComputeThread()
     try:
-        source, loaded, cfg, runner = compute.call(_load, cfg)
-        max_total = cfg.max_total_tokens
-        batch_total = cfg.max_batch_total_tokens
-        if batch_total is None:
-            fraction = getattr(cfg, "cuda_memory_fraction", 1.0) or 1.0
-            batch_total = int(DEFAULT_KV_CACHE_BYTES * fraction // runner.cache.bytes_per_token())
-            batch_total = max(batch_total, max_total)
-            cfg = cfg.model_copy(update={"max_batch_total_tokens": batch_total})
-            log.info("Setting max batch total tokens to %d", batch_total)
-        cfg.validate()
+        source, loaded, cfg, runner, limits = compute.call(_load, cfg)
         compute.call(_warm_up, runner)
     except BaseException:
         compute.close()
         raise
+    max_total, batch_total = cfg.max_total_tokens, limits.max_batch_total_tokens
 
     metrics = Metrics()
     metrics.batch_max_total_tokens.set(batch_total)
-    limits = BatchingLimits(
-        max_batch_prefill_tokens=cfg.max_batch_prefill_tokens, max_batch_total_tokens=batch_total,
-        waiting_served_ratio=cfg.waiting_served_ratio, max_waiting_tokens=cfg.max_waiting_tokens,
-        max_batch_size=cfg.max_batch_size,
-    )
     backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids)
     engine = Engine(backend, limits, metrics)
     engine.start(compute)
@@ -89,8 +76,12 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     return Built(api.app, engine, api, cfg, time.perf_counter() - started)
 
 
-def _load(cfg: Any) -> tuple[Any, Any, Any, Any]:
-    """Resolve and load the model, build its runner (quantized if asked); the config resolved for it."""
+def _load(cfg: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """Resolve and load the model, build its runner (quantized if asked), derive TGI 3's limits for it.
+
+    Returns the source, the loaded model, the config with every derived limit filled in, the runner and
+    the scheduler's config.
+    """
     import torch
 
     from tgi_toolkit.engine.model import load_model, resolve_model
@@ -99,9 +90,13 @@ def _load(cfg: Any) -> tuple[Any, Any, Any, Any]:
     source = resolve_model(cfg.model_id, cfg.revision)
     log.info("Loading %s", source.describe())
     loaded = load_model(source, dtype=cfg.dtype, tokenizer_config_path=cfg.tokenizer_config_path)
-    cfg = cfg.resolved(loaded.max_position_embeddings)
-    rows = cfg.max_batch_size or cfg.max_concurrent_requests
-    runner = LlamaRunner(loaded.model, max_rows=rows, max_positions=cfg.max_total_tokens + 1)
+    runner = LlamaRunner(loaded.model, max_rows=1, max_positions=2)
+    cfg, limits = scheduling_limits(cfg, loaded, runner.cache.bytes_per_token(), os.environ)
+    # Rows: with chunking the running batch has no size cap (B5); each request (or best_of sequence)
+    # holds one row while it runs, and the concurrency limit bounds the requests.
+    runner.cache.max_rows = max(cfg.max_concurrent_requests * max(cfg.max_best_of, 1), 1)
+    runner.cache.max_positions = cfg.max_total_tokens + 1
+    runner.cos, runner.sin = _rope_table(loaded.model, runner, cfg.max_total_tokens + 1)
     if cfg.quantize:
         from tgi_toolkit.engine.quantization import quantize_runner
 
@@ -110,7 +105,71 @@ def _load(cfg: Any) -> tuple[Any, Any, Any, Any]:
     loaded.model.model.layers = torch.nn.ModuleList()
     log.info("Weights: %.1f MiB (%s%s)", runner.weight_bytes() / 2**20, runner.dtype,
              f", {cfg.quantize}" if cfg.quantize else "")
-    return source, loaded, cfg, runner
+    return source, loaded, cfg, runner, limits
+
+
+def _rope_table(model: Any, runner: Any, positions: int) -> tuple[Any, Any]:
+    import torch
+
+    cos, sin = model.model.rotary_emb(torch.zeros(1, dtype=torch.float32), torch.arange(positions).unsqueeze(0))
+    return cos[0].to(runner.dtype), sin[0].to(runner.dtype)
+
+
+def scheduling_limits(cfg: Any, loaded: Any, kv_bytes_per_token: int, env: Mapping[str, str]) -> tuple[Any, Any]:
+    """TGI 3's scheduling mode and limits for this model (docs/tgi-rules.md, "limits"), logged as TGI logs them.
+
+    The mode comes from ATTENTION, PREFIX_CACHING and PREFILL_CHUNKING as TGI reads them (the engine
+    behaves as TGI on a CUDA GPU of compute capability 9.0); `max_batch_total_tokens` is the KV memory
+    (TGI_TOOLKIT_KV_CACHE_GIB x --cuda-memory-fraction) in whole blocks, a user value being ignored
+    with TGI's warning; `max_total_tokens` and `max_input_tokens` default as TGI's warm-up sets them.
+    """
+    from tgi_toolkit.config.scheduling import (
+        derive_limits,
+        embedded_kv_bytes,
+        launcher_max_batch_prefill_tokens,
+        resolve_mode,
+    )
+    from tgi_toolkit.engine.scheduler import SchedulerConfig
+
+    model_config = loaded.config.to_dict()
+    mode = resolve_mode(env, speculate=cfg.speculate or 0, model_config=model_config,
+                        lora=bool(cfg.lora_adapters))
+    for note in mode.notes:
+        log.info("%s", note)
+    for warning in mode.warnings:
+        log.warning("%s", warning)
+    prefill = cfg.max_batch_prefill_tokens
+    if prefill is None:
+        prefill, steps = launcher_max_batch_prefill_tokens(model_config, gpu_fp16_flops=None)
+        log.info("Default `max_batch_prefill_tokens` to %d (%s)", prefill, "; ".join(steps))
+    model_max_length = getattr(loaded.tokenizer, "model_max_length", None)
+    if not isinstance(model_max_length, int) or model_max_length > 10**8:  # transformers' "no limit" sentinel
+        model_max_length = None
+    limits = derive_limits(
+        kv_bytes=embedded_kv_bytes(env, getattr(cfg, "cuda_memory_fraction", 1.0) or 1.0),
+        bytes_per_block=kv_bytes_per_token * mode.block_size, block_size=mode.block_size, chunking=mode.chunking,
+        max_batch_prefill_tokens=prefill,
+        max_input_tokens=cfg.max_input_tokens if cfg.max_input_tokens is not None else cfg.max_input_length,
+        max_total_tokens=cfg.max_total_tokens, user_max_batch_total_tokens=cfg.max_batch_total_tokens,
+        max_position_embeddings=loaded.max_position_embeddings, model_max_length=model_max_length,
+        max_batch_size=cfg.max_batch_size)
+    for warning in limits.warnings:
+        log.warning("%s", warning)
+    log.info("Setting max batch total tokens to %d", limits.max_batch_total_tokens)
+    cfg = cfg.model_copy(update={
+        "max_input_tokens": limits.max_input_tokens, "max_input_length": None,
+        "max_total_tokens": limits.max_total_tokens, "max_batch_prefill_tokens": limits.max_batch_prefill_tokens,
+        "max_batch_total_tokens": limits.max_batch_total_tokens})
+    scheduler = SchedulerConfig(
+        max_batch_prefill_tokens=limits.max_batch_prefill_tokens,
+        max_batch_total_tokens=limits.max_batch_total_tokens,
+        waiting_served_ratio=cfg.waiting_served_ratio, max_waiting_tokens=cfg.max_waiting_tokens,
+        max_batch_size=cfg.max_batch_size, block_size=mode.block_size, prefix_caching=mode.prefix_caching,
+        chunking=mode.chunking, speculate=cfg.speculate or 0)
+    log.info("Scheduling: attention %s, block size %d, prefix caching %s, prefill chunking %s",
+             mode.attention, mode.block_size, "on" if mode.prefix_caching else "off",
+             "on" if mode.chunking else "off")
+    return cfg, scheduler
 
 
 def _warm_up(runner: Any) -> None:

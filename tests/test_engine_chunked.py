@@ -1,0 +1,126 @@
+"""The engine's TGI 3 path with the real model: chunked prefill and prefix-cache hits change when a
+token is computed, never which token (greedy, float32), and a forward that fails frees what it held."""
+
+from __future__ import annotations
+
+import pytest
+
+from tgi_toolkit.engine.infer import Engine, Event, GenerationError, ModelBackend
+from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.engine.sampling import SamplingParams
+from tgi_toolkit.engine.scheduler import Observer, SchedulerConfig
+from tgi_toolkit.engine.validation import ValidRequest
+
+pytestmark = pytest.mark.slow
+
+STORY = ("Once upon a time, in a land far away, there lived a king who had three daughters. "
+         "The youngest was the most beautiful, and every morning she walked to the ")
+PROMPTS = [STORY + "river.", STORY + "forest, where", "The capital of France is", STORY + "old mill and"]
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_model(resolve_model(DEFAULT_MODEL_ID), dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def alone(loaded) -> list[list[int]]:
+    """Each prompt's greedy tokens when it runs by itself, whole, with no cache."""
+    return [run(make_engine(loaded, prefix_caching=False), [request(loaded, p)])[0] for p in PROMPTS]
+
+
+def make_engine(loaded, observer: Observer | None = None, **config) -> Engine:
+    runner = LlamaRunner(loaded.model, max_rows=16, max_positions=512)
+    backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids)
+    settings = dict(max_batch_prefill_tokens=4096, max_batch_total_tokens=4000)
+    settings.update(config)
+    return Engine(backend, SchedulerConfig(**settings), observer)
+
+
+def request(loaded, text: str, n: int = 12) -> ValidRequest:
+    return ValidRequest(text, loaded.tokenizer.encode(text), n, SamplingParams(), ignore_eos=True)
+
+
+def run(engine: Engine, requests: list[ValidRequest], steps_between: int = 0) -> list[list[int]]:
+    """Submit the requests (`steps_between` scheduler steps apart) and step until all finish."""
+    outputs: list[list[int]] = [[] for _ in requests]
+    errors: list[BaseException] = []
+
+    def sink(i: int):
+        def emit(event):
+            if isinstance(event, Event):
+                outputs[i].append(event.token.id)
+            else:
+                errors.append(event)
+        return emit
+
+    for i, req in enumerate(requests):
+        engine.submit(req, sink(i))
+        for _ in range(steps_between):
+            engine.scheduler.step()
+    for _ in range(1000):
+        if not engine.scheduler.step():
+            break
+    assert not errors
+    return outputs
+
+
+def test_chunked_prefill_and_joining_a_running_batch_give_each_request_its_alone_tokens(loaded, alone):
+    # A budget of 16 tokens cuts every prompt into chunks; requests arriving 3 steps apart join a
+    # running batch in mixed forwards (decode rows beside prompt chunks).
+    engine = make_engine(loaded, max_batch_prefill_tokens=16, prefix_caching=False)
+    together = run(engine, [request(loaded, p) for p in PROMPTS], steps_between=3)
+    assert together == alone
+
+
+class Prefixes(Observer):
+    def __init__(self) -> None:
+        self.found: list[int] = []
+
+    def allocation(self, prefix_len: int, suffix_len: int) -> None:
+        self.found.append(prefix_len)
+
+
+def test_prefix_cache_hits_reuse_kv_and_give_the_same_tokens(loaded, alone):
+    seen = Prefixes()
+    engine = make_engine(loaded, observer=seen)
+    first = run(engine, [request(loaded, PROMPTS[0])])
+    ids = [loaded.tokenizer.encode(p) for p in PROMPTS]
+    assert engine.scheduler.allocator.trie.cached_blocks() == len(ids[0])  # cached once it finished
+    rest = run(engine, [request(loaded, p) for p in PROMPTS[1:]] + [request(loaded, PROMPTS[0])])
+    assert [first[0], *rest] == [*alone, alone[0]]
+    # What the cache held for each: the story's shared tokens, nothing for an unrelated prompt, and
+    # the whole of the repeated prompt (of which the scheduler still computes the last token).
+    shared = [next(i for i, (a, b) in enumerate(zip(ids[0], other, strict=False)) if a != b) for other in ids[1:]]
+    assert seen.found == [0, shared[0], 0, shared[2], len(ids[0])]
+    assert shared[0] > 20 and shared[2] > 20
+
+
+def test_a_forward_that_fails_frees_its_blocks_and_rows_and_the_engine_goes_on(loaded, alone):
+    engine = make_engine(loaded)
+    runner = engine.backend.runner
+    free_before = engine.scheduler.allocator.free_count
+    real_forward = runner.forward
+    calls = {"n": 0}
+
+    def fail_once(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("injected failure")
+        return real_forward(*args, **kwargs)
+
+    runner.forward = fail_once
+    errors: list[BaseException] = []
+    for p in PROMPTS[:2]:
+        engine.submit(request(loaded, p), lambda e: errors.append(e) if isinstance(e, BaseException) else None)
+    for _ in range(100):
+        if not engine.scheduler.step():
+            break
+    assert len(errors) == 2 and all(isinstance(e, GenerationError) for e in errors)
+    assert engine.scheduler.running == [] and runner.cache.seqs == []
+    # Everything the failed requests held is free again; nothing they half-computed was cached.
+    assert engine.scheduler.allocator.free_count == free_before
+    assert engine.scheduler.allocator.trie.cached_blocks() == 0
+    # ...and the engine serves the next request normally, with its full capacity.
+    assert run(engine, [request(loaded, PROMPTS[2])]) == [alone[2]]
