@@ -218,17 +218,28 @@ def test_secrets_are_not_echoed_in_errors():
 
 
 # -- resolved ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("fields", "mpe", "expected"), [
-    ({}, 8192, (4095, 4096, 4145)),
-    ({}, 2048, (2047, 2048, 2097)),
-    (dict(max_input_length=1000, max_total_tokens=1512), 8192, (1000, 1512, 1050)),
-    (dict(max_input_tokens=100, max_batch_prefill_tokens=300), 8192, (100, 4096, 300)),
-    (dict(max_total_tokens=512), 8192, (511, 512, 561)),  # the prompt limit follows the total (TGI 3.x)
-    (dict(max_input_tokens=5000), 8192, (5000, 8192, 5050)),  # a long prompt limit takes the whole context
-    (dict(max_input_tokens=1000, max_total_tokens=1024, max_batch_total_tokens=1024), 8192, (1000, 1024, 1024)),
+# TGI 3's defaults (TGI3-SCHEDULER.md section 6), chunking on (env {}): the launcher's prefill budget for an
+# unknown card is 4096 capped at the context (L1); max_total_tokens = min(KV capacity, model_max_length,
+# max_position_embeddings) (L3); max_input_tokens = max_total_tokens - 1 (L3). The TGI 2 rules these rows
+# encoded before (min(mpe, 4096) totals, max_input_tokens + 50 prefill budgets) are gone.
+@pytest.mark.parametrize(("fields", "mpe", "kwargs", "expected"), [
+    ({}, 8192, {}, (8191, 8192, 4096)),  # no KV figure: min(8192 positions) = 8192; prefill min(4096, 8192)
+    ({}, 2048, {}, (2047, 2048, 2048)),  # prefill min(4096, 2048) = 2048
+    ({}, 131_072, dict(kv_capacity_tokens=46_603), (46_602, 46_603, 4096)),  # min(46,603 KV, 131,072)
+    ({}, 131_072, dict(kv_capacity_tokens=450_907, model_max_length=100_000), (99_999, 100_000, 4096)),
+    (dict(max_input_length=1000, max_total_tokens=1512), 8192, {}, (1000, 1512, 4096)),
+    (dict(max_input_tokens=100, max_batch_prefill_tokens=300), 8192, {}, (100, 8192, 300)),
+    (dict(max_total_tokens=512), 8192, {}, (511, 512, 4096)),  # the prompt limit follows the total
+    (dict(max_input_tokens=5000), 8192, {}, (5000, 8192, 4096)),  # a prompt over the budget: chunked
+    (dict(max_input_tokens=1000, max_total_tokens=1024, max_batch_total_tokens=1024), 8192, {}, (1000, 1024, 4096)),
+    # Without chunking max_total_tokens is the warm-up prompt: one request of max_batch_prefill_tokens
+    # 4096 tokens -> 4096, max_input 4095; with --max-input-tokens 1000 and budget 4096: 1000 x 4 + 96 = 4096.
+    ({}, 8192, dict(env={"PREFILL_CHUNKING": "0"}), (4095, 4096, 4096)),
+    (dict(max_input_tokens=1000), 8192, dict(env={"PREFILL_CHUNKING": "0"}), (1000, 4096, 4096)),
 ])
-def test_resolved_fills_tgi_derived_defaults(fields, mpe, expected):
-    cfg = LauncherConfig(**fields).resolved(mpe)
+def test_resolved_fills_tgi_derived_defaults(fields, mpe, kwargs, expected):
+    kwargs.setdefault("env", {})
+    cfg = LauncherConfig(**fields).resolved(mpe, **kwargs)
     assert (cfg.max_input_tokens, cfg.max_total_tokens, cfg.max_batch_prefill_tokens) == expected
     assert cfg.max_input_length is None
     assert cfg.max_batch_total_tokens == fields.get("max_batch_total_tokens")  # left to the server
@@ -422,8 +433,9 @@ def test_deployment_arguments_of_seed_000():
     assert cfg.problems() == []
     assert LauncherConfig.from_deployment_arguments(cfg.to_deployment_arguments()) == cfg
     assert LauncherConfig.from_cli(cfg.to_cli()) == cfg
-    resolved = cfg.resolved(2048)
-    assert (resolved.max_input_tokens, resolved.max_batch_prefill_tokens) == (1000, 1050)
+    resolved = cfg.resolved(2048, env={})
+    # TGI 3: the launcher's prefill default for an unknown card, min(4096, 2048 positions) (L1).
+    assert (resolved.max_input_tokens, resolved.max_batch_prefill_tokens) == (1000, 2048)
 
 
 def test_deployment_arguments_refuse_unknown_options():

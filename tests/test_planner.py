@@ -145,6 +145,48 @@ def test_budget_arithmetic_is_tgis_warmup_formula():
     assert paged.max_batch_total_tokens == p.max_batch_total_tokens // 16 * 16
 
 
+def test_kv_budget_is_tgis_warmup_formula_on_round_numbers():
+    # TGI3-SCHEDULER.md L2 on an 80e9 B card, Llama-3-8B bf16, no fixed reserve, max_batch_prefill_tokens 4096:
+    # weights 8,030,261,248 x 2 B = 16,060,522,496; prefill activations 4096 x 2 B x (4 x 4096 + 4096 + 2 x 1024
+    # + 3 x 14336 = 65,536) = 536,870,912; the warm-up batch (one 4096-token prompt, 1 new token) holds
+    # 4096 blocks x 131,072 B = 536,870,912. Free after warm-up = 80e9 - those three = 62,865,735,680.
+    # Minus (1 - 1.0 x 0.90) x 80e9 = 8e9 -> 54,865,735,680 B; / 131,072 = 418,592 blocks (x 131,072 =
+    # 54,865,690,624, 45,056 B left over), + 4096 warm-up blocks = 422,688 tokens.
+    card = resolve_gpu(80_000_000_000)
+    p = plan(LLAMA3, card, overhead_bytes=0, max_batch_prefill_tokens=4096)
+    assert p.max_batch_total_tokens == 422_688
+    # Paged (16-token blocks): 2,097,152 B each, warm-up ceil(4096 / 16) = 256 blocks, the same bytes;
+    # 54,865,735,680 / 2,097,152 = 26,162 blocks (x 2,097,152 = 54,865,690,624) + 256 = 26,418 x 16 = 422,688.
+    assert plan(LLAMA3, card, overhead_bytes=0, max_batch_prefill_tokens=4096, block_size=16,
+                chunking=False).max_batch_total_tokens == 422_688
+    # --cuda-memory-fraction 0.5: 62,865,735,680 - (1 - 0.45) x 80e9 = 18,865,735,680 B; / 131,072 = 143,934
+    # blocks (x 131,072 = 18,865,717,248) + 4096 = 148,030 tokens.
+    half = plan(LLAMA3, card, overhead_bytes=0, max_batch_prefill_tokens=4096, memory_fraction=0.5)
+    assert half.max_batch_total_tokens == 148_030
+    assert "4,096 warm-up blocks" in half.explain()
+
+
+def test_default_prefill_budget_is_the_launchers_flops_formula():
+    llama31 = config(LLAMA3, max_position_embeddings=131_072)  # Llama-3.1-8B: Llama-3-8B's shape, 128k context
+    # TGI3-SCHEDULER.md L1: 32 x (2 x 4096 x 128 x (3 x 32 + 2 x 8) + 6 x 4096 x 14336) = 15,032,385,536 FLOPs
+    # per token; 1 x H100: floor(900e12 / 15,032,385,536) = 59,870 (x 15,032,385,536 = 899,988,922,040,320).
+    assert plan(llama31, "H100-80GB").max_batch_prefill_tokens == 59_870
+    # 2 shards: floor(1,800e12 / 15,032,385,536) = 119,741.
+    assert plan(llama31, "H100-80GB", num_shard=2).max_batch_prefill_tokens == 119_741
+    # H200 989e12: floor(989e12 / 15,032,385,536) = 65,791 (x 65,791 = 988,995,676,798,976 <= 989e12;
+    # x 65,792 = 989,010,709,184,512 > 989e12).
+    assert plan(llama31, "H200").max_batch_prefill_tokens == 65_791
+    # L4 121e12: floor(121e12 / 15,032,385,536) = 8049 (x = 120,995,671,179,264).
+    assert plan(llama31, "L4").max_batch_prefill_tokens == 8049
+    # T4, float16: compute_optimal floor(65e12 / 15,032,385,536) = 4323, but the launcher's VRAM estimate
+    # (15,360 MiB x 0.95 - 14,449,770,496 B of weights) / 260,096 B per token = 3,272 caps it.
+    assert plan(llama31, "T4", dtype="float16").max_batch_prefill_tokens == 3272
+    # A card outside the table: 4096; Llama-3-8B's 8192 positions cap the H100 figure.
+    assert plan(llama31, "A10").max_batch_prefill_tokens == 4096
+    assert plan(LLAMA3, "H100-80GB").max_batch_prefill_tokens == 8192
+    assert plan(llama31, "H100-80GB", max_batch_prefill_tokens=2048).max_batch_prefill_tokens == 2048  # as given
+
+
 def test_sharding_splits_weights_and_kv_heads():
     one = plan(LLAMA3, "A100-80GB")
     two = plan(LLAMA3, "A100-80GB", num_shard=2)
@@ -178,10 +220,13 @@ def test_workload_sets_users_and_recommendations():
     p = plan(LLAMA3, "A100-80GB", prompt_tokens=1000, output_tokens=500)
     assert (p.max_input_tokens, p.max_total_tokens) == (1000, 1500)
     assert p.concurrent_users == p.max_batch_total_tokens // 1500 == p.max_batch_size
-    assert p.max_batch_prefill_tokens == 4096  # TGI's default, >= max_input_tokens
+    # The launcher's default (TGI3-SCHEDULER.md L1): floor(312e12 A100 FLOPS / 15,032,385,536 FLOPs per token)
+    # = 20,755, capped at Llama-3-8B's 8192 positions (it was TGI 2's 4096 before TGI 3).
+    assert p.max_batch_prefill_tokens == 8192
     assert p.cuda_graphs == [1, 2, 4, 8, 16, 32]
     assert p.fits and not p.suggestions
-    # Without a workload: TGI's defaults, min(max_position_embeddings, 4096).
+    # Without a workload: TGI 3's warm-up defaults (L3), min(KV capacity, max_position_embeddings) = 4096
+    # for Llama-2 (25,090 KV tokens here), max_input_tokens = 4096 - 1.
     d = plan(LLAMA2, "L4", quantize="eetq")
     assert (d.max_input_tokens, d.max_total_tokens) == (4095, 4096)
     assert d.concurrent_users == d.max_batch_total_tokens // 4096
@@ -211,7 +256,8 @@ def test_weights_that_do_not_fit_are_flagged_with_alternatives():
 def test_explain_shows_the_arithmetic():
     text = plan(LLAMA2, "A100-80GB", dtype="float16", prompt_tokens=1000, output_tokens=500).explain()
     for fragment in ("6,738,415,616", "2 (K, V) x 32 layers x 32 KV heads x 128 head dim x 2 B", "524,288 B",
-                     "x 0.9 wiggle room", "max_batch_total_tokens = floor(", "floor(", "--max-batch-total-tokens",
+                     "x 0.9 wiggle room", "warm-up blocks; max_batch_total_tokens = blocks x", "floor(",
+                     "compute_optimal = floor(312 TFLOPS", "--max-batch-total-tokens",
                      "text-generation-launcher"):
         assert fragment in text, fragment
 
@@ -246,8 +292,8 @@ def test_vllm_cpu_figure_from_cpu_perf_is_reproduced():
 
 def test_embedded_engine_prediction_mirrors_its_code():
     torch = pytest.importorskip("torch")
-    from tgi_toolkit.engine.runner import SlotCache
     from tgi_toolkit.config.embedded import DEFAULT_KV_CACHE_BYTES
+    from tgi_toolkit.engine.runner import SlotCache
 
     shape = ModelShape.from_config(SMOLLM2)
     for dtype in ("float32", "bfloat16"):
@@ -255,16 +301,38 @@ def test_embedded_engine_prediction_mirrors_its_code():
         assert cache.bytes_per_token() == kv_bytes_per_token(shape, dtype)
     assert DEFAULT_KV_CACHE_BYTES == 2 * GiB
     p = plan_embedded(SMOLLM2, dtype="float32")
+    # 2 GiB = 2,147,483,648 B / 46,080 B = 46,603.4 -> 46,603 one-token blocks (flashinfer's block size 1).
     assert p.kv_bytes_per_token == 46_080 and p.max_batch_total_tokens == 46_603
-    assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.5).max_batch_total_tokens == 23_301
-    # Never below max_total_tokens, as the engine raises it.
-    assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.01, max_total_tokens=2048,
-                         max_input_tokens=2000).max_batch_total_tokens == 2048
+    # TGI 3's warm-up defaults (TGI3-SCHEDULER.md L3): min(46,603 KV, 8192 positions) = 8192, input 8191.
+    assert (p.max_total_tokens, p.max_input_tokens) == (8192, 8191)
+    # 1 GiB / 46,080 = 23,301.7 -> 23,301; TGI_TOOLKIT_KV_CACHE_GIB=4 x 0.5 = 2 GiB -> 46,603 again.
+    assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.5, env={}).max_batch_total_tokens == 23_301
+    assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.5,
+                         env={"TGI_TOOLKIT_KV_CACHE_GIB": "4"}).max_batch_total_tokens == 46_603
+    # flashdecoding's 256-token blocks: 46,080 x 256 = 11,796,480 B each; floor(2 GiB / that) = 182 blocks
+    # (182 x 11,796,480 = 2,146,959,360) = 46,592 tokens.
+    assert plan_embedded(SMOLLM2, dtype="float32", env={"ATTENTION": "flashdecoding"}).max_batch_total_tokens == \
+        46_592
+    # Less KV than one request: the engine refuses to start as TGI's router does (NotEnoughMemory):
+    # 2 GiB x 0.01 = 21,474,836 B / 46,080 = 466 tokens < max_total_tokens 2048.
+    with pytest.raises(ValueError, match="not enough KV memory"):
+        plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.01, max_total_tokens=2048, max_input_tokens=2000,
+                      env={})
     assert p.cuda_graphs == [] and p.command_line().startswith("tgi-toolkit serve")
     # float32 is the engine's default on CPUs without bf16, not a --dtype value.
     assert "--dtype" not in p.command_line() and any("float32" in w for w in p.warnings)
     assert "--dtype bfloat16" in plan_embedded(SMOLLM2, dtype="bfloat16").command_line()
-    assert p.max_batch_prefill_tokens == p.max_input_tokens + 50  # the engine's default
+    # The launcher's default without a known GPU (L1): 4096 (it was max_input_tokens + 50 before TGI 3).
+    assert p.max_batch_prefill_tokens == 4096
+    # Without chunking the prompt limit must fit one prefill: the default budget is raised to it.
+    off = {"PREFILL_CHUNKING": "0"}
+    unchunked = plan_embedded(SMOLLM2, dtype="float32", max_input_tokens=6000, max_total_tokens=7000, env=off)
+    assert unchunked.max_batch_prefill_tokens == 6000
+    # Unchunked, max_total_tokens defaults to the warm-up prompt (one 6000-token request: 6000), which
+    # is not above max_input_tokens 6000: TGI's router refuses that start-up too (L3, L4).
+    with pytest.raises(ValueError, match=r"max-input-tokens \(6000\) must be < --max-total-tokens \(6000\)"):
+        plan_embedded(SMOLLM2, dtype="float32", max_input_tokens=6000, env=off)
+    assert plan_embedded(SMOLLM2, dtype="float32", max_input_tokens=6000, env={}).max_batch_prefill_tokens == 4096
     assert plan(SMOLLM2, "embedded", dtype="float32").to_dict() == p.to_dict()
     with pytest.raises(ValueError, match="num_shard"):
         plan(SMOLLM2, "cpu", num_shard=2)
@@ -394,7 +462,7 @@ def test_plan_to_launcher_config():
     assert isinstance(cfg, LauncherConfig)
     assert (cfg.model_id, cfg.max_input_tokens, cfg.max_total_tokens, cfg.max_batch_prefill_tokens,
             cfg.max_batch_total_tokens, cfg.max_batch_size, cfg.cuda_graphs, cfg.dtype, cfg.cuda_memory_fraction) == (
-        "meta-llama/Meta-Llama-3-8B", 1000, 1500, 4096, p.max_batch_total_tokens, p.concurrent_users,
+        "meta-llama/Meta-Llama-3-8B", 1000, 1500, 8192, p.max_batch_total_tokens, p.concurrent_users,
         [1, 2, 4, 8, 16, 32], "bfloat16", 0.9)
     assert cfg.max_concurrent_requests == p.concurrent_users > 128
     cfg.check()
@@ -415,12 +483,15 @@ def test_plan_to_launcher_config():
 def test_default_lengths_agree_with_launcher_config_resolved(path, given):
     from tgi_toolkit.config import ConfigError, LauncherConfig
 
+    # Both follow TGI 3's warm-up defaults (TGI3-SCHEDULER.md L3) given the same KV capacity.
     mpe = ModelShape.from_config(path).max_position_embeddings
+    kv = plan(path, "H200").max_batch_total_tokens
     try:
-        resolved = LauncherConfig(**given).resolved(mpe)
+        resolved = LauncherConfig(**given).resolved(mpe, kv_capacity_tokens=kv, env={})
     except ConfigError:
         with pytest.raises(ValueError):
             plan(path, "H200", **given)
         return
     p = plan(path, "H200", **given)
+    assert p.max_batch_total_tokens == kv
     assert (p.max_input_tokens, p.max_total_tokens) == (resolved.max_input_tokens, resolved.max_total_tokens)

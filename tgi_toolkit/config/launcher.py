@@ -328,41 +328,43 @@ class LauncherConfig(BaseModel):
         """Same as `check()`: raise ConfigError listing every problem."""
         return self.check(env, backend=backend)
 
-    def resolved(self, max_position_embeddings: int) -> LauncherConfig:
-        """A validated copy with the launcher's derived defaults filled for a model of this context length.
+    def resolved(self, max_position_embeddings: int, *, kv_capacity_tokens: int | None = None,
+                 model_max_length: int | None = None, env: Mapping[str, str] | None = None,
+                 backend: str = "tgi") -> LauncherConfig:
+        """A validated copy with TGI 3's derived defaults filled for a model of this context length.
 
-        - max_input_tokens <- the legacy max_input_length if given, else min(mpe - 1, 4095), and
-          never more than max_total_tokens - 1 when that is given (TGI 3.x derives it that way);
-        - max_total_tokens <- min(mpe, 4096); when max_input_tokens was given at or above that,
-          the model's whole context (mpe) instead, as TGI 3.x does;
-        - max_batch_prefill_tokens <- max_input_tokens + 50 (the non-chunking rule), capped at
-          max_batch_total_tokens when that is set (but never below max_input_tokens);
-        - max_batch_total_tokens stays None when unset: the server infers it from free memory.
-        Raises ConfigError when the result breaks a rule (e.g. a prompt limit beyond the context).
+        Section 6 of TGI3-SCHEDULER.md, without a GPU to measure:
+        - max_batch_prefill_tokens <- the launcher's default for an unknown card: 4096, capped at
+          max_position_embeddings (L1; `config.scheduling.launcher_max_batch_prefill_tokens` with a card);
+        - max_total_tokens <- with prefill chunking min(KV capacity, tokenizer model_max_length,
+          max_position_embeddings), each when known; without chunking the warm-up batch's prompt tokens (L3);
+        - max_input_tokens <- the legacy max_input_length if given, else max_total_tokens - 1 (L3);
+        - max_batch_total_tokens stays as it is: the server infers it from free memory.
+        Chunking follows `chunking(env, backend=backend)` (vLLM: as with chunking). Raises ConfigError when
+        the result breaks a rule (e.g. a prompt limit beyond the context).
         """
+        from tgi_toolkit.config.scheduling import default_max_total_tokens, warmup_requests
+
         if max_position_embeddings < 2:
             raise ConfigError([Problem((), f"max_position_embeddings ({max_position_embeddings}) must be >= 2")])
-        self.check()
-        mpe = max_position_embeddings
+        self.check(env, backend=backend)
+        chunking = self.chunking(env, backend=backend) is not False
         given_inp = self.max_input_tokens if self.max_input_tokens is not None else self.max_input_length
-        total = self.max_total_tokens
-        if total is None:
-            total = min(mpe, 4096)
-            if given_inp is not None and given_inp >= total:
-                total = mpe
-        inp = given_inp
-        if inp is None:
-            inp = min(mpe - 1, 4095)
-            if self.max_total_tokens is not None:
-                inp = max(min(inp, self.max_total_tokens - 1), 1)
         prefill = self.max_batch_prefill_tokens
         if prefill is None:
-            prefill = inp + 50
-            if self.max_batch_total_tokens is not None:
-                prefill = max(min(prefill, self.max_batch_total_tokens), inp)
+            prefill = min(4096, max_position_embeddings)
+        total = self.max_total_tokens
+        if total is None:
+            kv = kv_capacity_tokens if kv_capacity_tokens is not None else max_position_embeddings
+            prompts = warmup_requests(prefill, given_inp, None, self.max_batch_size)
+            total = default_max_total_tokens(chunking=chunking, kv_capacity_tokens=kv,
+                                             max_position_embeddings=max_position_embeddings,
+                                             model_max_length=model_max_length,
+                                             warmup_prompt_tokens=sum(p for p, _ in prompts))
+        inp = given_inp if given_inp is not None else total - 1
         update = {"max_input_tokens": inp, "max_input_length": None, "max_total_tokens": total,
                   "max_batch_prefill_tokens": prefill}
-        return self.model_copy(update=update).check()
+        return self.model_copy(update=update).check(env, backend=backend)
 
     # -- renderings --------------------------------------------------------------------------
     def _rendered_fields(self) -> list[tuple[str, Any]]:

@@ -19,9 +19,20 @@ widest intermediates alive at once.
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tgi_toolkit.config.scheduling import (
+    GPU_FP16_FLOPS,
+    derive_limits,
+    embedded_kv_bytes,
+    kv_capacity_tokens,
+    launcher_max_batch_prefill_tokens,
+    warmup_blocks,
+    warmup_requests,
+)
 from tgi_toolkit.planner.dtypes import canonical_dtype, dtype_bytes, kv_dtype_bytes, quant_scheme
 from tgi_toolkit.planner.gpus import GiB, Gpu, resolve_gpu
 from tgi_toolkit.planner.shape import ModelShape
@@ -254,57 +265,85 @@ class _Lengths:
     notes: list[str]
 
 
-def _lengths(shape: ModelShape, prompt_tokens: int | None, output_tokens: int | None, max_input_tokens: int | None,
-             max_total_tokens: int | None, max_batch_prefill_tokens: int | None,
-             prefill_margin: int | None = None) -> _Lengths:
-    """Request limits from the workload or TGI's defaults.
-
-    The default max_batch_prefill_tokens is the launcher's: min(4096, max_position_embeddings), at
-    least max_input_tokens; with `prefill_margin` it is max_input_tokens + margin instead (the
-    documented non-chunking rule, which the embedded engine applies).
-    """
+def _known_lengths(prompt_tokens: int | None, output_tokens: int | None, max_input_tokens: int | None,
+                   max_total_tokens: int | None, max_batch_prefill_tokens: int | None) -> tuple[int | None, int | None]:
+    """(max_input_tokens, max_total_tokens) known before the KV cache is sized: given, or from the workload."""
     for name, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens),
                         ("max_input_tokens", max_input_tokens), ("max_total_tokens", max_total_tokens),
                         ("max_batch_prefill_tokens", max_batch_prefill_tokens)):
         _check_positive(name, value)
     if (prompt_tokens is None) != (output_tokens is None):
         raise ValueError("prompt_tokens and output_tokens describe one workload: give both or neither")
-    notes = []
-    max_pos = shape.max_position_embeddings
-    if prompt_tokens is not None and output_tokens is not None:
-        total = max_total_tokens or prompt_tokens + output_tokens
-        max_input = max_input_tokens or min(prompt_tokens, total - 1)
-        notes.append(f"max_total_tokens {_n(total)} and max_input_tokens {_n(max_input)} "
-                     + ("as given" if max_total_tokens and max_input_tokens else
-                        f"from the workload ({_n(prompt_tokens)} prompt + {_n(output_tokens)} output tokens)"))
-        if prompt_tokens + output_tokens > total:
-            raise ValueError(f"max_total_tokens ({total}) is below the workload's prompt_tokens + output_tokens "
-                             f"({prompt_tokens + output_tokens})")
-        if prompt_tokens > max_input:
-            raise ValueError(f"max_input_tokens ({max_input}) is below the workload's prompt_tokens ({prompt_tokens})")
-    else:
-        # TGI 3.x's derivation (tgi_toolkit.config.LauncherConfig.resolved follows it too).
-        context = max_pos or TGI_DEFAULT_MAX_TOTAL_TOKENS
-        total = max_total_tokens
-        if total is None:
-            total = min(context, TGI_DEFAULT_MAX_TOTAL_TOKENS)
-            if max_input_tokens is not None and max_input_tokens >= total:
-                total = context
-        max_input = max_input_tokens or max(min(context - 1, TGI_DEFAULT_MAX_TOTAL_TOKENS - 1, total - 1), 1)
-        if not (max_total_tokens or max_input_tokens):
-            notes.append(f"max_total_tokens = min(max_position_embeddings {_n(max_pos) if max_pos else '?'}, "
-                         f"{TGI_DEFAULT_MAX_TOTAL_TOKENS}) = {_n(total)} and max_input_tokens = {_n(max_input)} "
-                         "(TGI's defaults; no workload given)")
+    if prompt_tokens is None or output_tokens is None:
+        if max_input_tokens is not None and max_total_tokens is not None and max_input_tokens >= max_total_tokens:
+            raise ValueError(f"max_input_tokens ({max_input_tokens}) must be < max_total_tokens ({max_total_tokens})")
+        return max_input_tokens, max_total_tokens
+    total = max_total_tokens or prompt_tokens + output_tokens
+    max_input = max_input_tokens or min(prompt_tokens, total - 1)
+    if prompt_tokens + output_tokens > total:
+        raise ValueError(f"max_total_tokens ({total}) is below the workload's prompt_tokens + output_tokens "
+                         f"({prompt_tokens + output_tokens})")
+    if prompt_tokens > max_input:
+        raise ValueError(f"max_input_tokens ({max_input}) is below the workload's prompt_tokens ({prompt_tokens})")
     if max_input >= total:
         raise ValueError(f"max_input_tokens ({max_input}) must be < max_total_tokens ({total})")
+    return max_input, total
+
+
+def _prefill_budget(given: int | None, default: int, default_steps: list[str], known_input: int | None,
+                    chunking: bool) -> tuple[int, list[str]]:
+    """max_batch_prefill_tokens: given, else the launcher's default (L1); without chunking at least the prompt limit."""
+    if given is not None:
+        return given, [f"max_batch_prefill_tokens {_n(given)} as given"]
+    notes = [f"max_batch_prefill_tokens = **{_n(default)}**, the launcher's default: " + "; ".join(default_steps)]
+    if not chunking and known_input is not None and known_input > default:
+        notes.append(f"raised to max_input_tokens {_n(known_input)}: without prefill chunking a whole prompt must "
+                     "fit one prefill (the router refuses to start otherwise)")
+        return known_input, notes
+    return default, notes
+
+
+def _lengths(shape: ModelShape, prompt_tokens: int | None, output_tokens: int | None, known_input: int | None,
+             known_total: int | None, prefill: int, *, chunking: bool, kv_tokens: int,
+             warmup_prompt_tokens: int, prefill_notes: list[str]) -> _Lengths:
+    """Request limits from the workload, or TGI 3's warm-up defaults (TGI3-SCHEDULER.md L3).
+
+    With chunking max_total_tokens = min(KV capacity, max_position_embeddings) (the tokenizer's
+    model_max_length, which TGI also takes, is not in config.json); without, the warm-up batch's
+    prompt tokens. max_input_tokens = max_total_tokens - 1.
+    """
+    notes = list(prefill_notes)
+    max_pos = shape.max_position_embeddings
+    total = known_total
+    if prompt_tokens is not None:
+        notes.append(f"max_total_tokens {_n(known_total or 0)} and max_input_tokens {_n(known_input or 0)} "
+                     + (f"from the workload ({_n(prompt_tokens)} prompt + {_n(output_tokens or 0)} output tokens)"))
+    elif total is None:
+        if chunking:
+            candidates = [kv_tokens] + ([max_pos] if max_pos else [])
+            total = min(candidates)
+            how = (f"min(KV capacity {_n(kv_tokens)}, max_position_embeddings {_n(max_pos)})" if max_pos
+                   else f"the KV capacity {_n(kv_tokens)}")
+            if total < 2:
+                total = max_pos or TGI_DEFAULT_MAX_TOTAL_TOKENS  # no KV room at all: the plan does not fit
+            notes.append(f"max_total_tokens = {how} = {_n(total)} (TGI 3's warm-up default with prefill chunking)")
+        else:
+            total = warmup_prompt_tokens
+            notes.append(f"max_total_tokens = the warm-up batch's prompt tokens = {_n(total)} (TGI 3's warm-up "
+                         "default without prefill chunking)")
+    assert total is not None
+    max_input = known_input if known_input is not None else total - 1
+    if known_input is None and prompt_tokens is None:
+        notes.append(f"max_input_tokens = max_total_tokens - 1 = {_n(max_input)}")
+    if max_input >= total:
+        raise ValueError(f"max_input_tokens ({max_input}) must be < max_total_tokens ({total}) (TGI's router "
+                         "refuses it; without chunking the default max_total_tokens is the warm-up prompt, "
+                         "max_batch_prefill_tokens)")
     if max_pos and total > max_pos:
         notes.append(f"warning: max_total_tokens {_n(total)} exceeds the model's max_position_embeddings {_n(max_pos)}")
-    default_prefill = min(TGI_DEFAULT_PREFILL_TOKENS, max_pos or TGI_DEFAULT_PREFILL_TOKENS)
-    if prefill_margin is not None:
-        default_prefill = max_input + prefill_margin
-    prefill = max_batch_prefill_tokens or max(max_input, default_prefill)
-    if prefill < max_input:
-        raise ValueError(f"max_batch_prefill_tokens ({prefill}) must be >= max_input_tokens ({max_input})")
+    if not chunking and prefill < max_input:
+        raise ValueError(f"max_batch_prefill_tokens ({prefill}) must be >= max_input_tokens ({max_input}) "
+                         "without prefill chunking")
     return _Lengths(max_input, total, prefill, prompt_tokens, output_tokens, notes)
 
 
@@ -312,7 +351,7 @@ def _finish(shape: ModelShape, *, server: str, model: str, gpu: str, gpu_memory:
             quantize: str | None, kv_cache_dtype: str | None, num_shard: int, memory_fraction: float,
             wiggle_room: float, block_size: int, lengths: _Lengths, weights: int, weights_note: str,
             usable: int, overhead: int, activation: int, budget: int, tokens: int, steps: list[str],
-            warnings: list[str]) -> Plan:
+            warnings: list[str], chunking: bool = True) -> Plan:
     """Requests that fit in `tokens`, and the launcher settings that follow; shared by every plan."""
     kv_heads = kv_heads_per_shard(shape, num_shard)
     per_token = kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard)
@@ -333,7 +372,8 @@ def _finish(shape: ModelShape, *, server: str, model: str, gpu: str, gpu_memory:
     prefill = lengths.prefill
     if fits and tokens < prefill:
         steps.append(f"max_batch_prefill_tokens {_n(prefill)} capped at max_batch_total_tokens {_n(tokens)}")
-        prefill = max(tokens, lengths.max_input)
+        # The router needs max_batch_prefill_tokens <= max_batch_total_tokens (and, unchunked, >= max_input_tokens).
+        prefill = tokens if chunking else max(tokens, lengths.max_input)
     if fits and tokens < lengths.max_total and not shape.sliding_window:
         fits = False
     graphs = []
@@ -402,7 +442,7 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, q
          max_input_tokens: int | None = None, max_total_tokens: int | None = None,
          max_batch_prefill_tokens: int | None = None, overhead_bytes: int | None = None,
          wiggle_room: float = TGI_WIGGLE_ROOM, block_size: int = 1, model_id: str | None = None,
-         _suggest: bool = True) -> Plan:
+         chunking: bool = True, _suggest: bool = True) -> Plan:
     """Plan a TGI deployment of `model_config` on `gpu` before launching it.
 
     `model_config`: a config.json dict, a path to one or to a model directory, or a transformers
@@ -437,8 +477,13 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, q
     quantize = scheme.name if scheme else None
     if quantize == "exl2" and num_shard > 1:
         raise ValueError("quantize 'exl2' does not support num_shard > 1 (TGI's launcher refuses it)")
-    lengths = _lengths(shape, prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
-                       max_batch_prefill_tokens)
+    known_input, known_total = _known_lengths(prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
+                                              max_batch_prefill_tokens)
+    default_prefill, default_steps = launcher_max_batch_prefill_tokens(
+        shape.config or None, gpu_fp16_flops=GPU_FP16_FLOPS.get(card.name), gpu_memory_bytes=card.memory_bytes,
+        num_shard=num_shard, cuda_memory_fraction=float(memory_fraction))
+    prefill, prefill_notes = _prefill_budget(max_batch_prefill_tokens, default_prefill, default_steps, known_input,
+                                             chunking)
     model = model_id or shape.name
 
     warnings: list[str] = []
@@ -463,35 +508,52 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, q
     sharded = f"; per shard / {num_shard} = {_gib(per_shard)}" if num_shard > 1 else ""
     steps.append(f"Weights: {weights_note}{sharded}")
     steps.append(_kv_step(shape, dtype, kv_cache_dtype, num_shard))
+    steps += prefill_notes
 
     usable = int(card.memory_bytes * memory_fraction * wiggle_room)
-    steps.append(f"Usable memory per GPU: {_gib(card.memory_bytes)} ({card.name}) x {memory_fraction:g} "
-                 f"memory fraction x {wiggle_room:g} wiggle room = {_gib(usable)}")
+    reserve = card.memory_bytes - usable
+    steps.append(f"Left out of the KV cache by TGI's warm-up: (1 - {memory_fraction:g} memory fraction x "
+                 f"{wiggle_room:g} wiggle room) x {_gib(card.memory_bytes)} ({card.name}) = {_gib(reserve)}")
     overhead = DEFAULT_OVERHEAD_BYTES if overhead_bytes is None else int(overhead_bytes)
     act_per_token = activation_bytes_per_token(shape, dtype, num_shard)
-    activation = lengths.prefill * act_per_token
-    steps.append(f"Reserve: {_gib(overhead)} fixed (CUDA context, workspaces) + prefill activations "
-                 f"{_n(lengths.prefill)} max_batch_prefill_tokens x {_n(act_per_token)} B "
-                 f"= {_gib(overhead + activation)}")
-    budget = usable - per_shard - overhead - activation
-    steps.append(f"KV budget: {_gib(usable)} - {_gib(per_shard)} weights - {_gib(overhead + activation)} reserve "
-                 f"= **{_gib(budget)}**")
+    activation = prefill * act_per_token
     per_token = kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard)
-    tokens = max(budget, 0) // per_token // block_size * block_size
-    steps.append(f"max_batch_total_tokens = floor({_n(max(budget, 0))} B / {_n(per_token)} B)"
-                 + (f" in whole {block_size}-token blocks" if block_size > 1 else "") + f" = **{_n(tokens)}**")
+    per_block = per_token * block_size
+    requests = warmup_requests(prefill, known_input, known_total)
+    warm_blocks = warmup_blocks(requests, block_size)
+    warm_bytes = warm_blocks * per_block
+    free = card.memory_bytes - per_shard - overhead - activation - warm_bytes
+    steps.append(f"Free after weights and warm-up: {_gib(card.memory_bytes)} - {_gib(per_shard)} weights - "
+                 f"{_gib(overhead)} fixed (CUDA context, workspaces) - {_gib(activation)} prefill activations "
+                 f"({_n(prefill)} max_batch_prefill_tokens x {_n(act_per_token)} B) - {_gib(warm_bytes)} KV of the "
+                 f"warm-up batch ({len(requests)} request(s), {_n(warm_blocks)} blocks) = {_gib(free)}")
+    budget = usable - per_shard - overhead - activation  # the KV space, warm-up blocks included
+    kv_free = max(0, free - reserve)
+    if budget >= warm_bytes:
+        tokens = kv_capacity_tokens(kv_free, per_block, block_size, warm_blocks)
+    else:  # TGI's warm-up itself runs out of memory here; count what fits, the plan will not
+        tokens = max(budget, 0) // per_block * block_size
+        if budget > 0:
+            warnings.append(f"the warm-up batch's KV ({_gib(warm_bytes)}) does not fit: TGI fails its warm-up; "
+                            "lower max_batch_prefill_tokens")
+    steps.append(f"KV blocks: floor(max(0, {_gib(free)} - {_gib(reserve)}) / {_n(per_block)} B per "
+                 f"{block_size}-token block) + {_n(warm_blocks)} warm-up blocks; max_batch_total_tokens = blocks x "
+                 f"{block_size} = **{_n(tokens)}**" + (" (the weights do not fit)" if budget <= 0 else ""))
+    lengths = _lengths(shape, prompt_tokens, output_tokens, known_input, known_total, prefill, chunking=chunking,
+                       kv_tokens=tokens, warmup_prompt_tokens=sum(p for p, _ in requests), prefill_notes=[])
     steps += [n for n in lengths.notes if not n.startswith("warning: ")]
 
     result = _finish(shape, server="tgi", model=model, gpu=card.name, gpu_memory=card.memory_bytes, dtype=dtype,
                      quantize=quantize, kv_cache_dtype=kv_cache_dtype, num_shard=num_shard,
                      memory_fraction=float(memory_fraction), wiggle_room=float(wiggle_room), block_size=block_size,
                      lengths=lengths, weights=weights, weights_note=weights_note, usable=usable, overhead=overhead,
-                     activation=activation, budget=budget, tokens=tokens, steps=steps, warnings=warnings)
+                     activation=activation, budget=budget, tokens=tokens, steps=steps, warnings=warnings,
+                     chunking=chunking)
     if not result.fits and _suggest:
         result.suggestions = _suggestions(shape, card, dtype=dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype,
                                           num_shard=num_shard, memory_fraction=memory_fraction,
                                           lengths=lengths, overhead_bytes=overhead_bytes, wiggle_room=wiggle_room,
-                                          block_size=block_size)
+                                          block_size=block_size, chunking=chunking)
     return result
 
 
@@ -528,24 +590,34 @@ def _suggestions(shape: ModelShape, card: Gpu, *, quantize: str | None, num_shar
 def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str | None = None,
                   memory_fraction: float = 1.0, prompt_tokens: int | None = None, output_tokens: int | None = None,
                   max_input_tokens: int | None = None, max_total_tokens: int | None = None,
-                  max_batch_prefill_tokens: int | None = None, model_id: str | None = None) -> Plan:
+                  max_batch_prefill_tokens: int | None = None, model_id: str | None = None,
+                  env: Mapping[str, str] | None = None) -> Plan:
     """Predict what the embedded CPU engine logs as "Setting max batch total tokens to N".
 
-    The engine gives its KV cache a fixed space (tgi_toolkit.config.embedded.DEFAULT_KV_CACHE_BYTES,
-    2 GiB) scaled by --cuda-memory-fraction, divides by its bytes per token (keys and values kept in
-    the model dtype whatever --quantize says) and never goes below max_total_tokens. `dtype` None is
-    the engine's own default on this machine: bfloat16 where the CPU computes in it, else float32.
+    The engine follows TGI 3 (tgi_toolkit.config.scheduling, the same functions): its scheduling mode
+    from ATTENTION / PREFIX_CACHING / PREFILL_CHUNKING in `env` (None: this process's environment), a
+    fixed KV space of TGI_TOOLKIT_KV_CACHE_GIB (default 2) GiB x --cuda-memory-fraction in whole blocks
+    (keys and values in the model dtype whatever --quantize says), TGI's warm-up defaults for
+    max_total_tokens / max_input_tokens and the launcher's default max_batch_prefill_tokens (no GPU:
+    4096, capped at the context). `dtype` None is the engine's own default on this machine: bfloat16
+    where the CPU computes in it, else float32. Raises ValueError where the engine refuses to start.
     """
-    from tgi_toolkit.config.embedded import DEFAULT_KV_CACHE_BYTES, cpu_has_bf16
+    from tgi_toolkit.config.embedded import cpu_has_bf16
+    from tgi_toolkit.config.scheduling import resolve_mode
 
+    env = os.environ if env is None else env
     shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
     dtype = canonical_dtype(dtype or ("bfloat16" if cpu_has_bf16() else "float32"))
     if isinstance(memory_fraction, bool) or not 0 < float(memory_fraction) <= 1:
         raise ValueError(f"memory_fraction must be in (0, 1]; got {memory_fraction!r}")
     scheme = quant_scheme(quantize, shape.quantization_config)
     quantize = scheme.name if scheme else None
-    lengths = _lengths(shape, prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
-                       max_batch_prefill_tokens, prefill_margin=50)
+    mode = resolve_mode(env, model_config=shape.config or None)
+    known_input, known_total = _known_lengths(prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
+                                              max_batch_prefill_tokens)
+    default_prefill, default_steps = launcher_max_batch_prefill_tokens(shape.config or None, gpu_fp16_flops=None)
+    prefill, notes = _prefill_budget(max_batch_prefill_tokens, default_prefill, default_steps, known_input,
+                                     mode.chunking)
     warnings = []
     if dtype == "float32":
         warnings.append("the engine runs float32 by default on CPUs without native bfloat16; "
@@ -554,20 +626,31 @@ def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str 
     weights, weights_note = weight_bytes(shape, dtype, quantize)
     steps.append(f"Weights (in RAM, outside the KV space): {weights_note}")
     steps.append(_kv_step(shape, dtype, None, 1))
+    steps.append(f"Scheduling: attention {mode.attention} (block size {mode.block_size}), prefix caching "
+                 f"{'on' if mode.prefix_caching else 'off'}, prefill chunking {'on' if mode.chunking else 'off'}")
+    steps += notes
+    notes = []
     per_token = kv_bytes_per_token(shape, dtype)
-    budget = int(DEFAULT_KV_CACHE_BYTES * memory_fraction)
-    # Same expression as the engine (float floor division), so the figure matches to the token.
-    tokens = int(DEFAULT_KV_CACHE_BYTES * memory_fraction // per_token)
-    steps.append(f"KV space: {_gib(DEFAULT_KV_CACHE_BYTES)} (the engine's fixed KV space) x {memory_fraction:g} "
+    budget = embedded_kv_bytes(env, float(memory_fraction))
+    limits = derive_limits(kv_bytes=budget, bytes_per_block=per_token * mode.block_size, block_size=mode.block_size,
+                           chunking=mode.chunking, max_batch_prefill_tokens=prefill, max_input_tokens=known_input,
+                           max_total_tokens=known_total, max_position_embeddings=shape.max_position_embeddings)
+    tokens = limits.max_batch_total_tokens
+    steps.append(f"KV space: TGI_TOOLKIT_KV_CACHE_GIB {budget / memory_fraction / GiB:g} GiB x {memory_fraction:g} "
                  f"cuda_memory_fraction = {_n(budget)} B")
-    line = f"max_batch_total_tokens = floor({_n(budget)} B / {_n(per_token)} B) = {_n(tokens)}"
-    if tokens < lengths.max_total:
-        line += f", raised to max_total_tokens {_n(lengths.max_total)} as the engine does"
-        tokens = lengths.max_total
-    steps.append(line + f" -> **{_n(tokens)}**")
-    steps += [n for n in lengths.notes if not n.startswith("warning: ")]
+    steps.append(f"max_batch_total_tokens = floor({_n(budget)} B / {_n(per_token * mode.block_size)} B per "
+                 f"{mode.block_size}-token block) x {mode.block_size} = **{_n(tokens)}**")
+    if prompt_tokens is not None:
+        notes.append(f"max_total_tokens {_n(limits.max_total_tokens)} and max_input_tokens "
+                     f"{_n(limits.max_input_tokens)} from the workload")
+    else:
+        notes.append(f"max_total_tokens {_n(limits.max_total_tokens)}, max_input_tokens {_n(limits.max_input_tokens)}"
+                     + (" (TGI 3's warm-up defaults)" if known_total is None else ""))
+    lengths = _Lengths(limits.max_input_tokens, limits.max_total_tokens, prefill, prompt_tokens, output_tokens, notes)
+    steps += notes
     return _finish(shape, server="embedded", model=model_id or shape.name, gpu="embedded CPU engine",
-                   gpu_memory=DEFAULT_KV_CACHE_BYTES, dtype=dtype, quantize=quantize, kv_cache_dtype=None,
-                   num_shard=1, memory_fraction=float(memory_fraction), wiggle_room=1.0, block_size=1,
+                   gpu_memory=budget, dtype=dtype, quantize=quantize, kv_cache_dtype=None,
+                   num_shard=1, memory_fraction=float(memory_fraction), wiggle_room=1.0, block_size=mode.block_size,
                    lengths=lengths, weights=weights, weights_note=weights_note, usable=budget, overhead=0,
-                   activation=0, budget=budget, tokens=tokens, steps=steps, warnings=warnings)
+                   activation=0, budget=budget, tokens=tokens, steps=steps, warnings=warnings,
+                   chunking=mode.chunking)

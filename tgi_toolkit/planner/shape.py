@@ -86,6 +86,8 @@ class ModelShape:
     name: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     quantization_config: dict[str, Any] | None = None
+    # config.json as read: TGI's launcher estimates (FLOPs, VRAM) read its raw fields, not the normalised shape.
+    config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_config(cls, model_config: Any) -> ModelShape:
@@ -167,7 +169,7 @@ class ModelShape:
             shared_intermediate_size=shared,
             dense_layers=int(cfg.get("first_k_dense_replace") or 0) if experts else 0,
             name=str(_first(cfg, "_name_or_path", "name_or_path", default="") or ""),
-            notes=tuple(notes), quantization_config=cfg.get("quantization_config") or None,
+            notes=tuple(notes), quantization_config=cfg.get("quantization_config") or None, config=cfg,
         )
 
     # -- sizes ---------------------------------------------------------------------------
