@@ -71,8 +71,13 @@ def _mode(environ: Mapping[str, str]) -> dict[str, Any]:
     return {"attention": mode.attention, "prefix_caching": mode.prefix_caching, "chunking": mode.chunking}
 
 
+# prefill_forward_s is left out: every TTFT of the grid holds one prefilling forward and one request overhead,
+# so the two would be the same column; the overhead is what a client sees outside the server's forwards.
+PROFILE_TERMS = tuple(t for t in TERMS if t != "prefill_forward_s")
+
+
 def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[Shape, float]], *,
-                prefill_budget: int | None = None, terms: Sequence[str] = TERMS, name: str = "calibrated",
+                prefill_budget: int | None = None, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
                 source: Mapping[str, Any] | None = None) -> LinearCostModel:
     """The linear model from (prompt length, TTFT) and (decode forward shape, seconds) samples; the
     request overhead is fitted with it (it appears in every TTFT and in no decode step)."""

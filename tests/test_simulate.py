@@ -1,0 +1,255 @@
+"""The simulator: the engine's scheduler on a virtual clock, its cost models, its results and CLI.
+
+Timelines are worked by hand from TGI3-SCHEDULER.md section 9 with a cost model of 1 s per forward, so
+a time in seconds is a count of forwards; roofline figures are worked by hand from config.json numbers
+and datasheet figures.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+
+import pytest
+
+from tgi_toolkit.bench import load_results
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.engine.scheduler import SchedulerConfig
+from tgi_toolkit.simulate import LinearCostModel, fit_linear, roofline, run_concurrency
+from tgi_toolkit.simulate.costs import Shape, load_cost_model, uniform_shape
+from tgi_toolkit.simulate.events import ClosedLoop, OpenLoop, SimRequest, Simulator
+from tgi_toolkit.simulate.profile import fit_profile
+
+logging.getLogger("tgi_toolkit.engine.scheduler").setLevel(logging.ERROR)
+
+
+class PerForward:
+    """1 s per forward whatever it holds; remembers each forward's token count."""
+
+    name = "1 s per forward"
+    request_overhead_s = 0.0
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+
+    def seconds(self, shape: Shape) -> float:
+        self.tokens.append(shape.tokens)
+        return 1.0
+
+    def describe(self) -> dict:
+        return {"kind": "test", "name": self.name}
+
+
+def _ids(n: int, base: int) -> list[int]:
+    return [base + i for i in range(n)]
+
+
+def _worked_example(chunking: bool, long_prompt: bool = True) -> tuple[PerForward, dict[str, SimRequest]]:
+    """Section 9: A-D decoding (10-token prompts, sent at 0); R1 (3000), R2 (500), R3 (500) sent at 2.5 s,
+    during the second decode forward, so the iteration that starts at 3 s finds them queued."""
+    cost = PerForward()
+    config = SchedulerConfig(max_batch_prefill_tokens=2048, max_batch_total_tokens=100_000, chunking=chunking,
+                             prefix_caching=chunking)
+    sim = Simulator(config, cost)
+    running = {name: SimRequest(_ids(10, 1000 * (k + 1)), 50) for k, name in enumerate("ABCD")}
+    late = {"R2": SimRequest(_ids(500, 20_000), 50), "R3": SimRequest(_ids(500, 30_000), 50)}
+    if long_prompt:
+        late = {"R1": SimRequest(_ids(3000, 10_000), 50), **late}
+    everyone = [*running.values(), *late.values()]
+    times = [0.0] * 4 + [2.5] * len(late)
+    sim.run(OpenLoop(everyone, times), everyone)
+    return cost, {**running, **late}
+
+
+def _ttft(request: SimRequest) -> float:
+    record = request.record
+    return (record.token_ns[0] - record.sent_ns) / 1e9
+
+
+def test_worked_example_chunked():
+    cost, reqs = _worked_example(chunking=True)
+    # A-D's prefill, two decodes, then F1..F4 of the document's table
+    assert cost.tokens[:7] == [40, 4, 4, 2048, 960, 1005, 7]
+    assert _ttft(reqs["R1"]) == pytest.approx(2.5)  # first token after F2 (ends at 5 s), sent at 2.5 s
+    assert _ttft(reqs["R2"]) == pytest.approx(3.5)  # after F3 (ends at 6 s)
+    assert _ttft(reqs["R3"]) == pytest.approx(3.5)
+    # A decoding row emits in every forward, mixed or not: A's tokens at 1, 2, 3, 4, 5, 6, 7 s
+    assert [t / 1e9 for t in reqs["A"].record.token_ns[:7]] == pytest.approx([1, 2, 3, 4, 5, 6, 7])
+
+
+def test_worked_example_chunking_off():
+    cost, reqs = _worked_example(chunking=False, long_prompt=False)
+    # min_size = floor(4 x 0.3) = 1: [R2, R3] prefilled alone (1000), then a decode of 6 rows
+    assert cost.tokens[:5] == [40, 4, 4, 1000, 6]
+    assert _ttft(reqs["R2"]) == pytest.approx(1.5)
+    # A-D get no token during the lone prefill (3-4 s): their tokens at 3 s then 5 s
+    assert [t / 1e9 for t in reqs["A"].record.token_ns[2:4]] == pytest.approx([3, 5])
+
+
+def test_worked_example_cold_start():
+    cost = PerForward()
+    sim = Simulator(SchedulerConfig(max_batch_prefill_tokens=2048, max_batch_total_tokens=100_000), cost)
+    reqs = [SimRequest(_ids(3000, 10_000), 5), SimRequest(_ids(500, 20_000), 5), SimRequest(_ids(500, 30_000), 5)]
+    sim.run(OpenLoop(reqs, [0.0, 0.0, 0.0]), reqs)
+    assert cost.tokens[:3] == [2048, 1952, 3]
+    assert [_ttft(r) for r in reqs] == pytest.approx([2.0, 2.0, 2.0])
+
+
+def test_closed_loop_users_send_when_their_last_request_ends():
+    cost = PerForward()
+    sim = Simulator(SchedulerConfig(max_batch_prefill_tokens=2048, max_batch_total_tokens=100_000), cost)
+    reqs = [SimRequest(_ids(10, 100 * (i + 1)), 3) for i in range(4)]
+    sim.run(ClosedLoop(reqs, 2), reqs)
+    # two at 0 s: prefill (1 s, token 1), decode, decode: done at 3 s; the next two are sent then
+    assert [r.record.sent_ns / 1e9 for r in reqs] == pytest.approx([0, 0, 3, 3])
+    assert [r.record.token_ns[-1] / 1e9 for r in reqs] == pytest.approx([3, 3, 6, 6])
+    assert all(r.record.output_tokens == 3 for r in reqs)
+
+
+def test_point_row_from_a_hand_worked_closed_loop():
+    cost = PerForward()
+    cost.source = {}
+    res = run_concurrency(cost, users=[2], prompt_tokens=10, max_new_tokens=3, requests=4,
+                          config={"max_batch_total_tokens": 100_000, "max_batch_prefill_tokens": 2048})
+    point = res.points.iloc[0]
+    assert point[S.stat_column("ttft", "p50")] == pytest.approx(1.0)
+    assert point[S.stat_column("tpot", "p50")] == pytest.approx(1.0)  # (3 - 1) / (3 - 1)
+    assert point[S.OUTPUT_THROUGHPUT] == pytest.approx(12 / 6)  # 4 x 3 tokens, first send to last token
+    assert point[S.BACKEND] == "simulated"
+
+
+def test_shared_prefix_hits_the_schedulers_prefix_cache():
+    from tgi_toolkit.simulate import run_shared_prefix
+
+    cost = LinearCostModel(forward_s=0.01, token_s=1e-4, source={"server": {"max_batch_total_tokens": 50_000}})
+    res = run_shared_prefix(cost, groups=2, requests_per_group=3, prefix_tokens=1000, suffix_tokens=10,
+                            max_new_tokens=4, users=1)
+    ttft = res.requests.groupby(S.TURN)[S.TTFT_S].median()
+    # one request at a time: the first of a group computes 1010 tokens (0.01 + 0.101 s), later ones only
+    # their 10-token suffix
+    assert ttft[0] == pytest.approx(0.01 + 1010e-4)
+    assert ttft[1] == pytest.approx(0.01 + 10e-4)
+    hit = 2 * 2 * 1000  # 2 groups x 2 later requests x the prefix
+    assert res.points[S.PREFIX_HIT_RATE].iloc[0] == pytest.approx(hit / (6 * 1010))
+    off = run_shared_prefix(cost, groups=2, requests_per_group=3, prefix_tokens=1000, suffix_tokens=10,
+                            max_new_tokens=4, users=1, prefix_caching=False)
+    assert off.requests.groupby(S.TURN)[S.TTFT_S].median()[1] == pytest.approx(0.01 + 1010e-4)
+
+
+# -- cost models ----------------------------------------------------------------------------------------------
+def test_linear_fit_recovers_known_coefficients():
+    truth = LinearCostModel(forward_s=0.004, prefill_forward_s=0.002, token_s=2e-5, row_s=3e-4,
+                            context_token_s=1e-7, attention_pair_s=0.0)
+    shapes = [uniform_shape(b, 1, c, prefilling=False) for b in (1, 4, 16, 32) for c in (32, 512, 2048)]
+    shapes += [uniform_shape(1, n, 0) for n in (16, 128, 512, 1024)] + [uniform_shape(4, 64, 0)]
+    model = fit_linear([(s, truth.seconds(s)) for s in shapes])
+    for term in ("forward_s", "prefill_forward_s", "token_s", "row_s", "context_token_s"):
+        assert getattr(model, term) == pytest.approx(getattr(truth, term), rel=1e-6)
+    assert model.attention_pair_s == pytest.approx(0.0, abs=1e-15)
+
+
+def test_profile_fit_separates_request_overhead():
+    truth = LinearCostModel(forward_s=0.003, token_s=5e-5, row_s=2e-4, context_token_s=2e-8,
+                            attention_pair_s=1e-9)
+    overhead = 0.007
+    ingestion = [(n, overhead + truth.seconds(uniform_shape(1, n, 0))) for n in (16, 64, 256, 1024)]
+    decode = [(s, truth.seconds(s)) for s in (uniform_shape(b, 1, c, prefilling=False)
+                                              for b in (1, 4, 16) for c in (40, 520))]
+    model = fit_profile(ingestion, decode)
+    assert model.request_overhead_s == pytest.approx(overhead, rel=1e-6)
+    assert model.token_s == pytest.approx(5e-5, rel=1e-6)
+    assert all(p["ratio"] == pytest.approx(1.0) for p in model.points)
+
+
+def test_cost_model_json_round_trip_and_bad_values(tmp_path):
+    model = LinearCostModel(forward_s=0.01, token_s=1e-4, request_overhead_s=0.002)
+    path = model.save(tmp_path / "cost.json")
+    again = load_cost_model(path)
+    assert again.seconds(uniform_shape(3, 100, 0)) == pytest.approx(model.seconds(uniform_shape(3, 100, 0)))
+    data = json.loads(path.read_text())
+    data["token_s"] = -1
+    with pytest.raises(ValueError, match="token_s must be a number of seconds >= 0"):
+        load_cost_model(data)
+
+
+def test_roofline_decode_is_memory_bound_as_worked_by_hand():
+    # Llama-2-7B (tests/data/configs): 6,738,415,616 parameters, 131,072,000 each in embeddings and lm_head.
+    # bf16 weights 13,476,831,232 B; KV 2 x 32 layers x 32 heads x 128 x 2 B = 524,288 B per token.
+    model = roofline("A100-80GB", "tests/data/configs/llama-2-7b.json", matmul_efficiency=0.5,
+                     attention_efficiency=0.25, bandwidth_efficiency=0.5, forward_overhead_s=0.001)
+    decode = uniform_shape(1, 1, 999, prefilling=False)  # one row, 1000 tokens of context
+    memory = (13_476_831_232 + 524_288 * 1000) / (2039e9 * 0.5)
+    assert model.seconds(decode) == pytest.approx(memory + 0.001, rel=1e-9)
+    # a 2000-token prefill is compute-bound: 2 x body params x tokens + lm_head once, and 4 x 32 x 32 x 128
+    # FLOPs per query-key pair over 2000 x 2001 / 2 pairs
+    prefill = uniform_shape(1, 2000, 0)
+    compute = (2 * (6_476_271_616 * 2000 + 131_072_000) / (312e12 * 0.5)
+               + 524_288 * 2_001_000 / (312e12 * 0.25))
+    assert model.seconds(prefill) == pytest.approx(compute + 0.001, rel=1e-9)
+
+
+def test_roofline_shards_add_the_allreduce_term():
+    one = roofline("H100", "tests/data/configs/llama-2-7b.json", forward_overhead_s=0.0)
+    two = roofline("H100", "tests/data/configs/llama-2-7b.json", num_shard=2, forward_overhead_s=0.0)
+    shape = uniform_shape(8, 1, 500, prefilling=False)
+    # half the reads on each card; 2 all-reduces per layer of 8 tokens x 4096 x 2 B over NVLink (900 GB/s x 0.7)
+    comm = 2 * 32 * (10e-6 + 2 * 0.5 * 8 * 4096 * 2 / (900e9 * 0.7))
+    assert two.seconds(shape) == pytest.approx(one.seconds(shape) / 2 + comm, rel=1e-9)
+
+
+def test_roofline_refuses_an_unknown_card():
+    with pytest.raises(ValueError, match="gpu 'Z80' is not known"):
+        roofline("Z80", "tests/data/configs/llama-2-7b.json")
+
+
+# -- results, CLI, speed -----------------------------------------------------------------------------------
+def test_results_folder_round_trip(tmp_path):
+    cost = LinearCostModel(forward_s=0.02, token_s=1e-4, name="test model",
+                           source={"server": {"max_batch_total_tokens": 20_000, "model_id": "m"}})
+    res = run_concurrency(cost, users=[1, 4], prompt_tokens=64, max_new_tokens=8, output=tmp_path)
+    back = load_results(tmp_path)
+    assert len(back.points) == 2 and len(back.requests) == len(res.requests) == 8 + 16
+    assert back.points[S.CONFIG_LABEL].iloc[0].endswith("[simulated: test model]")
+    run = back.runs[0]
+    assert run["simulated"] is True and run["cost_model"]["name"] == "test model"
+    assert run["status"] == "complete" and run["scheduler"]["max_batch_total_tokens"] == 20_000
+    assert set(back.server[S.METRIC]) >= {"tgi_batch_current_size", "tgi_queue_size"}
+    metrics = back.main_metrics()
+    assert not metrics.empty
+
+
+def test_cli_simulates_and_writes_a_folder(tmp_path, capsys):
+    from tgi_toolkit.cli import main
+
+    path = LinearCostModel(forward_s=0.01, token_s=1e-4, source={"server": {"max_batch_total_tokens": 20_000}}
+                           ).save(tmp_path / "cost.json")
+    out = tmp_path / "res"
+    rc = main(["simulate", "concurrency", "--cost-model", str(path), "-u", "2", "--prompt-tokens", "32",
+               "--max-new-tokens", "4", "--output", str(out), "--", "--max-batch-prefill-tokens", "512"])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "users=2,prompt=32,output=4" in printed
+    assert load_results(out).runs[0]["scheduler"]["max_batch_prefill_tokens"] == 512
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["simulate", "concurrency", "-u", "2"], "no cost model given"),
+    (["simulate", "concurrency", "--gpu", "Z80", "--model", "tests/data/configs/llama-2-7b.json"], "Z80"),
+    (["simulate", "rate", "--cost-model", "missing.json"], "no file at"),
+])
+def test_cli_bad_input_is_one_line(argv, message, capsys):
+    from tgi_toolkit.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_simulates_32_users_1000_requests_in_under_10_seconds():
+    cost = LinearCostModel(forward_s=0.02, token_s=2e-4, row_s=1e-3,
+                           source={"server": {"max_batch_total_tokens": 200_000}})
+    started = time.perf_counter()
+    res = run_concurrency(cost, users=[32], prompt_tokens=256, max_new_tokens=128, requests=1000)
+    assert time.perf_counter() - started < 10
+    assert res.points[S.REQUESTS].iloc[0] == 1000 and not math.isnan(res.points[S.OUTPUT_THROUGHPUT].iloc[0])
