@@ -24,9 +24,12 @@ TINY = Workload("concurrency", users=[1], prompt_tokens=8, max_new_tokens=2, req
 
 def standin_sweep(**kwargs) -> Sweep:
     kwargs.setdefault("grid", {"max_batch_size": [1, 2]})
-    kwargs.setdefault("configs", [{"max_batch_prefill_tokens": 16}])  # < max_input_tokens: invalid
+    kwargs.setdefault("configs", [{"max_batch_prefill_tokens": 16}])  # < max_input_tokens: invalid unchunked
+    # PREFILL_CHUNKING=0: TGI 3 refuses a prompt limit above the prefill budget only without chunking
+    # (TGI3-SCHEDULER.md L4), and these tests need one configuration the rules refuse.
     return Sweep(base={"model_id": "org/standin-model", "max_input_tokens": 32, "max_total_tokens": 64},
-                 workloads=[TINY], backend="tgi", server={"health_timeout": 20}, **kwargs)
+                 workloads=[TINY], backend="tgi", server={"health_timeout": 20, "env": {"PREFILL_CHUNKING": "0"}},
+                 **kwargs)
 
 
 # -- the grid ---------------------------------------------------------------------------------------
@@ -62,13 +65,19 @@ def test_the_base_is_measured_only_when_nothing_else_is_listed():
 def test_configs_breaking_a_launcher_rule_carry_the_rule_and_its_fields():
     sweep = Sweep(base={"max_input_tokens": 256, "max_total_tokens": 512},
                   grid={"max_batch_prefill_tokens": [128, 512], "max_batch_size": [0, 2]},
-                  configs=[{"max_batch_size": -1}, {"quantize": "gptq", "dtype": "float16"}], workloads=[TINY])
+                  configs=[{"max_batch_size": -1}, {"quantize": "gptq", "dtype": "float16"}], workloads=[TINY],
+                  server={"env": {"PREFILL_CHUNKING": "0"}})  # the budget rule holds only unchunked (L4)
     by_label = {c.label: c for c in sweep.configs()}
     both = by_label["max_batch_prefill_tokens=128,max_batch_size=0"]
     assert not both.valid and len(both.problems) == 2
     assert {"fields": ["max_batch_prefill_tokens", "max_input_tokens"],
             "rule": "--max-batch-prefill-tokens (128) must be >= --max-input-tokens (256) (a whole prompt must fit "
-                    "one prefill when the model cannot chunk it)"} in both.problems
+                    "one prefill without prefill chunking: PREFILL_CHUNKING=0, ATTENTION=paged or --speculate)"
+            } in both.problems
+    # With TGI 3's default chunking the same budget is valid: the prompt is prefilled in chunks.
+    chunked = Sweep(base={"max_input_tokens": 256, "max_total_tokens": 512}, grid={"max_batch_prefill_tokens": [128]},
+                    workloads=[TINY], server={"env": {"PREFILL_CHUNKING": "1"}})
+    assert chunked.configs()[0].valid
     assert by_label["max_batch_prefill_tokens=512,max_batch_size=0"].problems == [
         {"fields": ["max_batch_size"], "rule": "--max-batch-size (0) must be > 0"}]
     assert by_label["max_batch_prefill_tokens=512,max_batch_size=2"].valid
@@ -152,7 +161,8 @@ def test_manifest_keeps_finished_work_on_resume_and_flags_configs_gone_from_the_
 
 # -- runs with the stand-in launcher ---------------------------------------------------------------------
 @pytest.mark.usefixtures("standins")
-def test_servers_that_crash_are_recorded_with_their_log_and_the_sweep_goes_on(tmp_path, monkeypatch, launches):
+def test_servers_that_crash_are_recorded_with_their_log_and_the_sweep_goes_on(tmp_path, monkeypatch, launches,
+                                                                             capsys):
     monkeypatch.setenv("TGI_TOOLKIT_STANDIN", "crash")
     results = standin_sweep().run(tmp_path, progress=False)
     assert results.points.empty
@@ -169,13 +179,36 @@ def test_servers_that_crash_are_recorded_with_their_log_and_the_sweep_goes_on(tm
         assert entry["launches"] == 1
     assert entries[2]["launches"] == 0  # an invalid configuration is never launched
 
+    # nothing measured: the card's "no results" names each configuration and why
+    from tgi_toolkit.report import write_report
+
+    with pytest.raises(ValueError) as refused:
+        write_report(tmp_path, tmp_path / "card")
+    message = str(refused.value)
+    assert "max_batch_size=1: failed (tgi server exited during start-up)" in message
+    assert "max_batch_size=2: failed (tgi server exited during start-up)" in message
+    assert "max_batch_prefill_tokens=16: invalid" in message and "--retry-failed" in message
+
+    # No configuration ever started (a cause they share, e.g. a missing model, fixed since): a plain
+    # rerun relaunches them all.
     launches.clear()
-    standin_sweep().run(tmp_path, progress=False)  # a failure is a result: not launched again
-    assert launches == []
     monkeypatch.setenv("TGI_TOOLKIT_STANDIN", "ok")
+    standin_sweep().run(tmp_path, progress=False)
+    assert [c.max_batch_size for c in launches] == [1, 2]
+    entries = load_manifest(tmp_path)["configs"]
+    assert [e["launches"] for e in entries] == [2, 2, 0]
+    # they started this time, and failed in their workload (the stand-in cannot tokenize): that is
+    # a result, kept on the next rerun, and one line says so and how to relaunch them
+    assert [e["status"] for e in entries[:2]] == ["failed", "failed"]
+    launches.clear()
+    standin_sweep().run(tmp_path, progress=False)
+    assert launches == []
+    err = capsys.readouterr().err
+    assert "not relaunched: 2 configuration(s) recorded as failed (max_batch_size=1: " in err
+    assert "retry_failed=True (--retry-failed)" in err
     standin_sweep().run(tmp_path, progress=False, retry_failed=True)
     assert [c.max_batch_size for c in launches] == [1, 2]
-    assert [e["launches"] for e in load_manifest(tmp_path)["configs"]] == [2, 2, 0]
+    assert [e["launches"] for e in load_manifest(tmp_path)["configs"]] == [3, 3, 0]
 
 
 @pytest.mark.usefixtures("standins")
@@ -186,7 +219,7 @@ def test_a_workload_that_fails_on_a_started_server_is_recorded_and_the_next_conf
     for entry in load_manifest(tmp_path)["configs"]:
         assert entry["status"] == "failed" and entry["exit_code"] == 0  # stopped by us, cleanly
         (record,) = entry["workloads"].values()
-        assert record["status"] == "failed" and "prompt" in record["error"]
+        assert record["status"] == "failed" and "no usable /tokenize" in record["error"]
         assert entry["error"].startswith(record["label"])
         assert entry["server_facts"]["max_batch_total_tokens"] == 16000
 

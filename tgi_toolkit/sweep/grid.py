@@ -171,8 +171,12 @@ def _problems(exc: ConfigError) -> list[dict[str, Any]]:
     return [{"fields": list(p.fields), "rule": str(p)} for p in exc.problems]
 
 
-def make_config(base: LauncherConfig, overrides: Mapping[str, Any], index: int = 0) -> SweepConfig:
-    """Apply `overrides` to `base` and check every launcher rule (never raises for a broken rule)."""
+def make_config(base: LauncherConfig, overrides: Mapping[str, Any], index: int = 0, *,
+                env: Mapping[str, str] | None = None, backend: str = "tgi") -> SweepConfig:
+    """Apply `overrides` to `base` and check every launcher rule (never raises for a broken rule).
+
+    `env` and `backend` are the server's: they say whether prefill chunking applies (LauncherConfig.problems).
+    """
     from tgi_toolkit.bench import provenance
 
     overrides = dict(overrides)
@@ -183,7 +187,7 @@ def make_config(base: LauncherConfig, overrides: Mapping[str, Any], index: int =
     except ConfigError as exc:
         ident = "x" + _short_hash({"base": base.to_dict(non_default_only=True), "overrides": _stable(overrides)})[:9]
         return SweepConfig(index, overrides, None, _problems(exc), ident, "")
-    problems = [{"fields": list(p.fields), "rule": str(p)} for p in config.problems()]
+    problems = [{"fields": list(p.fields), "rule": str(p)} for p in config.problems(env, backend=backend)]
     return SweepConfig(index, overrides, config, problems, provenance.config_id(config),
                        provenance.config_label(config))
 

@@ -8,6 +8,7 @@ configurations break a launcher rule, before anything starts.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,8 +167,10 @@ class Sweep:
             combos = [{}]
         out: list[SweepConfig] = []
         seen: set[str] = set()
+        # The servers' environment decides TGI 3's scheduling mode, hence which rules apply.
+        env = {**os.environ, **{str(k): str(v) for k, v in (self.server.get("env") or {}).items()}}
         for overrides in combos:
-            made = make_config(self.base, overrides, len(out))
+            made = make_config(self.base, overrides, len(out), env=env, backend=self.backend)
             if made.config_id in seen:
                 continue
             seen.add(made.config_id)
@@ -192,7 +195,8 @@ class Sweep:
         output: the results folder (default: the spec's `output`). resume: skip configurations
         (and points) already finished there; False measures everything again as new runs.
         executor: "local", "ray", or a RayExecutor (default: the spec's). retry_failed: also
-        relaunch configurations recorded as failed (by default a failure is a result, kept).
+        relaunch configurations recorded as failed (by default a failure is a result, kept, except
+        a server that died mid-run, and configurations that all failed to start: tgi_toolkit.sweep).
         on_point(row): called with each saved point (from the bench; local executor only: Ray tasks
         run elsewhere). on_config(entry): called with each configuration's manifest entry when it is
         done. command: argv, for provenance.
