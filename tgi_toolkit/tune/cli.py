@@ -43,6 +43,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     search.add_argument("--levels", type=int, default=3, help="values per knob in the coarse round (default 3)")
     search.add_argument("--rounds", type=int, default=2, help="coarse round + refinement rounds (default 2)")
     search.add_argument("--confirm", type=int, default=1, help="best configurations to measure again (default 1)")
+    sim = p.add_argument_group("search in simulation first (tgi_toolkit.tune.simulated)")
+    sim.add_argument("--simulate", action="store_true",
+                     help="rank hundreds of configurations on the simulator, then measure the best few")
+    sim.add_argument("--cost-model", metavar="COST_JSON",
+                     help="with --simulate: `tgi-toolkit simulate profile` output (default for GPU backends: the "
+                          "roofline of --gpu and --model-config)")
+    sim.add_argument("--sim-levels", type=int, default=8, help="values per knob in the simulation (default 8)")
+    sim.add_argument("--measure", type=int, default=3, help="the simulation's best measured on the server (default 3)")
+    sim.add_argument("--spread", type=int, default=2,
+                     help="more configurations measured from the rest of the simulated ranking (default 2)")
     where = p.add_argument_group("server and planner")
     where.add_argument("--backend", choices=("embedded", "tgi", "tgi-docker", "vllm"), default="embedded")
     where.add_argument("--gpu", help="for GPU backends: a card (A100-80GB, L4, ...) or a memory size (24GiB)")
@@ -99,6 +109,8 @@ def main(args: argparse.Namespace) -> int:
         objectives = Objectives(ttft_s=args.ttft, tpot_s=args.tpot, percentile=args.percentile,
                                 max_error_rate=args.max_error_rate)
         server = {"health_timeout": args.health_timeout} if args.health_timeout else {}
+        if args.simulate:
+            return _simulated(args, base, objectives, server)
         result = tune(base, _workload(args), objectives, output=args.output, backend=args.backend,
                       knobs=args.knobs or DEFAULT_KNOBS, space=_values(args.values), model_config=args.model_config,
                       gpu=args.gpu, max_configs=args.max_configs, levels=args.levels, rounds=args.rounds,
@@ -120,6 +132,37 @@ def main(args: argparse.Namespace) -> int:
     if not result.pareto.empty:
         print("\nPareto set (output throughput against TTFT):")
         print(result.pareto[front].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if result.met:
+        print("\nserve it with: " + result.command())
+    print(f"\nsaved: {result.path}")
+    return 0 if result.met else 1
+
+
+def _simulated(args: argparse.Namespace, base: Any, objectives: Any, server: dict[str, Any]) -> int:
+    from tgi_toolkit.tune.simulated import agreement_text, tune_simulated
+
+    if args.cost_model:
+        cost: Any = args.cost_model
+    elif args.gpu and args.model_config:
+        from tgi_toolkit.simulate.gpu import roofline
+
+        cost = roofline(args.gpu, args.model_config, num_shard=base.num_shard or 1, quantize=base.quantize)
+    else:
+        print("error: --simulate needs --cost-model COST_JSON (tgi-toolkit simulate profile), or --gpu and "
+              "--model-config for the roofline model", file=sys.stderr)
+        return 2
+    try:
+        result = tune_simulated(base, _workload(args), objectives, output=args.output, cost_model=cost,
+                                backend=args.backend, knobs=args.knobs or ("max_batch_size", "max_batch_total_tokens",
+                                                                           "max_batch_prefill_tokens"),
+                                space=_values(args.values), model_config=args.model_config, gpu=args.gpu,
+                                levels=args.sim_levels, measure=args.measure, spread=args.spread, server=server,
+                                resume=args.resume, progress=args.progress)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(result.message + "\n")
+    print(agreement_text(result.simulation))
     if result.met:
         print("\nserve it with: " + result.command())
     print(f"\nsaved: {result.path}")
