@@ -160,7 +160,8 @@ class Server:
             return self
 
         cfg = self.config
-        cfg.validate()
+        # The child's environment holds ATTENTION / PREFILL_CHUNKING, which decide TGI 3's rules.
+        cfg.validate(self._child_env(cfg), backend=self.backend)
         host = cfg.hostname
         port = self._choose_port(cfg)
         cfg = cfg.model_copy(update={"port": port})
