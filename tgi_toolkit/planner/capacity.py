@@ -632,6 +632,12 @@ def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str 
     notes = []
     per_token = kv_bytes_per_token(shape, dtype)
     budget = embedded_kv_bytes(env, float(memory_fraction))
+    capacity = kv_capacity_tokens(budget, per_token * mode.block_size, mode.block_size)
+    if max_batch_prefill_tokens is None and prefill > capacity:
+        # The router refuses a prefill budget above the KV capacity (L4): the plan recommends one that fits.
+        prefill = max(capacity, 1) if mode.chunking else max(capacity, known_input or 0)
+        steps.append(f"max_batch_prefill_tokens capped at the KV capacity {_n(capacity)} (TGI's router refuses "
+                     "a larger one)")
     limits = derive_limits(kv_bytes=budget, bytes_per_block=per_token * mode.block_size, block_size=mode.block_size,
                            chunking=mode.chunking, max_batch_prefill_tokens=prefill, max_input_tokens=known_input,
                            max_total_tokens=known_total, max_position_embeddings=shape.max_position_embeddings)
