@@ -18,9 +18,9 @@ from tgi_toolkit.bench import load_results
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.engine.scheduler import SchedulerConfig
 from tgi_toolkit.simulate import LinearCostModel, fit_linear, roofline, run_concurrency
+from tgi_toolkit.simulate.calibrate import fit_profile
 from tgi_toolkit.simulate.costs import Shape, load_cost_model, uniform_shape
 from tgi_toolkit.simulate.events import ClosedLoop, OpenLoop, SimRequest, Simulator
-from tgi_toolkit.simulate.profile import fit_profile
 
 logging.getLogger("tgi_toolkit.engine.scheduler").setLevel(logging.ERROR)
 

@@ -9,7 +9,7 @@
 
 Modules: events (virtual clock, SimBackend, the event loop), workloads (bench's scenarios as simulated
 clients), costs (forward features, the calibrated linear model and its fit), gpu (the roofline cost model of a GPU),
-profile (calibrating against a running server), target (scheduler settings), record (results folders),
+calibrate (profiling a running server for the calibrated model), target (scheduler settings), record (results folders),
 api (run_* functions), cli (`tgi-toolkit simulate`).
 """
 
@@ -25,7 +25,7 @@ _LAZY = {
     "run_multi_turn": ".api", "run_decode_stall": ".api",
     "LinearCostModel": ".costs", "load_cost_model": ".costs", "fit_linear": ".costs", "shape_of": ".costs",
     "Shape": ".costs", "RooflineCostModel": ".gpu", "roofline": ".gpu",
-    "profile": ".profile", "SimTarget": ".target", "make_target": ".target",
+    "profile": ".calibrate", "SimTarget": ".target", "make_target": ".target",
     "Simulator": ".events", "SimRequest": ".events", "VirtualClock": ".events",
 }
 
@@ -42,10 +42,10 @@ if TYPE_CHECKING:  # pragma: no cover
         run_scenario,
         run_shared_prefix,
     )
+    from tgi_toolkit.simulate.calibrate import profile
     from tgi_toolkit.simulate.costs import LinearCostModel, Shape, fit_linear, load_cost_model, shape_of
     from tgi_toolkit.simulate.events import SimRequest, Simulator, VirtualClock
     from tgi_toolkit.simulate.gpu import RooflineCostModel, roofline
-    from tgi_toolkit.simulate.profile import profile
     from tgi_toolkit.simulate.target import SimTarget, make_target
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

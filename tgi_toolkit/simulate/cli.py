@@ -134,7 +134,7 @@ def simulate_main(scenario: str, rest: list[str]) -> int:
 def profile_main(rest: list[str]) -> int:
     from tgi_toolkit.bench.errors import BenchError
     from tgi_toolkit.config import ConfigError
-    from tgi_toolkit.simulate.profile import profile
+    from tgi_toolkit.simulate.calibrate import profile
 
     args = _profile_parser().parse_args(rest)
     extra = [a for a in args.launcher_args if a != "--"] if args.launcher_args else []
