@@ -241,6 +241,10 @@ def test_derive_limits_for_the_embedded_engine():
                           max_batch_prefill_tokens=4096, max_input_tokens=1000, max_total_tokens=1200,
                           user_max_batch_total_tokens=5000)
     assert paged.max_batch_total_tokens == 46_592 and paged.warnings[0] == DEPRECATED_BATCH_TOTAL_WARNING
+    with pytest.raises(ConfigError) as info:  # the launcher's check of the given value (L4), before it is ignored
+        derive_limits(kv_bytes=kv, bytes_per_block=46_080, block_size=1, chunking=True, max_batch_prefill_tokens=4096,
+                      max_total_tokens=4096, user_max_batch_total_tokens=2048)
+    assert info.value.fields == {"max_total_tokens", "max_batch_total_tokens"}
     with pytest.raises(ConfigError) as info:  # the prompt limit needs chunking with this prefill budget
         derive_limits(kv_bytes=kv, bytes_per_block=46_080, block_size=1, chunking=False,
                       max_batch_prefill_tokens=4096, max_input_tokens=8000, max_total_tokens=8192)

@@ -316,8 +316,8 @@ def derive_limits(*, kv_bytes: float, bytes_per_block: int, block_size: int, chu
 
     `kv_bytes` is the KV memory (GPU: `warmup_kv_bytes(...)`; embedded engine: `embedded_kv_bytes(...)`),
     `warmup_blocks` the warm-up batch's blocks (GPU formula only; 0 for a fixed KV space). A user's
-    max_batch_total_tokens is ignored with TGI's "deprecated" warning. Raises ConfigError listing every
-    broken router rule.
+    max_batch_total_tokens is ignored with TGI's "deprecated" warning, after the launcher's own check
+    that a given max_total_tokens does not exceed it. Raises ConfigError listing every broken rule.
     """
     num_blocks = kv_num_blocks(kv_bytes, bytes_per_block, warmup_blocks)
     batch_total, warnings = max_batch_total_tokens(num_blocks * block_size, user_max_batch_total_tokens)
@@ -329,9 +329,16 @@ def derive_limits(*, kv_bytes: float, bytes_per_block: int, block_size: int, chu
                                          model_max_length=model_max_length,
                                          warmup_prompt_tokens=sum(p for p, _ in prompts))
     inp = default_max_input_tokens(total) if max_input_tokens is None else max_input_tokens
-    problems = router_problems(max_input_tokens=inp, max_total_tokens=total,
-                               max_batch_prefill_tokens=max_batch_prefill_tokens,
-                               max_batch_total_tokens=batch_total, chunking=chunking)
+    problems = []
+    if max_total_tokens is not None and user_max_batch_total_tokens is not None \
+            and max_total_tokens > user_max_batch_total_tokens:
+        # The launcher checks the given value before starting anything, though the router then ignores it (L4).
+        problems.append(Problem(("max_total_tokens", "max_batch_total_tokens"),
+                                f"--max-total-tokens ({max_total_tokens}) must be <= --max-batch-total-tokens "
+                                f"({user_max_batch_total_tokens})"))
+    problems += router_problems(max_input_tokens=inp, max_total_tokens=total,
+                                max_batch_prefill_tokens=max_batch_prefill_tokens,
+                                max_batch_total_tokens=batch_total, chunking=chunking)
     if problems:
         raise ConfigError(problems)
     return Limits(max_batch_total_tokens=batch_total, max_total_tokens=total, max_input_tokens=inp,
