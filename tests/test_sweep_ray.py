@@ -55,6 +55,16 @@ def test_configurations_run_in_parallel_into_one_folder_and_resume(local_ray, tm
     assert all(e["resources"] == {"num_cpus": 1.0, "num_gpus": 0.0} for e in entries)
     (a_start, a_end), (b_start, b_end) = (_interval(e) for e in entries)
     assert a_start < b_end and b_start < a_end  # two CPUs, one each: the two servers ran at once
+    # ... each on a core of its own (not both on both), its torch on one thread; the run's provenance
+    # says what the server process had
+    cores = [e["placement"]["cores"] for e in entries]
+    assert sorted(cores) == [[0], [1]], cores
+    for entry in entries:
+        (record,) = entry["workloads"].values()
+        run = next(r for r in results.runs if r["run_id"] == record["run_id"])
+        assert run["placement"]["server_cores"] == entry["placement"]["cores"]
+        assert run["placement"]["server_threads"] == "1"
+        assert run["placement"]["client_cores"] == entry["placement"]["cores"]
     assert sorted(results.points[S.CONFIG_ID]) == sorted(e["config_id"] for e in entries)
     assert len(results.runs) == 2 and {r["launcher_config"]["max_batch_size"] for r in results.runs} == {1, 2}
 

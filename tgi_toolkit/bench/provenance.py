@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -82,6 +83,21 @@ def hardware() -> dict[str, Any]:
             out["gpu_driver"] = pynvml.nvmlSystemGetDriverVersion()
         finally:
             pynvml.nvmlShutdown()
+    return out
+
+
+def placement(server_pid: int | None = None) -> dict[str, Any]:
+    """Where the run ran: the cores the client's thread may use, and the server process's own cores,
+    torch threads (OMP_NUM_THREADS) and GPUs (CUDA_VISIBLE_DEVICES) when it is a local process."""
+    out: dict[str, Any] = {"client_cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                           else None}
+    if server_pid is not None:
+        with contextlib.suppress(psutil.Error, OSError, AttributeError):
+            proc = psutil.Process(server_pid)
+            out["server_cores"] = sorted(proc.cpu_affinity())
+            env = proc.environ()
+            out["server_threads"] = env.get("OMP_NUM_THREADS")
+            out["server_gpus"] = env.get("CUDA_VISIBLE_DEVICES")
     return out
 
 

@@ -139,6 +139,7 @@ class Run:
             "launcher_config": config.to_dict(redact=True) if config is not None else None,
             "backend": self.target.backend, "url": self.target.url, "info": self.target.info,
             "workload": self.workload, "versions": provenance.versions(), "hardware": provenance.hardware(),
+            "placement": provenance.placement(self.target.pid),
             "git": provenance.git_revision(), "command": self.command,
             # beyond PROVENANCE_KEYS
             "config_label": self.config_label, "resume_key": self.resume_key(), "sessions": sessions,

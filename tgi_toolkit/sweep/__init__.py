@@ -45,7 +45,11 @@ configuration's status, see tgi_toolkit.sweep.manifest) and `logs/<config_id>.lo
 log). A configuration that breaks a launcher rule is recorded as invalid with the rule and never
 launched; one whose server fails to start is recorded as failed with its exit code and log tail,
 and the sweep goes on. Run it again and finished configurations (and finished points of an
-interrupted one) are skipped; `retry_failed=True` (`--retry-failed`) relaunches the failed ones.
+interrupted one) are skipped. A failed configuration is a result and is not relaunched (a setting
+that does not fit fails again; a one-line message names those kept), except one whose server died
+during a run (killed from outside: it resumes from its finished points) and, when no configuration
+ever started (a cause they share, such as a missing model), all of them; `retry_failed=True`
+(`--retry-failed`) relaunches every failed one.
 """
 
 from __future__ import annotations

@@ -27,7 +27,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", help="Ray cluster address for --executor ray (default: a local Ray)")
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="measure everything again instead of skipping what the folder already holds")
-    p.add_argument("--retry-failed", action="store_true", help="relaunch configurations recorded as failed")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="relaunch configurations recorded as failed (by default kept as results, "
+                        "except those whose server died mid-run, or when none ever started)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     p.add_argument("--dry-run", action="store_true", help="list the configurations and their problems; launch nothing")
     p.set_defaults(func=main)

@@ -51,8 +51,8 @@ def new_entry(config: SweepConfig) -> dict[str, Any]:
         "launcher_config": config.config.to_dict(non_default_only=True, redact=True) if config.config else None,
         "status": "pending" if config.valid else "invalid", "problems": config.problems,
         "in_spec": True, "launches": 0, "workloads": {}, "error": None, "exit_code": None, "log_tail": [],
-        "log_path": None, "seconds_to_healthy": None, "server_facts": {}, "resources": {}, "host": None,
-        "started_at": None, "finished_at": None,
+        "log_path": None, "seconds_to_healthy": None, "server_facts": {}, "resources": {}, "placement": {},
+        "host": None, "started_at": None, "finished_at": None,
     }
 
 

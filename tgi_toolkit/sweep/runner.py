@@ -10,11 +10,15 @@ what happened to it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import socket
+import sys
 import tempfile
+import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -84,7 +88,9 @@ def run_config(job: ConfigJob, folder: str | os.PathLike[str], entry: dict[str, 
     records: dict[str, dict[str, Any]] = entry.setdefault("workloads", {})
     todo = [w for w in job.workloads if records.get(w.key, {}).get("status") != "complete"]
     log_path = folder / LOG_DIR / f"{job.config_id}.log"
+    entry.pop("resumable", None)
     entry.update(status="running", started_at=utc_now(), finished_at=None, error=None, exit_code=None, log_tail=[],
+                 seconds_to_healthy=None,
                  host=socket.gethostname(), launches=int(entry.get("launches") or 0) + 1,
                  log_path=f"{LOG_DIR}/{log_path.name}")  # relative: the folder may move
     save(entry)
@@ -122,14 +128,17 @@ def run_config(job: ConfigJob, folder: str | os.PathLike[str], entry: dict[str, 
                 died = getattr(exc, "results", None)
                 current.update(status="failed", error=str(exc),
                                run_id=died.run_ids[-1] if died is not None and died.run_ids else None)
-                entry.update(error=f"server died during {workload.label}: {exc}", log_tail=server.logs())
+                # Not the configuration's own verdict (killed from outside, the machine's OOM killer):
+                # a rerun resumes it from its finished points.
+                entry.update(error=f"server died during {workload.label}: {exc}", log_tail=server.logs(),
+                             resumable=True)
                 save(entry)
                 break
             except Exception as exc:  # a sweep goes on: the next configuration may be fine
                 current.update(status="failed", error=_describe(exc), traceback=traceback.format_exc(limit=5))
                 if not server.running:
                     entry.update(error=f"server stopped during {workload.label}: {_describe(exc)}",
-                                 log_tail=server.logs())
+                                 log_tail=server.logs(), resumable=True)
                     save(entry)
                     break
             else:
@@ -147,8 +156,8 @@ def run_config(job: ConfigJob, folder: str | os.PathLike[str], entry: dict[str, 
         save(entry)
         raise
     finally:
-        if server.running:
-            server.stop()
+        # also for a server that died: stop() reaps it (its exit code) and ends what it left behind
+        server.stop()
     entry["exit_code"] = server.returncode
     _finish(entry, job.workloads)
     save(entry)
@@ -182,6 +191,8 @@ class LocalExecutor:
         for job in jobs:
             entry = ctx.manifest.entry(job.config_id) or {"config_id": job.config_id, "label": job.label}
             entry["resources"] = resources_for(job.config, job.backend)
+            entry["placement"] = {"host": socket.gethostname(), "cores": sorted(os.sched_getaffinity(0)),
+                                  "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
             ctx.done(run_config(job, ctx.folder, entry, save=ctx.manifest.put, progress=ctx.progress,
                                 on_point=ctx.on_point))
 
@@ -193,10 +204,79 @@ def _same_sweep(folder: Path, sweep_id: str) -> bool:
     return False
 
 
+CORES_FILE = "tgi-toolkit-sweep-cores.json"
+
+
+@contextlib.contextmanager
+def own_cores(count: int, *, poll: float = 0.5) -> Iterator[list[int]]:
+    """`count` cores of this machine that no other sweep configuration holds, while the block runs.
+
+    Ray reserves CPUs by count and pins nothing, so two CPU engines on one node would share every
+    core and each be measured while the other competes. Claims live in a file in the machine's temp
+    folder, under an flock, keyed by the claiming process (a dead one's claims are void); when fewer
+    cores are free than asked, this waits, so CPU configurations then run one after another.
+    """
+    import psutil
+
+    usable = sorted(os.sched_getaffinity(0))
+    count = min(max(1, count), len(usable))
+    path = Path(tempfile.gettempdir()) / CORES_FILE
+    mine: list[int] = []
+    while not mine:
+        with open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            claims = _read_claims(path)
+            claims = {core: pid for core, pid in claims.items() if psutil.pid_exists(pid)}
+            free = [c for c in usable if str(c) not in claims]
+            if len(free) >= count:
+                mine = free[:count]
+                claims.update({str(c): os.getpid() for c in mine})
+                path.write_text(json.dumps(claims))
+        if not mine:
+            time.sleep(poll)
+    try:
+        yield mine
+    finally:
+        with open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            claims = {k: v for k, v in _read_claims(path).items() if not (int(k) in mine and v == os.getpid())}
+            path.write_text(json.dumps(claims))
+
+
+def _read_claims(path: Path) -> dict[str, int]:
+    try:
+        return {str(k): int(v) for k, v in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 def _ray_task(job: ConfigJob, folder: str, entry: dict[str, Any], sweep_id: str,
               shared: bool | None) -> dict[str, Any]:
     """A configuration on a Ray worker: into the sweep's folder when the worker sees it, else into a
-    temporary folder whose tables travel back to the driver."""
+    temporary folder whose tables travel back to the driver.
+
+    A GPU configuration gets the GPUs Ray assigned through CUDA_VISIBLE_DEVICES, which Ray sets in
+    the worker and the server inherits. A CPU configuration gets cores of its own (`own_cores`, as
+    many as it reserved): this thread, and so the server it starts and the bench client, are pinned
+    to them and the server's torch runs that many threads (OMP_NUM_THREADS). Both go in the entry's
+    `placement` (and the bench's provenance records what the server process had)."""
+    entry["placement"] = {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if job.backend in GPU_BACKENDS:
+        return _ray_run(job, folder, entry, sweep_id, shared)
+    with own_cores(int(float(entry.get("resources", {}).get("num_cpus") or 1))) as cores:
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, cores)  # this thread: its children (the server) and threads inherit
+        env = {**(job.server_options.get("env") or {}), "OMP_NUM_THREADS": str(len(cores))}
+        job.server_options = {**job.server_options, "env": env}
+        entry["placement"]["cores"] = cores
+        try:
+            return _ray_run(job, folder, entry, sweep_id, shared)
+        finally:
+            os.sched_setaffinity(0, before)
+
+
+def _ray_run(job: ConfigJob, folder: str, entry: dict[str, Any], sweep_id: str,
+             shared: bool | None) -> dict[str, Any]:
     if shared is None:
         shared = _same_sweep(Path(folder), sweep_id)
     if shared:
@@ -320,6 +400,22 @@ def executor_for(executor: str | Executor, options: dict[str, Any] | None = None
     raise SweepError(f"executor: {executor!r} is not known (allowed: local, ray, or a RayExecutor)")
 
 
+def _failed_to_start(entry: dict[str, Any]) -> bool:
+    return entry.get("status") == "failed" and entry.get("seconds_to_healthy") is None and int(
+        entry.get("launches") or 0) > 0
+
+
+def _relaunch(entry: dict[str, Any], entries: dict[str, dict[str, Any]]) -> bool:
+    """Whether a rerun relaunches a failed configuration without retry_failed: when its server died
+    during a run (a kill from outside: it resumes from its finished points), or when no launched
+    configuration of the sweep ever started (a cause they all share, such as a missing model, now
+    perhaps fixed: retrying costs a launch each, keeping them would leave the sweep empty)."""
+    if entry.get("resumable"):
+        return True
+    launched = [e for e in entries.values() if int(e.get("launches") or 0) > 0 and e.get("in_spec", True)]
+    return _failed_to_start(entry) and all(_failed_to_start(e) for e in launched)
+
+
 # -- the sweep ----------------------------------------------------------------------------------------
 def run_sweep(sweep: SweepPlan, folder: str | os.PathLike[str], *, resume: bool = True, progress: bool = True,
               executor: str | Executor = "local", retry_failed: bool = False,
@@ -337,7 +433,8 @@ def run_sweep(sweep: SweepPlan, folder: str | os.PathLike[str], *, resume: bool 
     data = manifest.start(sweep, configs, resume=resume, command=command)
     entries = {e["config_id"]: e for e in data["configs"]}
     workloads = sweep.resolved_workloads()
-    jobs = []
+    jobs: list[ConfigJob] = []
+    kept: list[dict[str, Any]] = []
     for config in configs:
         entry = entries[config.config_id]
         if not config.valid:
@@ -348,10 +445,17 @@ def run_sweep(sweep: SweepPlan, folder: str | os.PathLike[str], *, resume: bool 
                 entry["status"] = "complete"
                 manifest.put(entry)
             continue
-        if resume and entry["status"] == "failed" and not retry_failed:
+        if resume and entry["status"] == "failed" and not retry_failed and not _relaunch(entry, entries):
+            kept.append(entry)
             continue
         jobs.append(ConfigJob(config.config_id, config.label, config.config, sweep.backend, workloads,
                               dict(sweep.server), resume, list(command) if command is not None else None))
+
+    if kept:
+        print(f"not relaunched: {len(kept)} configuration(s) recorded as failed ("
+              + "; ".join(f"{e['label']}: {str(e.get('error') or 'failed')[:120]}" for e in kept)
+              + "): a failure is kept as a result, since a setting that does not fit (memory, limits) fails "
+                "again; pass retry_failed=True (--retry-failed) to relaunch them", file=sys.stderr)
 
     bar = None
     if progress:
