@@ -100,23 +100,28 @@ class LauncherConfig(BaseModel):
     max_best_of: int = _opt(2, "limits", "Largest `best_of` a client may ask for.", ge=0)
     max_stop_sequences: int = _opt(4, "limits", "Most stop sequences a client may send.", ge=0)
     max_top_n_tokens: int = _opt(5, "limits", "Largest `top_n_tokens` a client may ask for.", ge=0)
-    max_input_tokens: int | None = _opt(None, "limits", "Longest prompt in tokens; defaults to "
-                                        "min(max_position_embeddings - 1, 4095).", ge=0)
+    max_input_tokens: int | None = _opt(None, "limits", "Longest prompt in tokens; unset: max_total_tokens - 1 "
+                                        "(TGI 3).", ge=0)
     max_input_length: int | None = _opt(None, "limits", "Old name of --max-input-tokens; set only one of "
                                         "the two.", ge=0)
     max_total_tokens: int | None = _opt(None, "limits", "Per-request budget of prompt plus generated tokens; "
-                                        "defaults to min(max_position_embeddings, 4096).", ge=0)
+                                        "unset: min(KV capacity, the model's context) with prefill chunking "
+                                        "(TGI 3).", ge=0)
     waiting_served_ratio: float = _opt(0.3, "batching", "Queued-to-running ratio at which waiting requests "
-                                       "may pause the running batch for a prefill.")
-    max_batch_prefill_tokens: int | None = _opt(None, "batching", "Token budget of one prefill; defaults to "
-                                                "max_input_tokens + 50.", ge=0, le=2**32 - 1)
+                                       "may pause the running batch for a prefill (ignored with prefill "
+                                       "chunking).")
+    max_batch_prefill_tokens: int | None = _opt(None, "batching", "Prompt tokens one forward may compute; "
+                                                "unset: the launcher's FLOPs-based default (4096 on cards it "
+                                                "does not know), capped at the context.", ge=0, le=2**32 - 1)
     max_batch_total_tokens: int | None = _opt(None, "batching", "Tokens all running requests may hold "
-                                              "together (the KV-cache budget); unset: inferred from free "
-                                              "memory.", ge=0, le=2**32 - 1)
+                                              "together (the KV-cache budget), inferred from free memory; "
+                                              "TGI 3 ignores a given value, with a warning.", ge=0,
+                                              le=2**32 - 1)
     max_waiting_tokens: int = _opt(20, "batching", "Decode steps after which waiting requests are let in "
-                                   "even below the waiting-served ratio.", ge=0)
+                                   "even below the waiting-served ratio (ignored with prefill chunking).", ge=0)
     max_batch_size: int | None = _opt(None, "batching", "Most requests in one batch (for hardware without "
-                                      "unpadded attention).", ge=0)
+                                      "unpadded attention); with prefill chunking it caps only a batch "
+                                      "started from idle.", ge=0)
     cuda_graphs: list[int] | None = _opt(None, "hardware", "Batch sizes to capture CUDA graphs for, e.g. "
                                          "1,2,4,8; 0 turns them off.")
     hostname: str = _opt(DEFAULT_HOSTNAME, "network", "Address the HTTP server listens on (TGI's default is "
