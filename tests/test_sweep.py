@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
@@ -289,3 +290,35 @@ def test_interrupted_sweep_resumes_skipping_finished_configs_and_points(tmp_path
     launches.clear()
     sweep.run(tmp_path, progress=False)
     assert launches == []
+
+
+# -- CPU configurations on one machine get cores of their own ----------------------------------------------
+def _hold_cores(folder: str, out: multiprocessing.Queue) -> None:
+    import time
+
+    from tgi_toolkit.sweep.runner import own_cores
+
+    with own_cores(1, poll=0.05, folder=folder) as cores:
+        out.put((cores, time.monotonic(), None))
+        time.sleep(0.6)
+    out.put(("released", time.monotonic(), None))
+
+
+def test_cpu_configurations_claim_distinct_cores_and_wait_when_none_is_free(tmp_path):
+    # What each Ray task of a CPU configuration does on its node (runner._ray_task): with as many
+    # claimants as cores plus one, each of the first gets a core nobody else holds, the last waits.
+    usable = sorted(os.sched_getaffinity(0))
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    workers = [ctx.Process(target=_hold_cores, args=(str(tmp_path), out)) for _ in range(len(usable) + 1)]
+    for p in workers:
+        p.start()
+    events = [out.get(timeout=60) for _ in range(2 * len(workers))]
+    for p in workers:
+        p.join(30)
+    claims = [(cores, t) for cores, t, _ in events if cores != "released"]
+    releases = sorted(t for cores, t, _ in events if cores == "released")
+    first = sorted(claims, key=lambda c: c[1])[: len(usable)]
+    assert sorted(c for cores, _ in first for c in cores) == usable  # distinct: every core once
+    last = max(t for _, t in claims)
+    assert last >= releases[0]  # the extra claimant waited for a core to be given back

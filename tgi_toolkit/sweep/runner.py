@@ -208,7 +208,7 @@ CORES_FILE = "tgi-toolkit-sweep-cores.json"
 
 
 @contextlib.contextmanager
-def own_cores(count: int, *, poll: float = 0.5) -> Iterator[list[int]]:
+def own_cores(count: int, *, poll: float = 0.5, folder: str | os.PathLike[str] | None = None) -> Iterator[list[int]]:
     """`count` cores of this machine that no other sweep configuration holds, while the block runs.
 
     Ray reserves CPUs by count and pins nothing, so two CPU engines on one node would share every
@@ -220,7 +220,7 @@ def own_cores(count: int, *, poll: float = 0.5) -> Iterator[list[int]]:
 
     usable = sorted(os.sched_getaffinity(0))
     count = min(max(1, count), len(usable))
-    path = Path(tempfile.gettempdir()) / CORES_FILE
+    path = Path(folder if folder is not None else tempfile.gettempdir()) / CORES_FILE
     mine: list[int] = []
     while not mine:
         with open(path.with_suffix(".lock"), "a") as lock:
