@@ -427,7 +427,9 @@ def test_cli_prints_the_plan_and_the_launcher_command():
                          "--output-tokens", "500")
     expected = plan(LLAMA3, "A100-80GB", prompt_tokens=1000, output_tokens=500)
     assert rc == 0
-    assert f"--max-batch-total-tokens {expected.max_batch_total_tokens}" in out
+    # TGI 3 ignores --max-batch-total-tokens (TGI3-SCHEDULER.md L2 step 5): the plan shows the figure, not the flag.
+    assert f"max_batch_total_tokens {expected.max_batch_total_tokens:,}: what the server will infer" in out
+    assert "--max-batch-total-tokens" not in expected.command_line()
     assert "text-generation-launcher --model-id meta-llama/Meta-Llama-3-8B" in out
     assert "131,072 B" in out
 
@@ -462,12 +464,11 @@ def test_plan_to_launcher_config():
     assert isinstance(cfg, LauncherConfig)
     assert (cfg.model_id, cfg.max_input_tokens, cfg.max_total_tokens, cfg.max_batch_prefill_tokens,
             cfg.max_batch_total_tokens, cfg.max_batch_size, cfg.cuda_graphs, cfg.dtype, cfg.cuda_memory_fraction) == (
-        "meta-llama/Meta-Llama-3-8B", 1000, 1500, 8192, p.max_batch_total_tokens, p.concurrent_users,
+        "meta-llama/Meta-Llama-3-8B", 1000, 1500, 8192, None, p.concurrent_users,  # TGI 3 infers the total
         [1, 2, 4, 8, 16, 32], "bfloat16", 0.9)
     assert cfg.max_concurrent_requests == p.concurrent_users > 128
     cfg.check()
-    cli = cfg.to_cli()
-    assert cli[cli.index("--max-batch-total-tokens") + 1] == str(p.max_batch_total_tokens)
+    assert "--max-batch-total-tokens" not in cfg.to_cli()
     # The launcher refuses --dtype with GPTQ; the plan leaves it out.
     gptq = plan(LLAMA2, "L4", quantize="gptq", num_shard=1).to_launcher_config(model_id="TheBloke/Llama-2-7B-GPTQ")
     assert gptq.dtype is None and gptq.quantize == "gptq" and gptq.model_id == "TheBloke/Llama-2-7B-GPTQ"

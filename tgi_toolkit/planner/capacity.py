@@ -118,8 +118,8 @@ class Plan:
             args += ["--cuda-memory-fraction", f"{self.memory_fraction:g}"]
         args += ["--max-input-tokens", str(self.max_input_tokens),
                  "--max-total-tokens", str(self.max_total_tokens),
-                 "--max-batch-prefill-tokens", str(self.max_batch_prefill_tokens),
-                 "--max-batch-total-tokens", str(self.max_batch_total_tokens)]
+                 "--max-batch-prefill-tokens", str(self.max_batch_prefill_tokens)]
+        # No --max-batch-total-tokens: TGI 3 (and the embedded engine) ignore it on flash models and warn.
         if self.max_batch_size:
             args += ["--max-batch-size", str(self.max_batch_size)]
             if self.max_batch_size > TGI_DEFAULT_MAX_CONCURRENT_REQUESTS:
@@ -149,7 +149,7 @@ class Plan:
         values: dict[str, Any] = dict(
             max_input_tokens=self.max_input_tokens, max_total_tokens=self.max_total_tokens,
             max_batch_prefill_tokens=self.max_batch_prefill_tokens,
-            max_batch_total_tokens=self.max_batch_total_tokens, max_batch_size=self.max_batch_size,
+            max_batch_size=self.max_batch_size,
             quantize=self.quantize, num_shard=self.num_shard if self.num_shard > 1 else None,
             cuda_memory_fraction=self.memory_fraction,
         )
@@ -176,9 +176,10 @@ class Plan:
         lines += ["", "### Recommended launcher settings", ""]
         recs = [("max-input-tokens", self.max_input_tokens), ("max-total-tokens", self.max_total_tokens),
                 ("max-batch-prefill-tokens", self.max_batch_prefill_tokens),
-                ("max-batch-total-tokens", self.max_batch_total_tokens),
                 ("max-batch-size", self.max_batch_size)]
         lines += [f"- `--{k}` {_n(v) if v is not None else '(unset)'}" for k, v in recs]
+        lines.append(f"- max_batch_total_tokens {_n(self.max_batch_total_tokens)}: what the server will infer "
+                     "(`--max-batch-total-tokens` is ignored by TGI 3, so it is not passed)")
         if self.server == "tgi":
             lines.append(f"- `--cuda-graphs` {','.join(map(str, self.cuda_graphs)) or '0 (off)'}")
         lines += ["", "```", self.command_line(), "```"]
