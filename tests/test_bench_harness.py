@@ -73,7 +73,15 @@ def test_a_server_with_its_own_token_count_is_measured_with_accept_server_count(
         assert err.startswith("error: tokenizer:") and "--accept-server-count" in err and "11 tokens" in err
         assert not refused.exists()  # refused before the first point: nothing left behind
         assert cli_main([*args, "--url", url, "--output", str(accepted), "--accept-server-count"]) == 0
+        assert "also holds" not in capsys.readouterr().out
+        # the same folder again, other parameters: the summary is this run's and says the rest is left out
+        other = [a if a != "4" else "3" for a in args]
+        assert cli_main([*other, "--url", url, "--output", str(accepted), "--accept-server-count"]) == 0
+        out = capsys.readouterr().out
+        assert "users=1,prompt=8,output=3" in out and "output=4" not in out.split("results:")[0]
+        assert "the folder also holds 1 other run(s), left out of the summary above" in out
     results = load_results(accepted)
+    results = results.run(results.run_ids[0])
     assert results.points[S.ERRORS].tolist() == [0]
     assert set(results.requests[S.INPUT_TOKENS]) == {11}  # the server's count, recorded as it said
     assert "accepted; asked 8" in results.runs[0]["prompt_check"]["8"]

@@ -303,5 +303,11 @@ def main(args: argparse.Namespace) -> int:
         return 130
     print(_summary(results, args.scenario))
     if args.output:
-        print(f"\nresults: {args.output} (tgi_toolkit.bench.load_results)")
+        # The summary above is this run's alone; a reused folder also holds other runs' points.
+        from pathlib import Path
+
+        others = [p for p in (Path(args.output) / "runs").glob("*.json") if p.stem not in results.run_ids]
+        also = f"; the folder also holds {len(others)} other run(s), left out of the summary above" if others else ""
+        print(f"\nresults: {args.output} (tgi_toolkit.bench.load_results; this run: "
+              f"{', '.join(results.run_ids)}{also})")
     return 0
