@@ -26,10 +26,8 @@ class NoModel:
 
     deliver = None
 
-    def prefill(self, entries) -> None:
+    def forward(self, forward) -> None:
         raise AssertionError("nothing is batched in this test")
-
-    decode = prefill
 
     def release(self, entry) -> None:
         pass

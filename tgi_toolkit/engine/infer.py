@@ -313,8 +313,10 @@ class Engine:
         self.on_death: Callable[[BaseException], None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         backend.deliver = self._deliver
-        if limits.prefix_caching and hasattr(backend.runner, "enable_pool"):
-            backend.runner.enable_pool(limits.max_batch_total_tokens // limits.block_size * limits.block_size)
+        runner = getattr(backend, "runner", None)
+        if limits.prefix_caching and hasattr(runner, "enable_pool"):
+            # Slots of every block, block 0 included (slot = block * block_size + offset).
+            runner.enable_pool(limits.max_batch_total_tokens // limits.block_size * limits.block_size)
 
     @property
     def healthy(self) -> bool:

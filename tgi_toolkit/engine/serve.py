@@ -220,6 +220,13 @@ def serve(cfg: Any) -> int:
                      time.perf_counter() - started)
 
     server.startup = startup  # type: ignore[method-assign]
+
+    def died(error: BaseException) -> None:
+        # TGI's router exits when its shards are gone; /health already answers 503 (engine.failure).
+        log.error("Shutting down: the engine's compute side died (%s: %s)", type(error).__name__, error)
+        server.should_exit = True
+
+    built.engine.on_death = died
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal under the handler
     # that was there before; a quiet one makes a clean shutdown exit 0, as TGI's router does.
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -228,4 +235,6 @@ def serve(cfg: Any) -> int:
         server.run()
     finally:
         built.engine.stop()
+    if built.engine.failure is not None:
+        return 1
     return 0 if server.started else 1

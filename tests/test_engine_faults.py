@@ -1,0 +1,89 @@
+"""The engine under faults, in process with a stand-in model: a dead compute side is never silent."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+
+from tgi_toolkit.engine.api import Api, ServerInfo
+from tgi_toolkit.engine.infer import Engine, Event, GenerationError, Token
+from tgi_toolkit.engine.metrics import Metrics
+from tgi_toolkit.engine.scheduler import Forward, SchedulerConfig
+from tgi_toolkit.engine.validation import Limits
+
+
+class WordTokenizer:
+    chat_template = None
+
+    def __call__(self, text: str, add_special_tokens: bool = True, **_: object) -> dict[str, list[int]]:
+        return {"input_ids": [len(word) for word in text.split()]}
+
+
+class DyingModel:
+    """Serves tokens until `die` is set; then its next forward raises what no forward handler catches
+    (a BaseException, as a broken native library or an interpreter shutdown would)."""
+
+    def __init__(self) -> None:
+        self.die = threading.Event()
+        self.deliver = None
+        self.forwards = 0
+
+    def forward(self, forward: Forward) -> None:
+        self.forwards += 1
+        if self.die.is_set():
+            raise SystemExit("the compute side is gone")
+        events = []
+        for row in forward.rows:
+            if row.emits:
+                state = row.entry.request
+                events.append((state.emit, Event(row.entry.generated, Token(1, "a", -0.1, False), [])))
+        self.deliver(events)
+
+    def release(self, entry) -> None:
+        pass
+
+
+async def test_when_the_compute_side_dies_health_fails_and_every_request_ends_with_an_error():
+    model = DyingModel()
+    metrics = Metrics()
+    engine = Engine(model, SchedulerConfig(max_batch_prefill_tokens=100, max_batch_total_tokens=1000), metrics)
+    deaths: list[BaseException] = []
+    engine.on_death = deaths.append
+    api = Api(engine, WordTokenizer(), Limits(max_input_tokens=50, max_total_tokens=1000),
+              ServerInfo(model_id="m", model_sha=None, max_concurrent_requests=8, max_client_batch_size=1,
+                         validation_workers=1), metrics)
+    engine.start()
+    body = {"inputs": "a long running request", "parameters": {"max_new_tokens": 900}}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://engine",
+                                 timeout=30) as client:
+        assert (await client.get("/health")).status_code == 200
+        running = [asyncio.create_task(client.post("/generate", json=body)) for _ in range(3)]
+        while model.forwards < 5:
+            await asyncio.sleep(0.01)
+        model.die.set()
+        answers = await asyncio.wait_for(asyncio.gather(*running), 20)  # nothing hangs
+        assert [a.status_code for a in answers] == [424] * 3
+        assert all(a.json()["error_type"] == "generation" for a in answers)
+        health = await client.get("/health")
+        assert health.status_code == 503 and health.json() == {"error": "unhealthy", "error_type": "healthcheck"}
+        late = await client.post("/generate", json=body)  # after the death: refused at once, not queued
+        assert late.status_code == 424
+    for _ in range(500):  # the owner is told right after the requests (on the compute thread)
+        if deaths:
+            break
+        await asyncio.sleep(0.01)
+    assert len(deaths) == 1 and isinstance(deaths[0], SystemExit) and engine.failure is deaths[0]
+    engine.stop()
+
+
+def test_submit_after_death_raises_a_generation_error():
+    engine = Engine(DyingModel(), SchedulerConfig(max_batch_prefill_tokens=100, max_batch_total_tokens=1000))
+    engine.failure = SystemExit("gone")
+    try:
+        engine.submit(None, lambda event: None)
+    except GenerationError as exc:
+        assert "compute side died" in str(exc)
+    else:
+        raise AssertionError("submit accepted a request with no compute side")

@@ -1,0 +1,86 @@
+"""TGI 3's scheduling through the real engine process: long prompts are chunked, repeated prefixes are
+not computed again, and /metrics shows both."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import engine_process
+
+pytestmark = pytest.mark.slow
+
+LONG = ["--max-input-tokens", "1000", "--max-total-tokens", "1200", "--max-batch-prefill-tokens", "256",
+        "--max-concurrent-requests", "8"]
+
+
+def prompt_of(url: str, tokens: int, seed: int) -> str:
+    """A prompt of exactly `tokens` tokens by the server's own count (random words, so no two share a prefix)."""
+    rng = random.Random(seed)
+    words = "river stone cloud apple market window garden silver engine paper".split()
+    text = " ".join(rng.choice(words) for _ in range(tokens))
+    ids = httpx.post(url + "/tokenize", json={"inputs": text}, timeout=30).json()
+    return text[: ids[tokens - 1]["stop"]] if len(ids) > tokens else text
+
+
+def ttft(url: str, text: str, max_new_tokens: int = 2) -> float:
+    started = time.perf_counter()
+    with httpx.stream("POST", url + "/generate_stream", timeout=120,
+                      json={"inputs": text, "parameters": {"max_new_tokens": max_new_tokens}}) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                assert '"token"' in line, line
+                return time.perf_counter() - started
+    raise AssertionError("no token event")
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+def test_a_repeated_1000_token_prompt_is_served_from_the_prefix_cache(engine_url):
+    text = prompt_of(engine_url, 1000, seed=12)
+    hits_before = metric(engine_url, "tgi_toolkit_prefix_cache_hit_tokens_total")
+    first = ttft(engine_url, text)
+    again = min(ttft(engine_url, text) for _ in range(2))
+    assert again * 3 <= first, (first, again)
+    # The second and third requests found 999 cached tokens each (the last one is always computed).
+    assert metric(engine_url, "tgi_toolkit_prefix_cache_hit_tokens_total") - hits_before >= 2 * 999
+
+
+def test_a_prompt_longer_than_the_prefill_budget_is_chunked_while_others_decode(tmp_path):
+    with engine_process(*LONG, tmp=tmp_path) as server:
+        text = prompt_of(server.url, 900, seed=3)
+        with httpx.Client(timeout=120) as client:
+            # A request already decoding when the long one arrives: the long prompt joins its batch.
+            with client.stream("POST", server.url + "/generate_stream",
+                               json={"inputs": "Once upon a time", "parameters": {"max_new_tokens": 40}}) as first:
+                lines = first.iter_lines()
+                next(line for line in lines if line.startswith("data:"))
+                answer = client.post(server.url + "/generate",
+                                     json={"inputs": text, "parameters": {"max_new_tokens": 3, "details": True}})
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["details"]["generated_tokens"] == 3
+                for _ in lines:
+                    pass
+        assert metric(server.url, "tgi_batch_concat_total", reason="chunking") >= 1
+        assert metric(server.url, "tgi_toolkit_prefill_computed_tokens_total") >= 900
+        log = server.log()
+        assert "Prefix caching" in log and "prefill chunking on" in log
+        assert "`waiting_served_ratio` and `max_waiting_tokens` will be ignored" in log
+
+
+def test_without_chunking_such_limits_are_refused_at_start_up(tmp_path):
+    with pytest.raises(RuntimeError) as refused, \
+            engine_process(*LONG, env={"PREFILL_CHUNKING": "0"}, tmp=tmp_path, timeout=120):
+        pass
+    assert "--max-batch-prefill-tokens (256) must be >= --max-input-tokens (1000)" in str(refused.value)
