@@ -143,7 +143,11 @@ def exact_prompt(url: str, tokens: int) -> str:
     return prompt
 
 
-def bench_engine(args: argparse.Namespace) -> dict:
+# TGI 3's default (chunked prefill, block allocator, prefix cache) against its older non-chunking path.
+PATHS = {"tgi3": None, "no-chunking": {"PREFILL_CHUNKING": "0"}}
+
+
+def bench_engine(args: argparse.Namespace, env: dict[str, str] | None = None) -> dict:
     # Room for the largest stream count, and for the late-arrival case's 16 streams plus the late
     # request (else it would wait for a free slot, not for TGI's waiting rule).
     rows = max(*args.streams, LATE_BATCH + 1)
@@ -153,7 +157,7 @@ def bench_engine(args: argparse.Namespace) -> dict:
              "--max-batch-size", str(rows), "--dtype", args.dtype]
     if args.quantize:
         flags += ["--quantize", args.quantize]
-    server = start_engine(flags)
+    server = start_engine(flags, env)
     url = server.url
     out: dict = {"time_to_healthy_s": server.seconds_to_healthy}
     try:
@@ -284,6 +288,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--quantize", default=None)
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS),
+                        help="scheduling paths to measure side by side (the first is the one compared with "
+                        "transformers and vLLM)")
     parser.add_argument("--vllm-url", help="only measure this running OpenAI-compatible server (vLLM) the "
                         "same way, through /v1/completions with ignore_eos")
     args = parser.parse_args()
@@ -292,8 +299,24 @@ def main() -> None:
         return
     print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, quantize {args.quantize}, prompt "
           f"{args.prompt_tokens}, new {args.new_tokens}", flush=True)
-    engine = bench_engine(args)
+    by_path = {}
+    for path in args.paths:
+        print(f"scheduling path: {path}", flush=True)
+        by_path[path] = bench_engine(args, PATHS[path])
+    engine = by_path[args.paths[0]]
     hf = {} if args.skip_transformers else bench_transformers(args)
+    if len(by_path) > 1:
+        first, *others = args.paths
+        print(f"\noutput tok/s by scheduling path (ratio: {first} over the other; target >= 0.95)")
+        print(f"{'streams':>8}" + "".join(f"{p:>14}" for p in args.paths) + "".join(f"{first + '/' + o:>24}"
+                                                                              for o in others))
+        for n in args.streams:
+            print(f"{n:>8}" + "".join(f"{by_path[p][n]['tok_s']:>14.1f}" for p in args.paths)
+                  + "".join(f"{by_path[first][n]['tok_s'] / by_path[o][n]['tok_s']:>24.3f}" for o in others))
+        for p in args.paths:
+            late = by_path[p]["late"]
+            print(f"  {p}: late arrival TTFT best {late['best']['ttft']:.2f} s, worst {late['worst']['ttft']:.2f} s "
+                  f"(alone {late['alone_ttft']:.2f} s)")
 
     print(f"\nengine time to healthy: {engine['time_to_healthy_s']:.1f} s; overhead per decode step: the "
           f"client's gap between tokens against the bare runner's forward (vs runner), the bare runner's "
