@@ -1,19 +1,21 @@
 """The capacity plan: weights, KV cache per token, the token budget that fits, and launcher settings.
 
-How TGI sizes its KV cache (server/text_generation_server/models/flash_causal_lm.py, `warmup`): it
-loads the weights, runs one prefill of `max_batch_prefill_tokens`, then measures free memory as
-`free - (1 - cuda_memory_fraction * TGI_WIGGLE_ROOM) * total` (TGI_WIGGLE_ROOM = 0.90) and fills it
-with KV blocks; CUDA graphs and allocator fragmentation later live in the 10% left over. The router
-then logs "Setting max batch total tokens to <blocks x block size>". The planner reproduces that
-sum from the config alone:
+How TGI 3 sizes its KV cache (../shared/reference/TGI3-SCHEDULER.md, section 6 L2; flash_causal_lm.py
+`warmup`): it loads the weights, runs one prefill of `max_batch_prefill_tokens` (the warm-up batch holds
+its own KV blocks meanwhile), measures free memory, leaves `(1 - cuda_memory_fraction * TGI_WIGGLE_ROOM)
+* total` of it (TGI_WIGGLE_ROOM = 0.90) for CUDA graphs and fragmentation, and fills the rest with KV
+blocks, adding back the warm-up batch's blocks. The router then logs "Setting max batch total tokens to
+<blocks x block size>". The planner reproduces that from the config alone:
 
-    KV budget = memory x memory_fraction x wiggle_room - weights/shard - fixed reserve - prefill activations
+    free     = memory - weights/shard - fixed reserve - prefill activations - warm-up batch's KV
+    blocks   = floor(max(0, free - (1 - memory_fraction x 0.90) x memory) / bytes per block) + warm-up blocks
 
 The fixed reserve (default 1 GiB) stands for what torch does not account as tensors: the CUDA
 context (~0.5 GiB on recent cards), cuBLAS workspaces and, with shards, NCCL buffers. Prefill
 activations are estimated as `max_batch_prefill_tokens x dtype bytes x (4 x hidden + q/k/v widths +
 gated-MLP widths)`: the residual stream, its normalised copy, the attention and MLP outputs and the
-widest intermediates alive at once.
+widest intermediates alive at once. The default `max_batch_prefill_tokens` is the launcher's FLOPs
+formula (L1) and the default lengths TGI 3's warm-up ones (L3), from tgi_toolkit.config.scheduling.
 """
 
 from __future__ import annotations
@@ -40,8 +42,7 @@ from tgi_toolkit.planner.shape import ModelShape
 TGI_WIGGLE_ROOM = 0.90
 DEFAULT_OVERHEAD_BYTES = 1 * GiB
 TGI_DEFAULT_CUDA_GRAPHS = (1, 2, 4, 8, 16, 32)
-TGI_DEFAULT_MAX_TOTAL_TOKENS = 4096  # default max_total_tokens is min(max_position_embeddings, 4096)
-TGI_DEFAULT_PREFILL_TOKENS = 4096
+TGI_DEFAULT_MAX_TOTAL_TOKENS = 4096  # TGI 2's default max_total_tokens; a fallback for plans with no KV room
 TGI_DEFAULT_MAX_CONCURRENT_REQUESTS = 128
 # Methods whose kernels TGI cannot capture in CUDA graphs (the launcher turns them off).
 _NO_CUDA_GRAPHS = {"bitsandbytes", "bitsandbytes-nf4", "bitsandbytes-fp4", "exl2"}
