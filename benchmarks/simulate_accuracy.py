@@ -32,7 +32,7 @@ MATMUL_CAP = 0.8
 
 
 def published() -> int:
-    from tgi_toolkit.simulate.published import compare
+    from tgi_toolkit.simulate.published import SEED_000, compare
 
     worst = 0.0
     print(f"{'seed':4} {'metric':30} {'predicted':>11} {'published':>10} {'ratio':>6}")
@@ -41,6 +41,7 @@ def published() -> int:
               f"{row['ratio']:6.2f}")
         worst = max(worst, abs(math.log(row["ratio"])))
     print(f"worst |log ratio| {worst:.2f} (±30 % is 0.26 up, 0.36 down)")
+    print(SEED_000)
     return 0
 
 
@@ -92,8 +93,60 @@ def speed() -> int:
     return 0 if took < 10 else 1
 
 
-def local(cost: str | None, quick: bool) -> int:
-    raise NotImplementedError
+COLUMNS = ("ttft_p50_s", "tpot_p50_s", "output_throughput_tok_s")
+
+
+def _compare(label: str, measured: object, predicted: object) -> list[float]:
+    """Print each point's predicted, measured and ratio; return the ratios."""
+    m = measured.points.set_index("point_id")  # type: ignore[attr-defined]
+    p = predicted.points.set_index("point_id")  # type: ignore[attr-defined]
+    ratios = []
+    for point in m.index:
+        cells = []
+        for column in COLUMNS:
+            ratio = p.loc[point, column] / m.loc[point, column]
+            ratios.append(ratio)
+            cells.append(f"{p.loc[point, column]:9.4g} {m.loc[point, column]:9.4g} {ratio:5.2f}")
+        print(f"{label:9} {point:45} " + "  ".join(cells))
+    return ratios
+
+
+def local(cost_path: str | None, quick: bool) -> int:
+    """Profile the embedded engine (TGI 3 default: chunked prefill), then measure and simulate the same
+    points on it and on a second server with PREFILL_CHUNKING=0."""
+    import logging
+
+    from tgi_toolkit import bench, simulate
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.server import Server
+
+    logging.getLogger("tgi_toolkit.engine.scheduler").setLevel(logging.ERROR)
+    launcher = LauncherConfig(max_input_tokens=1024, max_total_tokens=1100, max_batch_prefill_tokens=1100)
+    users = [1, 4, 16] if quick else [1, 4, 8, 16, 32]
+    grid = {"prompt_tokens": [128], "max_new_tokens": [32]} if quick else \
+        {"prompt_tokens": [64, 512], "max_new_tokens": [16, 64]}
+    rates = [1.0, 4.0] if quick else [0.5, 2.0, 4.0, 8.0]
+    ratios: list[float] = []
+    print(f"{'path':9} {'point':45} " + "  ".join(f"{c[:-2]:>15}: pred / meas / ratio" for c in COLUMNS))
+    for label, env in (("chunked", {}), ("unchunked", {"PREFILL_CHUNKING": "0"})):
+        with Server(launcher, backend="embedded", env=env, startup_progress=False) as server:
+            if cost_path:
+                cost = simulate.load_cost_model(cost_path)
+            else:
+                cost = simulate.profile(server, quick=quick, environ=env, output=str(ROOT / "out" / "cost.json"))
+                print(cost.formula(), f"+ request overhead {cost.request_overhead_s * 1e3:.3g} ms")
+                cost_path = str(ROOT / "out" / "cost.json")
+            sim = {"config": launcher, "chunking": not env}
+            common = {"users": users, **grid, "requests": None}
+            ratios += _compare(label, bench.run_concurrency(server, **common, progress=False),
+                               simulate.run_concurrency(cost, **common, **sim))
+            common = {"rates": rates, "arrival": "poisson", "prompt_tokens": 128, "max_new_tokens": 32,
+                      "requests": 16 if quick else 48}
+            ratios += _compare(label, bench.run_rate(server, **common, progress=False),
+                               simulate.run_rate(cost, **common, **sim))
+    inside = sum(abs(r - 1) <= 0.15 for r in ratios if r == r)
+    print(f"{inside} of {len(ratios)} ratios within ±15 % (the machine's other load moves the measured side)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,8 +26,8 @@ import numpy as np
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.simulate.costs import TERMS, LinearCostModel, Shape, _nnls, uniform_shape
 
-QUICK = {"prompt_tokens": (16, 128, 512, 1024), "batch_sizes": (1, 4, 16), "contexts": (32, 512),
-         "decode_length": 16, "repeats": 2}
+QUICK = {"prompt_tokens": (16, 256, 768), "batch_sizes": (1, 4, 16), "contexts": (32, 384),
+         "decode_length": 12, "repeats": 1}
 FULL = {"prompt_tokens": (16, 64, 256, 512, 1024, 1536), "batch_sizes": (1, 2, 4, 8, 16, 32),
         "contexts": (32, 256, 1024), "decode_length": 24, "repeats": 3}
 

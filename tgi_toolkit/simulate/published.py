@@ -16,6 +16,12 @@ The cards were measured on vLLM, the simulation follows TGI's rules; where that 
   the decode-only steps in between, a few per cent at this point;
 - KV capacity: vLLM's profiler leaves 10 % of memory (gpu_memory_utilization 0.9) and pages in blocks
   of 16; TGI keeps 1 - 0.9 x cuda_memory_fraction after its warm-up; the planner is asked for vLLM's rule.
+
+Seed 000 (text-generation-benchmark, mt0-xxl-mt on 4-way tensor parallel) is not simulated: mt0 is an
+encoder-decoder (mT5) model, which TGI serves with its padded Seq2SeqLM path (no block allocator, no
+chunking, an encoder forward per prefill) rather than the flash decoder path the simulator drives and
+the planner's ModelShape describes; and the seed does not name its GPUs, so there is no datasheet to price
+its forwards with.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tgi_toolkit.simulate.gpu import RooflineCostModel, roofline
+
+SEED_000 = ("seed 000 (mt0-xxl-mt, TP 4) not simulated: an encoder-decoder model on TGI's padded Seq2SeqLM path, "
+            "which the simulator does not drive, on GPUs the seed does not name")
 
 
 @dataclass(frozen=True)
