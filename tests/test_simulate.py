@@ -25,6 +25,13 @@ from tgi_toolkit.simulate.events import ClosedLoop, OpenLoop, SimRequest, Simula
 logging.getLogger("tgi_toolkit.engine.scheduler").setLevel(logging.ERROR)
 
 
+@pytest.fixture(autouse=True)
+def tgi3_default_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated mode comes from TGI's variables when set: these tests state theirs."""
+    for name in ("ATTENTION", "PREFIX_CACHING", "PREFILL_CHUNKING"):
+        monkeypatch.delenv(name, raising=False)
+
+
 class PerForward:
     """1 s per forward whatever it holds; remembers each forward's token count."""
 
@@ -253,3 +260,36 @@ def test_simulates_32_users_1000_requests_in_under_10_seconds():
     res = run_concurrency(cost, users=[32], prompt_tokens=256, max_new_tokens=128, requests=1000)
     assert time.perf_counter() - started < 10
     assert res.points[S.REQUESTS].iloc[0] == 1000 and not math.isnan(res.points[S.OUTPUT_THROUGHPUT].iloc[0])
+
+
+# -- tune --simulate ------------------------------------------------------------------------------------------
+def test_widened_ladder_is_geometric_between_its_ends():
+    from tgi_toolkit.tune.search import Knob
+    from tgi_toolkit.tune.simulated import widen
+
+    knob = widen(Knob("max_batch_prefill_tokens", [100, 400, 1600], "test"), 5)
+    assert knob.values == [100, 200, 400, 800, 1600]
+    assert widen(Knob("dtype", ["float16", "bfloat16"], "given"), 5).values == ["float16", "bfloat16"]
+
+
+def test_simulated_ranking_prefers_the_batch_that_meets_the_objectives():
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.sweep.spec import Workload
+    from tgi_toolkit.tune.select import Objectives
+    from tgi_toolkit.tune.simulated import simulate_configs
+
+    # 8 users of 64-token prompts, 0.1 s a forward. Without chunking, max_batch_size=1 serves them one by one
+    # and the TTFT objective fails; with chunking (TGI 3) it caps only a batch started from idle (B5), so
+    # the others join the running batch and both settings meet it.
+    shared = LauncherConfig(max_input_tokens=64, max_total_tokens=80, max_batch_prefill_tokens=512)
+    workload = Workload("concurrency", users=[8], prompt_tokens=64, max_new_tokens=8, requests=16,
+                        slo_ttft_s=0.5, slo_tpot_s=1.0)
+    candidates = [{"max_batch_size": 1}, {"max_batch_size": 8}]
+    for chunking, meets in ((False, [True, False]), (True, [True, True])):
+        cost = LinearCostModel(forward_s=0.1, source={"server": {"max_batch_total_tokens": 10_000,
+                                                                 "chunking": chunking}})
+        table = simulate_configs(shared, candidates, workload, cost, Objectives(ttft_s=0.5, tpot_s=1.0),
+                                 backend="tgi")
+        assert list(table["meets"]) == meets, chunking
+        if not chunking:
+            assert list(table["label"]) == ["max_batch_size=8", "max_batch_size=1"]
