@@ -16,11 +16,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tgi_toolkit import __version__
 from tgi_toolkit.engine.infer import Engine, Event, Finish, GenerationError, Token
 from tgi_toolkit.engine.metrics import Metrics
 from tgi_toolkit.engine.validation import (
+    U32,
+    U64,
     GenerateParameters,
     Limits,
     ValidationError,
@@ -82,18 +85,18 @@ class StreamOptions(BaseModel):
 
 
 class _OpenAIBase(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # as GenerateParameters
     model: str | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: U32 | None = None
+    max_completion_tokens: U32 | None = None
     temperature: float | None = None
     top_p: float | None = None
-    seed: int | None = None
+    seed: U64 | None = None
     stop: str | list[str] | None = None
     frequency_penalty: float | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    n: int | None = None
+    n: U64 | None = None
     ignore_eos: bool | None = False  # vLLM's extension, for benchmarks
 
 
@@ -106,7 +109,7 @@ class ChatMessage(BaseModel):
 class ChatRequest(_OpenAIBase):
     messages: list[ChatMessage]
     logprobs: bool | None = False
-    top_logprobs: int | None = None
+    top_logprobs: U32 | None = None
 
 
 class CompletionRequest(_OpenAIBase):
@@ -298,10 +301,9 @@ class Api:
                 }
         return payload
 
-    async def compat(self, request: Request) -> Response:
-        raw = await request.json()
-        body = CompatGenerateRequest.model_validate(raw)
-        if "parameters" not in raw:
+    async def compat(self, body: CompatGenerateRequest) -> Response:
+        # Parsed by FastAPI like the other routes, so a body that is not a request object is a 422.
+        if "parameters" not in body.model_fields_set:
             # TGI quirk: with `parameters` omitted entirely, do_sample defaults to true.
             body.parameters = GenerateParameters(do_sample=True)
         if body.stream:
@@ -350,6 +352,8 @@ class Api:
 
     async def completions(self, body: CompletionRequest) -> Response:
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+        if not prompts:
+            raise ApiError(422, "Input validation error: `inputs` cannot be empty", "validation")
         if len(prompts) != 1:
             if len(prompts) > self.info.max_client_batch_size:
                 raise ApiError(422, f"Number of prompts exceeds the maximum allowed batch size of "
@@ -466,25 +470,33 @@ class Api:
             return exc.response()
 
         @app.exception_handler(RequestValidationError)
-        async def bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        async def bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+            content_type = request.headers.get("content-type", "")
+            if content_type and not _is_json(content_type):
+                # axum's Json extractor: 415 for a body that does not say it is JSON.
+                return JSONResponse({"error": "Expected request with `Content-Type: application/json`",
+                                     "error_type": "validation"}, status_code=415)
             first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid body"}
             where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+            if first.get("type") == "json_invalid":
+                return JSONResponse({"error": f"Failed to parse the request body as JSON: {first['msg']}",
+                                     "error_type": "validation"}, status_code=400)
             message = f"Failed to deserialize the JSON body into the target type: {where}: {first['msg']}"
             return JSONResponse({"error": message, "error_type": "validation"}, status_code=422)
 
-        @app.exception_handler(json.JSONDecodeError)
-        async def bad_json(_: Request, exc: json.JSONDecodeError) -> JSONResponse:
-            return JSONResponse({"error": f"Failed to parse the request body as JSON: {exc}",
-                                 "error_type": "validation"}, status_code=400)
+        @app.exception_handler(StarletteHTTPException)
+        async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
+            # Unknown route, wrong method, unreadable body: TGI's error shape rather than FastAPI's
+            # {"detail": ...}, so every 4xx a client sees parses the same way.
+            error_type = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "validation")
+            return JSONResponse({"error": str(exc.detail), "error_type": error_type},
+                                status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
+        app.post("/")(self.compat)
         app.post("/generate")(self.generate)
         app.post("/generate_stream")(self.generate_stream)
         app.post("/v1/chat/completions")(self.chat_completions)
         app.post("/v1/completions")(self.completions)
-
-        @app.post("/")
-        async def compat(request: Request) -> Response:
-            return await api.compat(request)
 
         @app.post("/tokenize")
         async def tokenize(body: TokenizeRequest) -> list[dict[str, Any]]:
@@ -547,3 +559,8 @@ def _openai_logprob(token: Token, top: list[Token]) -> dict[str, Any]:
 
 async def _one(chunk: bytes) -> AsyncIterator[bytes]:
     yield chunk
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))

@@ -6,9 +6,9 @@ Every message is the one TGI's router returns, so clients that match on them beh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from tgi_toolkit.engine.sampling import SamplingParams
 
@@ -20,28 +20,36 @@ class ValidationError(Exception):
         return f"Input validation error: {self.args[0]}"
 
 
+# The Rust integer types of TGI's request structs: serde refuses a number out of the type's range
+# (a negative seed, a 30-digit max_new_tokens) while deserializing, a 422 before any rule runs.
+U32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
+U64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
+I32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+
+
 class GenerateParameters(BaseModel):
     """TGI's `GenerateParameters` (unknown keys are ignored, as serde does), plus `ignore_eos`."""
 
-    model_config = ConfigDict(extra="ignore")
+    # serde_json has no NaN or infinity (1e999 is "number out of range"); Python's json reads both.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
-    best_of: int | None = None
+    best_of: U64 | None = None
     temperature: float | None = None
     repetition_penalty: float | None = None
     frequency_penalty: float | None = None
-    top_k: int | None = None
+    top_k: I32 | None = None
     top_p: float | None = None
     typical_p: float | None = None
     do_sample: bool = False
-    max_new_tokens: int | None = None
+    max_new_tokens: U32 | None = None
     return_full_text: bool | None = None
     stop: list[str] = []
-    truncate: int | None = None
+    truncate: U64 | None = None
     watermark: bool = False
     details: bool = False
     decoder_input_details: bool = False
-    seed: int | None = None
-    top_n_tokens: int | None = None
+    seed: U64 | None = None
+    top_n_tokens: U32 | None = None
     grammar: Any = None
     adapter_id: str | None = None
     # Extension (as vLLM): never stop on EOS, so exactly max_new_tokens are generated.

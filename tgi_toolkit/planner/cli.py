@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
         result = plan(model, args.gpu, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
                       num_shard=args.num_shard, overhead_bytes=overhead, **common)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        message = str(exc)
+        if message.startswith("model_config"):  # the shape's own errors: name the file they are about
+            message = f"--model ({model}){message.removeprefix('model_config')}"
+        print(f"error: {message}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

@@ -45,7 +45,12 @@ def load_config(model_config: Any) -> dict[str, Any]:
         if not path.is_file():
             raise ValueError(f"model_config: no config.json at {str(path)!r}; pass a config.json path, "
                              "a model directory, a dict or a transformers PretrainedConfig")
-        cfg = json.loads(path.read_text())
+        try:
+            cfg = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{str(path)!r} is not a readable JSON file: {exc}") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{str(path)!r} holds a JSON {type(cfg).__name__}, not an object of model settings")
     elif hasattr(model_config, "to_dict"):
         cfg = model_config.to_dict()
     else:
@@ -100,6 +105,12 @@ class ModelShape:
             if value is None:
                 raise ValueError(f"model_config has no {names[0]!r} (also looked for {', '.join(names[1:]) or '-'}); "
                                  "the planner needs it")
+            return positive(names[0], value)
+
+        def positive(name: str, value: Any) -> int:
+            # A size of 0 or a string would surface later as a ZeroDivisionError or a TypeError.
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 1:
+                raise ValueError(f"model_config {name!r} must be a positive integer, got {value!r}")
             return int(value)
 
         hidden = need("hidden_size", "n_embd", "d_model", "dim")
@@ -112,14 +123,14 @@ class ModelShape:
         elif cfg.get("multi_query") is True:  # GPT-BigCode, Falcon-style MQA
             kv_heads = 1
         else:
-            kv_heads = int(_first(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv",
-                                  "multi_query_group_num", default=heads))
-        head_dim = int(_first(cfg, "head_dim", default=0) or hidden // heads)
+            kv_heads = positive("num_key_value_heads", _first(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv",
+                                                              "multi_query_group_num", default=heads))
+        head_dim = positive("head_dim", _first(cfg, "head_dim", default=0) or hidden // heads)
         gated = model_type in _GATED or (model_type not in _PLAIN and
                                          str(cfg.get("hidden_act", cfg.get("activation_function", "")))
                                          in ("silu", "swish", "swiglu"))
-        intermediate = int(_first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim",
-                                  default=0) or 4 * hidden)
+        intermediate = positive("intermediate_size", _first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner",
+                                                            "ffn_dim", default=0) or 4 * hidden)
         norm_has_bias = model_type in _PLAIN or ("rms_norm_eps" not in cfg and
                                                  ("layer_norm_epsilon" in cfg or "layer_norm_eps" in cfg))
         norms_per_layer = 2
