@@ -1,7 +1,7 @@
 """The model runner's mixed forward against its decode and prefill steps, side by side in one run.
 
     .venv/bin/python benchmarks/runner_forward.py [--dtype bfloat16] [--rows 1 4 16 32] [--context 192]
-        [--chunk 256] [--mixed-rows 16] [--repeats 9]
+        [--chunk 256] [--mixed-rows 16] [--repeats 9] [--threads 1] [--cpu-time]
 
 Three measurements on the default model, in this process (no server):
 1. A pure decode step at each batch size: `decode(tokens)` against `forward(rows)` with every running
@@ -29,17 +29,19 @@ import torch
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
 from tgi_toolkit.engine.runner import LlamaRunner, Seq
 
+CLOCK = time.perf_counter
+
 
 def median_ms(fns: list[Callable[[], object]], repeats: int) -> list[float]:
-    """Median wall time of each function, run in turn `repeats` times after one warm-up each."""
+    """Median time of each function by CLOCK, run in turn `repeats` times after one warm-up each."""
     for fn in fns:
         fn()
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
         for i, fn in enumerate(fns):
-            start = time.perf_counter()
+            start = CLOCK()
             fn()
-            times[i].append(time.perf_counter() - start)
+            times[i].append(CLOCK() - start)
     return [1e3 * statistics.median(t) for t in times]
 
 
@@ -51,7 +53,18 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=256)
     parser.add_argument("--mixed-rows", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default torch's: the cores); 1 is steadier on a busy machine, where "
+                             "a descheduled OpenMP thread stalls every parallel region")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time by the computing thread's CPU time (implies --threads 1): time spent "
+                             "descheduled on a busy machine is not counted")
     args = parser.parse_args()
+    if args.cpu_time:
+        global CLOCK
+        CLOCK, args.threads = time.thread_time, 1
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     loaded = load_model(resolve_model(DEFAULT_MODEL_ID), dtype=args.dtype)
     rows_max = max(*args.rows, args.mixed_rows) + 1
@@ -64,7 +77,8 @@ def main() -> None:
     scattered = torch.randperm(rows_max * ctx - 1) + 1
     gen = torch.Generator().manual_seed(0)
     print(f"# model {DEFAULT_MODEL_ID}, {args.dtype}, {torch.get_num_threads()} threads, {ctx} KV tokens per row; "
-          f"medians of {args.repeats}. A shared machine: figures are noisy.")
+          f"medians of {args.repeats} by {'thread CPU time' if args.cpu_time else 'wall time'}. "
+          "A shared machine: figures are noisy.")
 
     def fill(n: int) -> list[Seq]:
         for seq in list(runner.cache.seqs):

@@ -8,6 +8,29 @@ prompts being recomputed. Here every running sequence owns one row of a prealloc
 the last row (one row copied, not the whole cache). Prefill packs the new prompts into one
 `[tokens, hidden]` matrix, so the linear layers see all of them at once, and runs attention
 per prompt.
+
+Chunked prefill and the prefix cache (TGI 3's scheduling) use two more pieces:
+
+* `forward(rows)`: one forward over a mixed batch, where each row computes its tokens at positions
+  `seq.length ..` (a decode row one token, a prompt chunk many, possibly continuing an earlier
+  chunk). The linear layers see every row's tokens as one `[tokens, hidden]` matrix; attention runs
+  per prompt chunk, plus one call for all one-token rows over a view of the cache rows. A forward
+  in which every running row decodes is handed to `decode`, the tuned step, unchanged.
+* `KVPool` (`runner.pool`, from `enable_pool`): keys and values at the token slots of the
+  scheduler's block allocator (slot = block_id * block_size + offset). A forward writes a prompt's
+  KV there as well (`store`), and `new_seq(cached_slots)` starts a later request that shares the
+  prefix by copying those slots into its row instead of computing them.
+
+Why two stores rather than attention reading the pool directly, as TGI's paged kernels do: the
+running batch computes attention with SDPA, which on CPU reads each row's keys as one strided
+`[kv_heads, positions, head_dim]` tensor. Reading a row from scattered slots means gathering every
+row's keys and values each decode step, one copy per layer of the whole batch's context. Measured
+with benchmarks/runner_forward.py --cpu-time (bfloat16, 192 tokens of context per row, one
+`index_select` per layer for keys and one for values, the least a gather costs): 8.0 ms against a
+103 ms step at 16 rows (7.8%), 15.7 against 175 ms at 32 (9.0%), on the 2-core machine while it was
+busy with other work (thread CPU time; steps were ~5x their idle time, so the share is indicative).
+The contiguous rows cost a copy only where it pays: prompt tokens into the pool once (`store`), a
+cached prefix out of it once per hit (`new_seq`).
 """
 
 from __future__ import annotations
