@@ -293,3 +293,14 @@ def test_simulated_ranking_prefers_the_batch_that_meets_the_objectives():
         assert list(table["meets"]) == meets, chunking
         if not chunking:
             assert list(table["label"]) == ["max_batch_size=8", "max_batch_size=1"]
+
+
+@pytest.mark.parametrize("scenario", [["batch", "-b", "1", "-b", "4", "-r", "2"], ["ingestion"],
+                                      ["rate", "--rate", "2", "--requests", "8"],
+                                      ["shared-prefix", "--prefix-tokens", "256", "--groups", "2"],
+                                      ["multi-turn", "--system-tokens", "64", "--turns", "2"], ["decode-stall"]])
+def test_cli_runs_every_bench_scenario_on_the_roofline(scenario, capsys):
+    from tgi_toolkit.cli import main
+
+    assert main(["simulate", *scenario, "--gpu", "L4", "--model", "tests/data/configs/llama-3-8b.json"]) == 0
+    assert "simulated: roofline Meta-Llama-3-8B on L4" in capsys.readouterr().out

@@ -112,6 +112,8 @@ def simulate_main(scenario: str, rest: list[str]) -> int:
         options = bench_cli._options(args)
         extra = [a for a in args.launcher_args or [] if a != "--"]
         kept = ("output", "seed", "prefix_tokens", "slo_ttft_s", "slo_tpot_s", "scrape_interval")
+        if scenario in ("shared-prefix", "multi-turn", "decode-stall"):
+            kept = tuple(k for k in kept if k != "prefix_tokens")  # their --prefix-tokens is the workload's
         sim_options = {k: options[k] for k in kept if k in options}
         sim_options["command"] = ["tgi-toolkit", "simulate", scenario, *rest]
         if extra:
