@@ -225,3 +225,18 @@ def test_bfloat16_chunked_prefill_with_a_pool_prefix_stays_close_to_whole_prefil
     err, bf16_err = (out - exact).abs(), (reference[12:] - exact).abs()
     assert err.mean() <= 1.25 * bf16_err.mean() and err.max() <= 2 * bf16_err.max(), (err, bf16_err)
     assert (out.argmax(-1) == exact.argmax(-1)).float().mean() >= 0.9
+
+
+def test_a_pool_sized_for_the_whole_kv_budget_costs_no_memory_until_written(loaded, prompt):
+    def resident_bytes() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    runner = LlamaRunner(loaded.model, 2, 256)
+    before = resident_bytes()
+    pool = runner.enable_pool(90_000)  # ~4 GiB of float32 keys and values for the default model
+    assert pool.k.numel() * pool.k.element_size() * 2 > 4e9
+    assert resident_bytes() - before < 64 << 20
+    seq = runner.new_seq()
+    runner.forward([(seq, prompt[:8])], store=[list(range(89_992, 90_000))])
+    assert torch.equal(pool.k[:, 89_992:].transpose(1, 2), runner.cache.k[:, seq.row, :, :8])
