@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tgi_toolkit.engine.blocks import RadixAllocator
-from tgi_toolkit.engine.scheduler import SEGMENT_TOKENS, Entry, Forward, Queue, Scheduler, SchedulerConfig, segment
+from tgi_toolkit.router.blocks import RadixAllocator
+from tgi_toolkit.router.scheduler import SEGMENT_TOKENS, Entry, Forward, Queue, Scheduler, SchedulerConfig, segment
 
 
 @dataclass

@@ -23,8 +23,8 @@ import torch
 
 from tgi_toolkit.engine.runner import LlamaRunner, Seq
 from tgi_toolkit.engine.sampling import TokenChooser, choose_batch
-from tgi_toolkit.engine.scheduler import Entry, Forward, Observer, Queue, Row, Scheduler, SchedulerConfig, segment
 from tgi_toolkit.engine.validation import ValidRequest
+from tgi_toolkit.router.scheduler import Entry, Forward, Observer, Queue, Row, Scheduler, SchedulerConfig, segment
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from tgi_toolkit.engine.scheduler import Entry, Observer
+from tgi_toolkit.router.scheduler import Entry, Observer
 
 # TGI's v3 allocator logs every allocation attempt at INFO under its router crate's target.
 allocation_log = logging.getLogger("text_generation_router_v3::radix")

@@ -129,7 +129,7 @@ def scheduling_limits(cfg: Any, loaded: Any, kv_bytes_per_token: int, env: Mappi
         launcher_max_batch_prefill_tokens,
         resolve_mode,
     )
-    from tgi_toolkit.engine.scheduler import SchedulerConfig
+    from tgi_toolkit.router.scheduler import SchedulerConfig
 
     model_config = loaded.config.to_dict()
     mode = resolve_mode(env, speculate=cfg.speculate or 0, model_config=model_config,

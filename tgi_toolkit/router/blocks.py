@@ -27,6 +27,8 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+__all__ = ["Allocation", "RadixAllocator", "RadixTrie", "SimpleAllocator"]
+
 
 @dataclass
 class Allocation:

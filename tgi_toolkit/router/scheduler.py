@@ -43,9 +43,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tgi_toolkit.engine.blocks import Allocation, RadixAllocator, SimpleAllocator
+from tgi_toolkit.router.blocks import Allocation, RadixAllocator, SimpleAllocator
 
-log = logging.getLogger(__name__)
+__all__ = ["BatchingLimits", "Backend", "Clock", "Entry", "Forward", "MonotonicClock", "NullObserver", "Observer",
+           "Queue", "Row", "SEGMENT_TOKENS", "Scheduler", "SchedulerConfig", "WALL", "make_allocator", "segment"]
+
+log = logging.getLogger("tgi_toolkit.engine.scheduler")
 
 
 class Clock(Protocol):
