@@ -82,7 +82,7 @@ def speed() -> int:
 
     from tgi_toolkit.simulate import LinearCostModel, run_concurrency
 
-    logging.getLogger("tgi_toolkit.engine.scheduler").setLevel(logging.ERROR)
+    logging.getLogger("tgi_toolkit.router.scheduler").setLevel(logging.ERROR)
     cost = LinearCostModel(forward_s=0.02, token_s=2e-4, row_s=1e-3, name="speed test",
                            source={"server": {"max_batch_total_tokens": 200_000}})
     started = time.perf_counter()
@@ -111,16 +111,20 @@ def _compare(label: str, measured: object, predicted: object) -> list[float]:
     return ratios
 
 
-def local(cost_path: str | None, quick: bool) -> int:
+def local(cost_path: str | None, quick: bool, threads: int | None = 1) -> int:
     """Profile the embedded engine (TGI 3 default: chunked prefill), then measure and simulate the same
-    points on it and on a second server with PREFILL_CHUNKING=0."""
+    points on it and on a second server with PREFILL_CHUNKING=0.
+
+    threads: OMP_NUM_THREADS of the servers. On a machine shared with other torch processes, torch's
+    default (a thread per core, spinning while it waits) made a SmolLM2 decode step take ~3 s instead of
+    ~0.2 s with one thread, and vary by 2x from one run to the next: a profile then predicts nothing."""
     import logging
 
     from tgi_toolkit import bench, simulate
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.server import Server
 
-    logging.getLogger("tgi_toolkit.engine.scheduler").setLevel(logging.ERROR)
+    logging.getLogger("tgi_toolkit.router.scheduler").setLevel(logging.ERROR)
     launcher = LauncherConfig(max_input_tokens=1024, max_total_tokens=1100, max_batch_prefill_tokens=1100)
     users = [1, 4, 16] if quick else [1, 4, 8, 16, 32]
     grid = {"prompt_tokens": [128], "max_new_tokens": [32]} if quick else \
@@ -128,8 +132,9 @@ def local(cost_path: str | None, quick: bool) -> int:
     rates = [1.0, 4.0] if quick else [0.5, 2.0, 4.0, 8.0]
     ratios: list[float] = []
     print(f"{'path':9} {'point':45} " + "  ".join(f"{c[:-2]:>15}: pred / meas / ratio" for c in COLUMNS))
+    threads_env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
     for label, env in (("chunked", {}), ("unchunked", {"PREFILL_CHUNKING": "0"})):
-        with Server(launcher, backend="embedded", env=env, startup_progress=False) as server:
+        with Server(launcher, backend="embedded", env={**env, **threads_env}, startup_progress=False) as server:
             if cost_path:
                 cost = simulate.load_cost_model(cost_path)
             else:
@@ -157,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local", action="store_true")
     parser.add_argument("--cost", help="a cost.json to use instead of profiling (with --local)")
     parser.add_argument("--quick", action="store_true", help="fewer points (with --local)")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the servers (0: torch's default)")
     args = parser.parse_args(argv)
     rc = 0
     if args.refit:
@@ -166,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.speed:
         rc |= speed()
     if args.local:
-        rc |= local(args.cost, args.quick)
+        rc |= local(args.cost, args.quick, args.threads)
     return rc
 
 
