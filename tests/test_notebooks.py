@@ -222,3 +222,23 @@ def test_06_tune(tmp_path) -> None:
     assert objective["y0"] == objective["y1"] == {"ms": 5000.0, "s": 5.0}[unit]
     chosen = saved.to_launcher_config(closest=not saved.met)
     assert f"--max-batch-size {chosen.max_batch_size}" in out and "vllm serve " in out
+
+
+@pytest.mark.slow
+def test_07_simulate(tmp_path) -> None:
+    from tgi_toolkit.bench import load_results
+
+    results_dir = tmp_path / "results"
+    nb = execute("07_simulate", users=[1, 2], prompt_tokens=16, max_new_tokens=4, requests=4,
+                 profile_grid={"prompt_tokens": [16, 64], "batch_sizes": [1, 2], "contexts": [16], "decode_length": 4,
+                               "repeats": 1}, gpus=["H100"], output_dir=str(results_dir))
+    results = load_results(results_dir)
+    backends = sorted(r["backend"] for r in results.runs)
+    assert backends == ["embedded", "simulated"]  # predicted and measured side by side in one folder
+    assert len(results.points) == 4 and results.requests["error"].isna().all()
+    simulated = next(r for r in results.runs if r["backend"] == "simulated")
+    assert simulated["cost_model"]["kind"] == "linear" and simulated["simulated"] is True
+    (figure,) = figures(nb)
+    assert {"throughput, measured", "throughput, predicted"} <= set(trace_names(figure))
+    out = text(nb)
+    assert "happy-vllm-codellama-7b-a100" in out and "t = " in out
