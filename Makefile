@@ -1,5 +1,6 @@
-# Two entry points a person needs on a fresh machine (Python 3.11, no GPU):
+# Entry points a person needs on a fresh machine (Python 3.11, no GPU):
 #   make quickstart   set everything up, start the embedded server, run the main job
+#   make lab          set everything up, open the cookbook (notebooks/) in JupyterLab
 #   make test         set everything up, run the whole test suite (what CI runs)
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -7,8 +8,15 @@ PY := $(VENV)/bin/python
 # torch first and pinned: an open `torch` requirement can pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+# `make lab`: loopback only, with a token (JupyterLab prints the URL carrying it) unless told otherwise,
+# e.g. `make lab LAB_IP=0.0.0.0 LAB_PORT=8899 LAB_ARGS=--no-browser` on a remote host.
+LAB_IP ?= 127.0.0.1
+LAB_PORT ?= 8888
+LAB_ARGS ?=
+# Jupyter refuses to run as root unless told: containers on GPU hosts often run as root.
+LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup quickstart test lint clean browser
+.PHONY: setup quickstart lab test lint clean browser
 
 setup: $(VENV)/.installed
 
@@ -23,6 +31,10 @@ $(VENV)/.installed: pyproject.toml requirements/no-deps.txt
 
 quickstart: setup
 	$(VENV)/bin/tgi-toolkit quickstart
+
+lab: setup
+	$(VENV)/bin/jupyter lab --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) \
+		--ServerApp.root_dir=notebooks $(LAB_ARGS) notebooks/01_configure_and_launch.ipynb
 
 test: setup browser
 	$(PY) -m pytest $(PYTEST_ARGS)
