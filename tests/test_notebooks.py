@@ -242,3 +242,33 @@ def test_07_simulate(tmp_path) -> None:
     assert {"throughput, measured", "throughput, predicted"} <= set(trace_names(figure))
     out = text(nb)
     assert "happy-vllm-codellama-7b-a100" in out and "t = " in out
+
+
+@pytest.mark.slow
+def test_08_chunked_prefill_and_prefix_cache(tmp_path) -> None:
+    from tgi_toolkit.bench import load_results
+
+    results_dir = tmp_path / "results"
+    nb = execute("08_chunked_prefill_and_prefix_cache", streams=2, long_prompt=512, stream_tokens=48, chunk_tokens=64,
+                 system_tokens=128, requests_per_group=2, question_tokens=8, max_new_tokens=4, turns=2,
+                 output_dir=str(results_dir), progress=False)
+    results = load_results(results_dir)
+    assert sorted(r["scenario"] for r in results.runs) == ["decode_stall", "decode_stall", "multi_turn",
+                                                           "shared_prefix"]
+    assert results.requests["error"].isna().all()
+    stall = results.points[results.points["scenario"] == "decode_stall"]
+    assert len(stall) == 2 and stall["stall_max_gap_s"].notna().all()  # one point per server
+    chunked_run = next(r["run_id"] for r in results.runs if r["scenario"] == "decode_stall"
+                       and r["launcher_config"]["max_batch_prefill_tokens"] == 64)
+    gaps = stall.set_index("run_id")["stall_max_gap_s"]
+    # the unchunked server prefills the 512-token prompt in one forward while the streams wait; the
+    # chunked one computes at most 64 tokens a forward beside their tokens
+    assert gaps[chunked_run] < gaps.drop(chunked_run).iloc[0]
+    shared = results.points[results.points["scenario"] == "shared_prefix"].iloc[0]
+    assert shared["prefix_cache_hit_rate"] > 0  # the engine's prefix cache served the system prompt
+    timeline, summary, shared_fig, by_turn, *rest = figures(nb)
+    assert rest == []
+    assert set(trace_names(timeline)) == {"chunked, 64-token budget", "PREFILL_CHUNKING=0"}
+    assert len(summary["data"]) == 4 and len(shared_fig["data"]) == 1
+    assert values(by_turn["data"][0]["x"]) == [1, 2]
+    assert "prefix-cache hit rate: " in text(nb)
