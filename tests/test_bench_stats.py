@@ -1,4 +1,4 @@
-"""The benchmark's arithmetic, on hand-made records: MEASUREMENT.md's definitions and seed 000's tables."""
+"""The benchmark's arithmetic, on hand-made records: docs/measurement.md's definitions and seed 000's tables."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def test_json_schema_carries_group_flag_and_env_for_every_field():
     (dict(max_input_length=600, max_total_tokens=512), ("max_input_length", "max_total_tokens")),
     (dict(max_total_tokens=4096, max_batch_total_tokens=2048), ("max_total_tokens", "max_batch_total_tokens")),
     # prefill < input is a problem only without chunking, and prefill > a given max_batch_total_tokens is none
-    # on TGI 3 (TGI3-SCHEDULER.md L2 step 5, L4): see test_prefill_budget_rule_depends_on_chunking.
+    # on TGI 3 (docs/tgi-rules.md L2 step 5, L4): see test_prefill_budget_rule_depends_on_chunking.
     (dict(max_batch_size=0), ("max_batch_size",)),
     (dict(validation_workers=0), ("validation_workers",)),
     (dict(waiting_served_ratio=-0.1), ("waiting_served_ratio",)),
@@ -122,7 +122,7 @@ def test_valid_combinations_have_no_problem(fields):
 
 
 def test_prefill_budget_rule_depends_on_chunking():
-    # TGI3-SCHEDULER.md L4: the router checks max_input_tokens <= max_batch_prefill_tokens only without
+    # docs/tgi-rules.md L4: the router checks max_input_tokens <= max_batch_prefill_tokens only without
     # chunking; chunking (the default, F3) is what lets a 1000-token prompt through a 999-token budget.
     cfg = LauncherConfig(max_input_tokens=1000, max_batch_prefill_tokens=999)
     assert cfg.chunking({}) is True and cfg.problems({}) == []
@@ -151,7 +151,7 @@ def test_prefill_budget_rule_depends_on_chunking():
 
 
 def test_a_given_max_batch_total_tokens_does_not_bound_the_prefill_budget():
-    # TGI3-SCHEDULER.md L2 step 5: flash models ignore --max-batch-total-tokens (with a "deprecated" warning)
+    # docs/tgi-rules.md L2 step 5: flash models ignore --max-batch-total-tokens (with a "deprecated" warning)
     # and the router compares the prefill budget with the KV capacity found at warm-up, not with it.
     assert LauncherConfig(max_batch_prefill_tokens=5000, max_batch_total_tokens=4000).problems({}) == []
     # The launcher itself still checks max_total_tokens against the given value (L4, launcher).
@@ -218,7 +218,7 @@ def test_secrets_are_not_echoed_in_errors():
 
 
 # -- resolved ---------------------------------------------------------------------------------------
-# TGI 3's defaults (TGI3-SCHEDULER.md section 6), chunking on (env {}): the launcher's prefill budget for an
+# TGI 3's defaults (docs/tgi-rules.md section 6), chunking on (env {}): the launcher's prefill budget for an
 # unknown card is 4096 capped at the context (L1); max_total_tokens = min(KV capacity, model_max_length,
 # max_position_embeddings) (L3); max_input_tokens = max_total_tokens - 1 (L3). The TGI 2 rules these rows
 # encoded before (min(mpe, 4096) totals, max_input_tokens + 50 prefill budgets) are gone.

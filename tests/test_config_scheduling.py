@@ -1,4 +1,4 @@
-"""TGI 3's scheduling mode (section 1) and limits (section 6) of ../shared/reference/TGI3-SCHEDULER.md.
+"""TGI 3's scheduling mode (section 1) and limits (section 6) of docs/tgi-rules.md.
 
 Every expected number is worked by hand from the document's rules in the comment beside it.
 """

@@ -146,7 +146,7 @@ def test_budget_arithmetic_is_tgis_warmup_formula():
 
 
 def test_kv_budget_is_tgis_warmup_formula_on_round_numbers():
-    # TGI3-SCHEDULER.md L2 on an 80e9 B card, Llama-3-8B bf16, no fixed reserve, max_batch_prefill_tokens 4096:
+    # docs/tgi-rules.md L2 on an 80e9 B card, Llama-3-8B bf16, no fixed reserve, max_batch_prefill_tokens 4096:
     # weights 8,030,261,248 x 2 B = 16,060,522,496; prefill activations 4096 x 2 B x (4 x 4096 + 4096 + 2 x 1024
     # + 3 x 14336 = 65,536) = 536,870,912; the warm-up batch (one 4096-token prompt, 1 new token) holds
     # 4096 blocks x 131,072 B = 536,870,912. Free after warm-up = 80e9 - those three = 62,865,735,680.
@@ -168,7 +168,7 @@ def test_kv_budget_is_tgis_warmup_formula_on_round_numbers():
 
 def test_default_prefill_budget_is_the_launchers_flops_formula():
     llama31 = config(LLAMA3, max_position_embeddings=131_072)  # Llama-3.1-8B: Llama-3-8B's shape, 128k context
-    # TGI3-SCHEDULER.md L1: 32 x (2 x 4096 x 128 x (3 x 32 + 2 x 8) + 6 x 4096 x 14336) = 15,032,385,536 FLOPs
+    # docs/tgi-rules.md L1: 32 x (2 x 4096 x 128 x (3 x 32 + 2 x 8) + 6 x 4096 x 14336) = 15,032,385,536 FLOPs
     # per token; 1 x H100: floor(900e12 / 15,032,385,536) = 59,870 (x 15,032,385,536 = 899,988,922,040,320).
     assert plan(llama31, "H100-80GB").max_batch_prefill_tokens == 59_870
     # 2 shards: floor(1,800e12 / 15,032,385,536) = 119,741.
@@ -220,7 +220,7 @@ def test_workload_sets_users_and_recommendations():
     p = plan(LLAMA3, "A100-80GB", prompt_tokens=1000, output_tokens=500)
     assert (p.max_input_tokens, p.max_total_tokens) == (1000, 1500)
     assert p.concurrent_users == p.max_batch_total_tokens // 1500 == p.max_batch_size
-    # The launcher's default (TGI3-SCHEDULER.md L1): floor(312e12 A100 FLOPS / 15,032,385,536 FLOPs per token)
+    # The launcher's default (docs/tgi-rules.md L1): floor(312e12 A100 FLOPS / 15,032,385,536 FLOPs per token)
     # = 20,755, capped at Llama-3-8B's 8192 positions (it was TGI 2's 4096 before TGI 3).
     assert p.max_batch_prefill_tokens == 8192
     assert p.cuda_graphs == [1, 2, 4, 8, 16, 32]
@@ -303,7 +303,7 @@ def test_embedded_engine_prediction_mirrors_its_code():
     p = plan_embedded(SMOLLM2, dtype="float32")
     # 2 GiB = 2,147,483,648 B / 46,080 B = 46,603.4 -> 46,603 one-token blocks (flashinfer's block size 1).
     assert p.kv_bytes_per_token == 46_080 and p.max_batch_total_tokens == 46_603
-    # TGI 3's warm-up defaults (TGI3-SCHEDULER.md L3): min(46,603 KV, 8192 positions) = 8192, input 8191.
+    # TGI 3's warm-up defaults (docs/tgi-rules.md L3): min(46,603 KV, 8192 positions) = 8192, input 8191.
     assert (p.max_total_tokens, p.max_input_tokens) == (8192, 8191)
     # 1 GiB / 46,080 = 23,301.7 -> 23,301; TGI_TOOLKIT_KV_CACHE_GIB=4 x 0.5 = 2 GiB -> 46,603 again.
     assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.5, env={}).max_batch_total_tokens == 23_301
@@ -427,7 +427,7 @@ def test_cli_prints_the_plan_and_the_launcher_command():
                          "--output-tokens", "500")
     expected = plan(LLAMA3, "A100-80GB", prompt_tokens=1000, output_tokens=500)
     assert rc == 0
-    # TGI 3 ignores --max-batch-total-tokens (TGI3-SCHEDULER.md L2 step 5): the plan shows the figure, not the flag.
+    # TGI 3 ignores --max-batch-total-tokens (docs/tgi-rules.md L2 step 5): the plan shows the figure, not the flag.
     assert f"max_batch_total_tokens {expected.max_batch_total_tokens:,}: what the server will infer" in out
     assert "--max-batch-total-tokens" not in expected.command_line()
     assert "text-generation-launcher --model-id meta-llama/Meta-Llama-3-8B" in out
@@ -484,7 +484,7 @@ def test_plan_to_launcher_config():
 def test_default_lengths_agree_with_launcher_config_resolved(path, given):
     from tgi_toolkit.config import ConfigError, LauncherConfig
 
-    # Both follow TGI 3's warm-up defaults (TGI3-SCHEDULER.md L3) given the same KV capacity.
+    # Both follow TGI 3's warm-up defaults (docs/tgi-rules.md L3) given the same KV capacity.
     mpe = ModelShape.from_config(path).max_position_embeddings
     kv = plan(path, "H200").max_batch_total_tokens
     try:

@@ -1,6 +1,6 @@
 """The simulator: the engine's scheduler on a virtual clock, its cost models, its results and CLI.
 
-Timelines are worked by hand from TGI3-SCHEDULER.md section 9 with a cost model of 1 s per forward, so
+Timelines are worked by hand from docs/tgi-rules.md section 9 with a cost model of 1 s per forward, so
 a time in seconds is a count of forwards; roofline figures are worked by hand from config.json numbers
 and datasheet figures.
 """

@@ -27,7 +27,7 @@ def standin_sweep(**kwargs) -> Sweep:
     kwargs.setdefault("grid", {"max_batch_size": [1, 2]})
     kwargs.setdefault("configs", [{"max_batch_prefill_tokens": 16}])  # < max_input_tokens: invalid unchunked
     # PREFILL_CHUNKING=0: TGI 3 refuses a prompt limit above the prefill budget only without chunking
-    # (TGI3-SCHEDULER.md L4), and these tests need one configuration the rules refuse.
+    # (docs/tgi-rules.md L4), and these tests need one configuration the rules refuse.
     return Sweep(base={"model_id": "org/standin-model", "max_input_tokens": 32, "max_total_tokens": 64},
                  workloads=[TINY], backend="tgi", server={"health_timeout": 20, "env": {"PREFILL_CHUNKING": "0"}},
                  **kwargs)

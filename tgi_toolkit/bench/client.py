@@ -4,7 +4,7 @@
 Each request yields one `StreamRecord`: the monotonic nanosecond time it was sent and the arrival
 time of every chunk that carried tokens, with the token count per chunk, plus what the server said
 about lengths. Server-reported counts (`details.generated_tokens`, `usage`) are preferred; counting
-token events is the fallback (MEASUREMENT.md pitfall 3).
+token events is the fallback (docs/measurement.md pitfall 3).
 
 Speed matters here (a slow client inflates every latency, pitfall 4): one aiohttp session per run
 (a pooled keep-alive connector), request bodies serialised before the clock starts, and TGI's

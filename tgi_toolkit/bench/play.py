@@ -82,7 +82,7 @@ async def build(run: Run, make: Callable[[], Any]) -> Any:
 
 
 def check_lengths(run: Run, plan: Sequence[PlannedRequest], records: Sequence[StreamRecord]) -> None:
-    """Every prompt the server counted must have the planned length (MEASUREMENT.md pitfall 2)."""
+    """Every prompt the server counted must have the planned length (docs/measurement.md pitfall 2)."""
     if run.target.api == "chat":
         note(run, "prompt lengths include the chat template (api=chat)")
         return

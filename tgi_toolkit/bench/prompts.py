@@ -1,6 +1,6 @@
 """Token-exact prompts: text that the server's tokenizer turns into exactly the requested length.
 
-Synthetic prompts drift from their target (special tokens, merges at the joins; MEASUREMENT.md
+Synthetic prompts drift from their target (special tokens, merges at the joins; docs/measurement.md
 pitfall 2), so a prompt is cut from a longer seeded text at a token boundary that the tokenizer
 itself reports (offsets), re-tokenized, and repaired until its count is exact. Without offsets (vLLM's
 `/tokenize` gives counts only) a binary search over characters finds the cut. The scenarios then

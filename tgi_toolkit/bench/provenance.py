@@ -1,4 +1,4 @@
-"""Where a result came from (MEASUREMENT.md pitfall 7): configuration identity, package versions,
+"""Where a result came from (docs/measurement.md pitfall 7): configuration identity, package versions,
 hardware and the toolkit's git revision, gathered without importing heavy packages."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The load models (MEASUREMENT.md): what each scenario sends, and when. Parameters arrive checked
+"""The load models (docs/measurement.md): what each scenario sends, and when. Parameters arrive checked
 (api.py); `Run` sends, records and saves.
 
 - batch: B identical prompts of exactly S tokens at once, D tokens forced, `warmups` then `runs`

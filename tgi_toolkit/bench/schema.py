@@ -18,7 +18,7 @@ Units: times in seconds (`_s`), throughputs in tokens per second (`_tok_s`) or r
 (`_rps`), client event-loop lag in milliseconds (`_ms`). Timestamps (`sent_s`, `t_s`) are seconds
 on the run's monotonic clock, 0 = the run's start, so requests and server samples join on them.
 
-Definitions (shared/reference/MEASUREMENT.md), client-side, monotonic clock, t0 = request sent:
+Definitions (docs/measurement.md), client-side, monotonic clock, t0 = request sent:
 - ttft: first chunk carrying a token - t0.    e2e: last chunk - t0.
 - tpot: (e2e - ttft) / (output_tokens - 1), per request (NaN with one output token).
 - itl: every gap between consecutive token chunks; a chunk carrying k tokens counts k tokens,
@@ -83,7 +83,7 @@ REQUEST_COLUMNS = (
 
 # -- points.parquet: one row per measured point ---------------------------------------------------
 # ci95: half-width of the mean's 95 % confidence interval (mean ± ci95), since one run is noise
-# (MEASUREMENT.md pitfall 6).
+# (docs/measurement.md pitfall 6).
 STATS = ("mean", "ci95", "min", "max", "p25", "p50", "p75", "p90", "p99")
 PERCENTILES = tuple(s for s in STATS if s.startswith("p"))
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")  # columns f"{metric}_{stat}_s"

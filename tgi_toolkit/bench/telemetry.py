@@ -6,7 +6,7 @@ they join the request timeline on time. The metric names the toolkit writes or r
 schema's (`tgi_toolkit.bench.schema`, server.parquet): client samples are `client_loop_lag_ms`
 (worst lag of each interval) and `client_cpu_percent`.
 
-The client watches itself (MEASUREMENT.md pitfall 4): a loop that wakes late stamps every token
+The client watches itself (docs/measurement.md pitfall 4): a loop that wakes late stamps every token
 late. But a loop also wakes late when other processes hold the cores, and then the client is not
 what limits the point: the machine is. The two are told apart by the kernel's scheduler statistics
 of the event loop's thread (/proc/.../schedstat): the time it ran and the time it waited, runnable,

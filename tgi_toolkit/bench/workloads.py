@@ -5,7 +5,7 @@ so the harness (bench.scenarios) and a simulator play the same objects.
 - SharedPrefix: `groups` groups of `requests_per_group` requests; every prompt of a group starts with
   the group's prefix of `prefix_tokens` tokens and ends with its own suffix of `suffix_tokens`.
   A group's first request is sent alone; the others wait until it has ended, because TGI inserts a
-  prompt into its radix cache only when the request is freed (TGI3-SCHEDULER.md A5/A6): requests of
+  prompt into its radix cache only when the request is freed (docs/tgi-rules.md A5/A6): requests of
   a group in flight together share nothing.
 - MultiTurn: `conversations` chats of `turns` turns. Turn 0 is an optional system prompt (shared by
   every conversation) plus a user message of `user_tokens`; turn t resends turn t-1's prompt, its
@@ -70,7 +70,7 @@ def common_prefix_tokens(a: Sequence[Segment], b: Sequence[Segment]) -> int:
 def cached_tokens(plan: Sequence[PlannedRequest], index: int) -> int:
     """Prompt tokens of request `index` that a TGI radix cache (block size 1) holds when it is sent,
     counting only the requests it is known to follow (its `after` chain): the longest common prefix
-    with one of their prompts (their answers are never cached, TGI3-SCHEDULER.md A5). Requests that
+    with one of their prompts (their answers are never cached, docs/tgi-rules.md A5). Requests that
     merely happened to end earlier may add hits in a real run, so this is a lower bound."""
     request = plan[index]
     best, seen = 0, set()

@@ -230,7 +230,7 @@ class LauncherConfig(BaseModel):
         """Every launcher and router rule this config breaks (rules on unset values are skipped).
 
         `env` and `backend` say which scheduling applies: the prompt limit must fit the prefill budget
-        only without prefill chunking (TGI 3's router, section 6 L4 of TGI3-SCHEDULER.md); see `chunking`.
+        only without prefill chunking (TGI 3's router, section 6 L4 of docs/tgi-rules.md); see `chunking`.
         """
         out: list[Problem] = []
 
@@ -338,7 +338,7 @@ class LauncherConfig(BaseModel):
                  backend: str = "tgi") -> LauncherConfig:
         """A validated copy with TGI 3's derived defaults filled for a model of this context length.
 
-        Section 6 of TGI3-SCHEDULER.md, without a GPU to measure:
+        Section 6 of docs/tgi-rules.md, without a GPU to measure:
         - max_batch_prefill_tokens <- the launcher's default for an unknown card: 4096, capped at
           max_position_embeddings (L1; `config.scheduling.launcher_max_batch_prefill_tokens` with a card);
         - max_total_tokens <- with prefill chunking min(KV capacity, tokenizer model_max_length,

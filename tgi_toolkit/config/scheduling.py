@@ -1,6 +1,6 @@
 """TGI 3's scheduling mode and derived limits, shared by the embedded engine, the launcher checks and the planner.
 
-Two halves, each following ../shared/reference/TGI3-SCHEDULER.md (TGI 3.1.1 to 3.3.7):
+Two halves, each following docs/tgi-rules.md (TGI 3.1.1 to 3.3.7):
 
 - `resolve_mode` reads ATTENTION, PREFIX_CACHING and PREFILL_CHUNKING as TGI does (section 1: the
   launcher's `resolve_attention` (F1), the shard's globals (F2) and `Model.__init__` (F3)).

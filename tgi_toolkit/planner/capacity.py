@@ -1,6 +1,6 @@
 """The capacity plan: weights, KV cache per token, the token budget that fits, and launcher settings.
 
-How TGI 3 sizes its KV cache (../shared/reference/TGI3-SCHEDULER.md, section 6 L2; flash_causal_lm.py
+How TGI 3 sizes its KV cache (docs/tgi-rules.md, section 6 L2; flash_causal_lm.py
 `warmup`): it loads the weights, runs one prefill of `max_batch_prefill_tokens` (the warm-up batch holds
 its own KV blocks meanwhile), measures free memory, leaves `(1 - cuda_memory_fraction * TGI_WIGGLE_ROOM)
 * total` of it (TGI_WIGGLE_ROOM = 0.90) for CUDA graphs and fragmentation, and fills the rest with KV
@@ -308,7 +308,7 @@ def _prefill_budget(given: int | None, default: int, default_steps: list[str], k
 def _lengths(shape: ModelShape, prompt_tokens: int | None, output_tokens: int | None, known_input: int | None,
              known_total: int | None, prefill: int, *, chunking: bool, kv_tokens: int,
              warmup_prompt_tokens: int, prefill_notes: list[str]) -> _Lengths:
-    """Request limits from the workload, or TGI 3's warm-up defaults (TGI3-SCHEDULER.md L3).
+    """Request limits from the workload, or TGI 3's warm-up defaults (docs/tgi-rules.md L3).
 
     With chunking max_total_tokens = min(KV capacity, max_position_embeddings) (the tokenizer's
     model_max_length, which TGI also takes, is not in config.json); without, the warm-up batch's

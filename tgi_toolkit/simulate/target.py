@@ -11,7 +11,7 @@ The scheduler's settings come from, first to last:
 - TGI 3's CUDA defaults (flashinfer, block size 1, prefix caching and chunking on).
 
 `max_batch_total_tokens` is the KV capacity of the cost model's server: TGI 3 ignores a user's value
-for flash models (it warns and uses what warm-up found, TGI3-SCHEDULER.md L2), so a flag only applies
+for flash models (it warns and uses what warm-up found, docs/tgi-rules.md L2), so a flag only applies
 where the cost model knows no capacity.
 """
 
