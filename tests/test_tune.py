@@ -26,10 +26,19 @@ from tgi_toolkit.tune import (
     workload_demand,
 )
 from tgi_toolkit.tune.cli import _values
-from tgi_toolkit.tune.search import Knob, coarse, refine, repair, tuned_base
+from tgi_toolkit.tune.search import Knob, coarse, kv_sizing, refine, repair, tuned_base
 
 SMOLLM2 = Path(__file__).parent / "data" / "configs" / "smollm2-135m.json"
 TTFT, TPOT = S.stat_column("ttft", "p90"), S.stat_column("tpot", "p90")
+TGI_MODE = ("ATTENTION", "PREFIX_CACHING", "PREFILL_CHUNKING", "TGI_TOOLKIT_KV_CACHE_GIB")
+
+
+@pytest.fixture
+def tgi3_defaults(monkeypatch):
+    """TGI 3's default mode (flashinfer: 1-token blocks, chunking on) and the engine's default 2 GiB KV space."""
+    for name in TGI_MODE:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
 
 
 def point(config: str, users: int, ttft: float, tpot: float, goodput: float, throughput: float, *,
@@ -172,35 +181,88 @@ def test_workload_demand_uses_the_bench_defaults_and_refuses_ingestion():
         workload_demand(Workload("ingestion"))
 
 
-def test_the_planner_bounds_each_ladder_by_capacity_and_by_the_workload():
+def test_the_planner_bounds_each_ladder_by_capacity_and_by_the_workload(tgi3_defaults):
     demand = workload_demand(Workload("concurrency", users=[4], prompt_tokens=16, max_new_tokens=4))
     base = LauncherConfig(dtype="float32")
     plan = plan_for(base, "embedded", demand, model_config=SMOLLM2)
     assert (plan.max_input_tokens, plan.max_total_tokens, plan.tokens_per_request) == (16, 20, 20)
-    space = build_space(base, demand, plan)
+    kv = kv_sizing(base, "embedded", demand, plan, model_config=SMOLLM2)
+    space = build_space(base, demand, plan, kv=kv)
+    assert list(space) == ["max_batch_size", "cuda_memory_fraction", "max_batch_prefill_tokens"]
     # plenty of KV cache: the workload's 4 requests of 20 tokens are the bound
     assert space["max_batch_size"].values == [1, 2, 4]
-    assert space["max_batch_total_tokens"].values == [20, 40, 80]
     assert space["max_batch_prefill_tokens"].values == [16, 32, 64]
-    assert "min(KV capacity 46603, 4 x 20 tokens per request)" in space["max_batch_total_tokens"].source
+    # TGI 3 infers the KV capacity from the KV memory (L2), so the KV ladder is one of fractions of that
+    # memory: on the engine 2 GiB x fraction, in 1-token blocks of 2 x 30 layers x 3 KV heads x 64 x 4 B
+    # = 46,080 B (float32). 20 tokens = 921,600 B = 0.00042915 of 2^31 B, shown rounded up: 0.0004292;
+    # 40 tokens 0.00085831 -> 0.0008584; 80 tokens 3,686,400 B = 0.00171661 -> 0.001717.
+    assert space["cuda_memory_fraction"].values == [0.0004292, 0.0008584, 0.001717]
+    assert [kv.tokens(f) for f in space["cuda_memory_fraction"].values] == [20, 40, 80]
+    assert "min(KV capacity 46603, 4 x 20 tokens per request)" in space["cuda_memory_fraction"].source
+    assert "0.0004292 -> 20, 0.0008584 -> 40, 0.001717 -> 80 tokens" in space["cuda_memory_fraction"].source
+    # TGI_TOOLKIT_KV_CACHE_GIB sizes the memory the fraction scales: 0.5 GiB needs 4x the fraction
+    tgi3_defaults.setenv("TGI_TOOLKIT_KV_CACHE_GIB", "0.5")
+    quarter = kv_sizing(base, "embedded", demand, plan, model_config=SMOLLM2)
+    assert quarter.fraction_for(80) == 0.006867  # 3,686,400 / 2^29 = 0.00686646
 
-    # a KV cache of 60 tokens (46,080 B per float32 token) holds 3 of those requests: capacity binds
+    # a KV cache of 60 tokens (2^31 x 0.00129 = 2,770,278 B / 46,080) holds 3 of those requests: capacity
+    # binds, and the top rung is the shared settings' own fraction (the tuner never takes more memory)
+    tgi3_defaults.delenv("TGI_TOOLKIT_KV_CACHE_GIB")
     small = LauncherConfig(dtype="float32", cuda_memory_fraction=0.00129)
     plan = plan_for(small, "embedded", demand, model_config=SMOLLM2)
     assert (plan.max_batch_total_tokens, plan.concurrent_users) == (60, 3)
-    space = build_space(small, demand, plan, knobs=["max_batch_size", "max_batch_total_tokens"],
-                        given={"waiting_served_ratio": [1.2, 0.3]})
+    kv = kv_sizing(small, "embedded", demand, plan, model_config=SMOLLM2)
+    space = build_space(small, demand, plan, knobs=["max_batch_size", "cuda_memory_fraction"],
+                        given={"max_batch_prefill_tokens": [64, 16]}, kv=kv)
     assert space["max_batch_size"].values == [1, 2, 3]
-    assert space["max_batch_total_tokens"].values == [20, 40, 60]
-    assert space["waiting_served_ratio"] == Knob("waiting_served_ratio", [0.3, 1.2], "given")
+    assert space["cuda_memory_fraction"].values == [0.0004292, 0.0008584, 0.00129]
+    assert space["max_batch_prefill_tokens"] == Knob("max_batch_prefill_tokens", [16, 64], "given")
     assert "capped at the 3 that fit" in space["max_batch_size"].source
     with pytest.raises(ValueError, match="no ladder is known for 'dtype'"):
-        build_space(small, demand, plan, knobs=["dtype"])
+        build_space(small, demand, plan, knobs=["dtype"], kv=kv)
     assert tuned_base(base, plan).to_dict(non_default_only=True) == {
         "dtype": "float32", "max_input_tokens": 16, "max_total_tokens": 20}
     with pytest.raises(ValueError, match="needs the GPU"):
         plan_for(base, "tgi", demand, model_config=SMOLLM2)
     assert plan_for(LauncherConfig(), "tgi", demand, model_config=SMOLLM2, gpu="L4").max_batch_total_tokens > 10**5
+
+
+def test_knobs_the_server_ignores_are_refused_in_one_line_naming_the_allowed_ones(tgi3_defaults):
+    demand = workload_demand(Workload("concurrency", users=[4], prompt_tokens=16, max_new_tokens=4))
+    base = LauncherConfig(dtype="float32")
+    plan = plan_for(base, "embedded", demand, model_config=SMOLLM2)
+    kv = kv_sizing(base, "embedded", demand, plan, model_config=SMOLLM2)
+    allowed = ("knobs with a ladder: max_batch_size, cuda_memory_fraction, max_batch_prefill_tokens, "
+               "waiting_served_ratio, max_waiting_tokens")
+    # TGI 3 ignores --max-batch-total-tokens on flash models with a "deprecated" warning (L2 step 5)
+    for knobs, given in ((["max_batch_total_tokens"], None), ([], {"max_batch_total_tokens": [20, 40]})):
+        with pytest.raises(ValueError, match=r"knob 'max_batch_total_tokens': TGI 3 ignores") as err:
+            build_space(base, demand, plan, knobs=knobs, given=given, kv=kv)
+        assert allowed in str(err.value) and "cuda_memory_fraction" in str(err.value)
+    # with chunking (TGI 3's default) the router ignores waiting_served_ratio and max_waiting_tokens (B1)
+    with pytest.raises(ValueError, match=r"knob 'waiting_served_ratio': ignored with prefill chunking.*"
+                                         r"PREFILL_CHUNKING=0"):
+        build_space(base, demand, plan, knobs=["waiting_served_ratio"], kv=kv)
+    tgi3_defaults.setenv("PREFILL_CHUNKING", "0")  # the older path uses them: their default ladders
+    unchunked = kv_sizing(base, "embedded", demand, plan, model_config=SMOLLM2)
+    space = build_space(base, demand, plan, knobs=["waiting_served_ratio", "max_waiting_tokens"], kv=unchunked)
+    assert space["waiting_served_ratio"].values == [0.0, 0.3, 1.2, 3.0]
+    # vLLM has no counterpart of TGI's waiting rules; its KV knob is the same fraction (gpu_memory_utilization)
+    gpu_plan = plan_for(LauncherConfig(), "vllm", demand, model_config=SMOLLM2, gpu="L4")
+    vllm = kv_sizing(LauncherConfig(), "vllm", demand, gpu_plan, model_config=SMOLLM2, gpu="L4")
+    with pytest.raises(ValueError, match=r"knob 'max_waiting_tokens': no vLLM counterpart"):
+        build_space(LauncherConfig(), demand, gpu_plan, knobs=["max_waiting_tokens"], kv=vllm)
+    assert vllm.top == 0.9  # vLLM's own --gpu-memory-utilization default: TGI's 1.0 is not passed on
+
+
+def test_cli_refuses_max_batch_total_tokens_as_a_knob(tmp_path, capsys, tgi3_defaults):
+    from tgi_toolkit.cli import main
+
+    code = main(["tune", "--ttft", "1", "--knob", "max_batch_total_tokens", "--model-config", str(SMOLLM2),
+                 "--output", str(tmp_path), "--", "--dtype", "float32"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: knob 'max_batch_total_tokens': TGI 3 ignores")
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_coarse_round_spreads_from_the_planner_point_and_refinement_bisects_around_the_best():
@@ -216,14 +278,30 @@ def test_coarse_round_spreads_from_the_planner_point_and_refinement_bisects_arou
         {"a": 2, "b": 20}, {"a": 8, "b": 20}]  # b: 10 and 40 are next to 20, nothing between
 
 
-def test_repair_keeps_the_prefill_budget_within_the_total_budget():
-    base = LauncherConfig(max_input_tokens=16, max_total_tokens=20)
-    assert repair({"max_batch_total_tokens": 40, "max_batch_prefill_tokens": 64}, base) == {
-        "max_batch_total_tokens": 40, "max_batch_prefill_tokens": 40}
-    # the launcher's own default prefill (max_input_tokens + 50 = 66) would not fit 40 either
-    assert repair({"max_batch_total_tokens": 40}, base) == {"max_batch_total_tokens": 40,
-                                                            "max_batch_prefill_tokens": 40}
-    assert repair({"max_batch_total_tokens": 80}, base) == {"max_batch_total_tokens": 80}
+def test_repair_follows_tgi3_router_rules_against_the_inferred_capacity(tgi3_defaults):
+    base = LauncherConfig(dtype="float32", max_input_tokens=16, max_total_tokens=20)
+    demand = workload_demand(Workload("concurrency", users=[4], prompt_tokens=16, max_new_tokens=4))
+    kv = kv_sizing(base, "embedded", demand, plan_for(base, "embedded", demand, model_config=SMOLLM2),
+                   model_config=SMOLLM2)
+    forty, eighty = 0.0008584, 0.001717  # 40 and 80 KV tokens of SmolLM2 in float32 (46,080 B a token)
+    # L4: max_batch_prefill_tokens <= max_batch_total_tokens, the capacity inferred from the KV memory
+    assert repair({"cuda_memory_fraction": forty, "max_batch_prefill_tokens": 64}, base, kv) == {
+        "cuda_memory_fraction": forty, "max_batch_prefill_tokens": 40}
+    # the launcher's default prefill without a known card is 4096 (L1, under the 8,192-token context):
+    # it would not fit 40 either, so the candidate carries the capacity
+    assert repair({"cuda_memory_fraction": forty}, base, kv) == {"cuda_memory_fraction": forty,
+                                                                 "max_batch_prefill_tokens": 40}
+    assert repair({"cuda_memory_fraction": 1.0}, base, kv) == {"cuda_memory_fraction": 1.0}  # 46,603 >= 4096
+    # with chunking a prompt (16) longer than the prefill budget is cut in chunks: nothing to repair
+    assert repair({"cuda_memory_fraction": eighty, "max_batch_prefill_tokens": 8}, base, kv) == {
+        "cuda_memory_fraction": eighty, "max_batch_prefill_tokens": 8}
+    # without chunking the router wants max_input_tokens <= max_batch_prefill_tokens (L4)
+    tgi3_defaults.setenv("PREFILL_CHUNKING", "0")
+    unchunked = kv_sizing(base, "embedded", demand, plan_for(base, "embedded", demand, model_config=SMOLLM2),
+                          model_config=SMOLLM2)
+    assert repair({"cuda_memory_fraction": eighty, "max_batch_prefill_tokens": 8}, base, unchunked) == {
+        "cuda_memory_fraction": eighty, "max_batch_prefill_tokens": 16}
+    assert repair({"max_batch_size": 2}, base) == {"max_batch_size": 2}  # no KV model: nothing to check against
 
 
 def test_cli_is_registered_and_reads_values():
@@ -258,7 +336,7 @@ def test_tuning_the_embedded_engine_chooses_a_configuration_that_meets_its_objec
     # TPOT p90 0.13-0.62 s); two candidates may be measured again before one holds.
     objectives = Objectives(ttft_s=5.0, tpot_s=1.0)
     workload = Workload("concurrency", users=[4], prompt_tokens=16, max_new_tokens=4, requests=8)
-    result = tune(None, workload, objectives, output=tmp_path, knobs=["max_batch_size", "max_batch_total_tokens"],
+    result = tune(None, workload, objectives, output=tmp_path, knobs=["max_batch_size", "cuda_memory_fraction"],
                   max_configs=3, levels=2, rounds=2, confirm=2, server={"health_timeout": 180}, progress=False)
     assert result.met and result.confirmed, result.message
     best = result.best
@@ -276,10 +354,22 @@ def test_tuning_the_embedded_engine_chooses_a_configuration_that_meets_its_objec
     meeting = result.table[result.table["meets"]]
     assert best[S.GOODPUT_RPS] == meeting[S.GOODPUT_RPS].max()
 
-    # the planner bounded the space to what the workload can use: 4 requests of 16 + 4 tokens
+    # the planner bounded the space to what the workload can use: 4 requests of 16 + 4 tokens, so KV
+    # memory for 20 (one request, max_total_tokens) to 80 tokens (all four) in steps of doubling
     assert result.space["max_batch_size"]["values"] == [1, 2, 4]
-    assert result.space["max_batch_total_tokens"]["values"] == [20, 40, 80]
+    fractions = result.space["cuda_memory_fraction"]["values"]
+    assert len(fractions) == 3 and "-> 20, " in result.space["cuda_memory_fraction"]["source"]
     assert [r["kind"] for r in result.rounds][0] == "coarse grid" and len(result.table) == 3
+    # the knob changes what the server does: the engine infers its KV capacity (TGI 3 L2, the
+    # tgi_batch_max_total_tokens gauge) from each configuration's fraction, 20, 40 or 80 tokens, and a
+    # 20-token cache admits one request (16 + 4 - 1 = 19 reserved tokens) at a time
+    by_config = points[points[S.CONFIG_ID].isin(result.table[S.CONFIG_ID])].groupby(S.CONFIG_ID)
+    chosen = dict(zip(result.table[S.CONFIG_ID], result.table["cuda_memory_fraction"], strict=True))
+    capacity = {chosen[c]: set(g[S.KV_CAPACITY_TOKENS]) for c, g in by_config}
+    assert capacity == {f: {dict(zip(fractions, (20.0, 40.0, 80.0), strict=True))[f]} for f in capacity}
+    assert len(capacity) >= 2  # the coarse round spans the ladder's ends
+    smallest = points[points[S.CONFIG_ID].isin([c for c, f in chosen.items() if f == fractions[0]])]
+    assert (smallest[S.SERVER_BATCH_SIZE_MAX].dropna() <= 1).all()
     assert result.rounds[-1]["kind"] == "confirmation (seed + 1)"
     config = result.to_launcher_config()
     assert (config.max_input_tokens, config.max_total_tokens) == (16, 20)

@@ -2,8 +2,12 @@
 
     tgi-toolkit tune --ttft 1.0 --tpot 0.25 --users 4 --prompt-tokens 64 --max-new-tokens 16 --output results/tune
     tgi-toolkit tune --ttft 2 --tpot 0.1 --backend tgi --gpu A100-80GB --model-config config.json \\
-        --users 32 --knob max_batch_size --knob max_batch_total_tokens --output results/tune -- --model-id org/model
-    tgi-toolkit tune ... --values waiting_served_ratio=0.3,1.2   # search a field over given values too
+        --users 32 --knob max_batch_size --knob cuda_memory_fraction --output results/tune -- --model-id org/model
+    tgi-toolkit tune ... --values max_batch_prefill_tokens=32,64   # search a field over given values too
+
+The KV knob is --cuda-memory-fraction, its values chosen for a ladder of KV capacities in tokens (on
+the embedded engine a share of TGI_TOOLKIT_KV_CACHE_GIB): TGI 3 ignores --max-batch-total-tokens on
+flash models, so it is no knob (tgi_toolkit.tune.search explains the arithmetic).
 
 Launcher flags after `--` are the settings every candidate shares. Exit codes: 0 a configuration
 met the objectives; 1 none did (the closest is printed); 2 bad input; 130 interrupted (run the
@@ -36,7 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     search = p.add_argument_group("search")
     search.add_argument("--knob", action="append", dest="knobs", metavar="FIELD",
                         help="field to search with a planner-bounded ladder, repeat for several "
-                             "(default: max_batch_size, max_batch_total_tokens, max_batch_prefill_tokens)")
+                             "(default: max_batch_size, cuda_memory_fraction, max_batch_prefill_tokens; also "
+                             "waiting_served_ratio, max_waiting_tokens with PREFILL_CHUNKING=0)")
     search.add_argument("--values", action="append", default=[], metavar="FIELD=V1,V2",
                         help="search FIELD over these values (replaces its ladder)")
     search.add_argument("--max-configs", type=int, default=8, help="configurations measured in all (default 8)")
@@ -139,6 +144,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _simulated(args: argparse.Namespace, base: Any, objectives: Any, server: dict[str, Any]) -> int:
+    from tgi_toolkit.tune.search import DEFAULT_KNOBS
     from tgi_toolkit.tune.simulated import agreement_text, tune_simulated
 
     if args.cost_model:
@@ -153,8 +159,7 @@ def _simulated(args: argparse.Namespace, base: Any, objectives: Any, server: dic
         return 2
     try:
         result = tune_simulated(base, _workload(args), objectives, output=args.output, cost_model=cost,
-                                backend=args.backend, knobs=args.knobs or ("max_batch_size", "max_batch_total_tokens",
-                                                                           "max_batch_prefill_tokens"),
+                                backend=args.backend, knobs=args.knobs or DEFAULT_KNOBS,
                                 space=_values(args.values), model_config=args.model_config, gpu=args.gpu,
                                 levels=args.sim_levels, measure=args.measure, spread=args.spread, server=server,
                                 resume=args.resume, progress=args.progress)

@@ -33,6 +33,7 @@ from tgi_toolkit.tune.search import (
     _label,
     _points,
     build_space,
+    kv_sizing,
     plan_for,
     repair,
     tuned_base,
@@ -53,6 +54,8 @@ def widen(knob: Knob, levels: int) -> Knob:
     grid = {low * ratio ** i for i in range(levels)} | set(values)
     if all(isinstance(v, int) for v in values):
         grid = {int(round(v)) for v in grid}
+    else:  # e.g. cuda_memory_fraction: 4 significant digits, as tune.search shows its own rungs
+        grid = {float(f"{v:.4g}") for v in grid}
     return Knob(knob.name, sorted(grid), knob.source + f"; filled out to {levels} values for the simulation")
 
 
@@ -110,13 +113,14 @@ def tune_simulated(base: Any, workload: Workload | Mapping[str, Any], objectives
     demand = workload_demand(workload)
     plan = plan_for(base_config, backend, demand, model_config=model_config, gpu=gpu)
     shared = tuned_base(base_config, plan)
-    knob_space = {n: widen(k, levels) for n, k in build_space(shared, demand, plan, knobs, space).items()}
+    kv = kv_sizing(shared, backend, demand, plan, model_config=model_config, gpu=gpu)
+    knob_space = {n: widen(k, levels) for n, k in build_space(shared, demand, plan, knobs, space, kv=kv).items()}
     slo = {k: v for k, v in (("slo_ttft_s", objectives.ttft_s), ("slo_tpot_s", objectives.tpot_s)) if v is not None}
     searched = Workload(workload.scenario, name=workload.name, **{**workload.params, **slo})
 
     candidates: list[dict[str, Any]] = []
     for combo in itertools.product(*(k.values for k in knob_space.values())):
-        fixed = repair(dict(zip(knob_space, combo, strict=True)), shared)
+        fixed = repair(dict(zip(knob_space, combo, strict=True)), shared, kv)
         if fixed not in candidates:
             candidates.append(fixed)
     started = time.perf_counter()
