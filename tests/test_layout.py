@@ -8,6 +8,7 @@ named from another module is one too). Lazy re-exports by name (tgi_toolkit._laz
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,41 @@ def test_the_checks_see_lazy_and_type_checking_imports(tmp_path: Path) -> None:
     parents = reachable(graph, "pkg.config")
     assert chain(parents, "pkg.engine.serve") == "pkg.config -> pkg.config.form -> pkg.util -> pkg.engine.serve"
     assert "pkg.engine.serve" not in reachable(graph, "pkg.a")
+
+
+# -- what docstrings cite ------------------------------------------------------------------------------
+DOCS = PACKAGE.parent / "docs"
+# Documents the project was built from, beside a checkout but not in it: a user of the repository
+# has none of them, so the code cites docs/ instead.
+NOT_SHIPPED = ("shared/reference", "shared/seeds", "TGI3-SCHEDULER.md", "MEASUREMENT.md", "CPU-PERF.md")
+
+
+def cited_texts() -> dict[str, str]:
+    root = PACKAGE.parent
+    paths = [*sorted(PACKAGE.rglob("*.py")), root / "README.md", root / "notebooks" / "make_notebooks.py"]
+    return {str(p.relative_to(root)): p.read_text() for p in paths}
+
+
+def test_code_cites_the_repository_own_docs_not_documents_it_lacks() -> None:
+    found = [f"{name}:{n}: {line.strip()}" for name, text in cited_texts().items()
+             for n, line in enumerate(text.splitlines(), 1)
+             if any(ref in line for ref in NOT_SHIPPED) or re.search(r"(?<![\w-])TGI\.md", line)]
+    assert not found, "cite docs/tgi-rules.md or docs/measurement.md instead:\n" + "\n".join(found)
+
+
+def test_every_cited_rule_label_and_pitfall_is_on_its_page() -> None:
+    rules = (DOCS / "tgi-rules.md").read_text()
+    labels = set(re.findall(r"\*\*([A-Z]\d+)\.", rules))
+    sections = set(re.findall(r"^## (\d+)\.", rules, re.M))
+    pitfalls = set(re.findall(r"^(\d+)\. ", (DOCS / "measurement.md").read_text().split("## Pitfalls")[1], re.M))
+    assert {"F3", "B3", "Q4", "S5", "A5", "L2", "L4", "M2", "N4"} <= labels and "9" in sections
+    wrong = []
+    for name, text in cited_texts().items():
+        for n, line in enumerate(text.splitlines(), 1):
+            if "tgi-rules.md" in line:
+                wrong += [f"{name}:{n}: {label}" for label in re.findall(r"\b([FBQSALMN]\d{1,2})\b", line)
+                          if label not in labels]
+                wrong += [f"{name}:{n}: section {s}" for s in re.findall(r"section (\d+)", line) if s not in sections]
+            if "measurement.md" in line:
+                wrong += [f"{name}:{n}: pitfall {p}" for p in re.findall(r"pitfall (\d+)", line) if p not in pitfalls]
+    assert not wrong, "cited but not on the page: " + "; ".join(wrong)

@@ -30,6 +30,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+# Shape lives below the cost models (gpu.py's roofline names it too); re-exported here.
+from tgi_toolkit.simulate.features import Shape  # noqa: F401
+
 TERMS = ("forward_s", "prefill_forward_s", "token_s", "row_s", "context_token_s", "attention_pair_s")
 TERM_HELP = {
     "forward_s": "seconds per forward, whatever it holds",
@@ -39,21 +42,6 @@ TERM_HELP = {
     "context_token_s": "seconds per KV token attention reads (sum of each row's context length)",
     "attention_pair_s": "seconds per query-key pair (quadratic in a prompt's length)",
 }
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The features of one forward that a cost model prices."""
-
-    rows: int
-    tokens: int
-    context: int
-    pairs: float
-    prefilling: bool
-
-    def vector(self) -> list[float]:
-        return [1.0, float(self.prefilling), float(self.tokens), float(self.rows), float(self.context),
-                float(self.pairs)]
 
 
 def row_pairs(start: int, length: int) -> float:

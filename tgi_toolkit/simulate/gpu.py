@@ -32,7 +32,7 @@ from typing import Any
 
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, resolve_gpu
 from tgi_toolkit.planner.shape import ModelShape
-from tgi_toolkit.simulate.costs import Shape
+from tgi_toolkit.simulate.features import Shape
 
 
 @dataclass(frozen=True)
