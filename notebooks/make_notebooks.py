@@ -60,8 +60,8 @@ backend = "embedded"  # embedded | tgi | tgi-docker | vllm
 model_id = None  # None: the default model (SmolLM2-135M-Instruct for the embedded engine)
 max_input_tokens = 1024  # longest prompt accepted
 max_total_tokens = 1536  # prompt + generated tokens of one request
-max_batch_prefill_tokens = None  # None: TGI's default, max_input_tokens + 50
-max_batch_total_tokens = None  # None: what the server's warm-up finds room for
+max_batch_prefill_tokens = None  # None: the launcher's FLOPs formula (4096 where the card is unknown, as here)
+cuda_memory_fraction = 1.0  # share of the KV memory (embedded engine: of TGI_TOOLKIT_KV_CACHE_GIB, default 2 GiB)
 max_batch_size = 8  # None: no limit beyond the token budgets
 max_concurrent_requests = 128
 waiting_served_ratio = 0.3
@@ -80,10 +80,10 @@ from tgi_toolkit.server import Server"""),
 
 | knob | why it matters | TGI flag (env) | vLLM counterpart |
 |---|---|---|---|
-| `max_input_tokens` | longest prompt; TGI sizes its prefill budget from it | `--max-input-tokens` (`MAX_INPUT_TOKENS`) | none: prompt + output must fit `--max-model-len` |
+| `max_input_tokens` | longest prompt; without prefill chunking a prompt must also fit `max_batch_prefill_tokens` whole | `--max-input-tokens` (`MAX_INPUT_TOKENS`) | none: prompt + output must fit `--max-model-len` |
 | `max_total_tokens` | a request's memory budget (prompt + output): larger values mean fewer requests fit in the KV cache | `--max-total-tokens` | `--max-model-len` |
-| `max_batch_prefill_tokens` | tokens one prefill pass may process: bounds the prefill's memory and how long running requests pause for it | `--max-batch-prefill-tokens` | `--max-num-batched-tokens` (counts decode tokens too) |
-| `max_batch_total_tokens` | the KV-cache capacity in tokens: how many tokens all running requests may hold together | `--max-batch-total-tokens` (found by warm-up when unset) | derived from `--gpu-memory-utilization` |
+| `max_batch_prefill_tokens` | prompt tokens one forward may compute: bounds the prefill's memory and how long running requests wait for it; with chunking (TGI 3's default) a longer prompt is cut in chunks. Default: the launcher's FLOPs formula (4096 where the card is unknown), capped by the context | `--max-batch-prefill-tokens` | `--max-num-batched-tokens` (counts decode tokens too) |
+| `max_batch_total_tokens` | the KV-cache capacity in tokens: how many tokens all running requests may hold together. TGI 3 infers it from the KV memory (on a GPU what warm-up leaves of `--cuda-memory-fraction` of it; on the embedded engine `TGI_TOOLKIT_KV_CACHE_GIB`, default 2, GiB x `--cuda-memory-fraction`, in whole blocks); a given value is ignored with TGI's "deprecated" warning | `--max-batch-total-tokens` (ignored); set the memory with `--cuda-memory-fraction` | derived from `--gpu-memory-utilization` |
 | `max_batch_size` | most requests in one batch; required where the hardware cannot pad freely | `--max-batch-size` | `--max-num-seqs` |
 | `waiting_served_ratio`, `max_waiting_tokens` | when waiting requests may interrupt the running batch with a prefill: low values favour TTFT, high values the running requests' ITL | same names | no equivalent (vLLM's scheduler always mixes) |
 | `quantize`, `dtype` | weight format: less memory for weights leaves more for the KV cache, but is not always faster | `--quantize`, `--dtype` | `--quantization`, `--dtype` |
@@ -94,7 +94,7 @@ after launch below).
 """),
     code("""
 settings = dict(model_id=model_id, max_input_tokens=max_input_tokens, max_total_tokens=max_total_tokens,
-                max_batch_prefill_tokens=max_batch_prefill_tokens, max_batch_total_tokens=max_batch_total_tokens,
+                max_batch_prefill_tokens=max_batch_prefill_tokens, cuda_memory_fraction=cuda_memory_fraction,
                 max_batch_size=max_batch_size, max_concurrent_requests=max_concurrent_requests,
                 waiting_served_ratio=waiting_served_ratio, max_waiting_tokens=max_waiting_tokens,
                 quantize=quantize, dtype=dtype)
@@ -142,11 +142,13 @@ info = server.info()
     md("""
 ## What the server decided at start-up
 
-`max_batch_total_tokens` is the server's KV-cache capacity: TGI measures it during warm-up (what is
-left of the GPU memory after the weights and a prefill of `max_batch_prefill_tokens`), vLLM logs it
-as its KV-cache size, and the embedded engine divides a fixed 2 GiB by the bytes one token's keys
-and values take. The capacity planner predicts it before launching; its `explain()` shows each step.
-Capacity / `max_total_tokens` is how many worst-case requests fit at once.
+`max_batch_total_tokens` is the server's KV-cache capacity: TGI 3 infers it during warm-up (what is
+left of `--cuda-memory-fraction` of the GPU memory after the weights and a prefill of
+`max_batch_prefill_tokens`) and ignores a value given on the command line, vLLM logs it as its
+KV-cache size, and the embedded engine divides its KV memory, `TGI_TOOLKIT_KV_CACHE_GIB` (default 2)
+GiB x `--cuda-memory-fraction`, by the bytes one block of tokens' keys and values takes. The
+capacity planner predicts it before launching; its `explain()` shows each step. Capacity /
+`max_total_tokens` is how many worst-case requests fit at once.
 """),
     code("""
 from tgi_toolkit.planner import compare, parse_reported_capacity
@@ -160,7 +162,7 @@ if backend == "embedded":
     source = resolve_model(config.model_id)
     model_dir = converted_model_dir(source) if source.gguf_file else source.path
     plan = plan_embedded(model_dir, dtype=info.get("model_dtype"), max_input_tokens=info["max_input_tokens"],
-                         max_total_tokens=info["max_total_tokens"])
+                         max_total_tokens=info["max_total_tokens"], memory_fraction=config.cuda_memory_fraction)
     print(f"planned: {plan.max_batch_total_tokens} tokens (error {compare(plan, reported):+.1%})")
     print(plan.explain())"""),
     md("""
@@ -381,9 +383,13 @@ print(sweep.to_yaml())"""),
   total throughput until compute or memory saturates, at the cost of each request's speed.
 - `max_batch_prefill_tokens` (vLLM `--max-num-batched-tokens`): how much prompt one prefill pass may
   take. Larger values admit more waiting requests at once (better TTFT under load) but pause running
-  requests for longer (worse inter-token latency). TGI requires it to be at least `max_input_tokens`.
-- `max_batch_total_tokens`: the KV budget; smaller values cap concurrency the way a smaller GPU would.
-- `waiting_served_ratio`, `max_waiting_tokens`: how eagerly waiting requests interrupt decoding.
+  requests for longer (worse inter-token latency). Without prefill chunking TGI requires it to be at
+  least `max_input_tokens`; with chunking (TGI 3's default) a longer prompt is cut in chunks.
+- `cuda_memory_fraction`: the KV memory, hence the KV budget (`max_batch_total_tokens`, which TGI 3
+  infers from it and ignores when given; on the embedded engine a share of `TGI_TOOLKIT_KV_CACHE_GIB`);
+  smaller values cap concurrency the way a smaller GPU would.
+- `waiting_served_ratio`, `max_waiting_tokens`: how eagerly waiting requests interrupt decoding, on the
+  older non-chunking path only (`PREFILL_CHUNKING=0`): TGI 3 ignores them with chunking.
 - `quantize`, `dtype`: weight formats; on a GPU they change the KV budget too.
 
 Each configuration is checked before anything starts:
@@ -646,8 +652,12 @@ NB06 = [
 # 6. Tune the launcher for your latency objectives
 
 Which settings should you launch with? Seed 002 calls `max_batch_total_tokens` "the most important
-value to set", yet no benchmark tool says what to set it to. `tgi_toolkit.tune` answers for a
-workload and latency objectives:
+value to set", yet no benchmark tool says what to set it to, and TGI 3 no longer takes it: it infers
+the KV capacity from the memory left after warm-up and ignores a given value with a "deprecated"
+warning. What moves the capacity is the KV memory, `cuda_memory_fraction` (on the embedded engine a
+share of `TGI_TOOLKIT_KV_CACHE_GIB`, default 2 GiB), so the tuner keeps the question "how many KV
+tokens" and turns a ladder of capacities into the fractions that give them. `tgi_toolkit.tune`
+answers for a workload and latency objectives:
 
 1. The **capacity planner** predicts the KV-cache capacity and bounds each knob to what the workload
    can use (no point allowing 64 requests in a batch when 4 users send at most 4).
@@ -671,7 +681,9 @@ requests = 8
 ttft_s = 5.0  # objective: TTFT at `percentile` (seconds)
 tpot_s = 1.0  # objective: time per output token at `percentile` (seconds)
 percentile = "p90"
-knobs = ["max_batch_size", "max_batch_total_tokens"]  # also: "max_batch_prefill_tokens", "waiting_served_ratio"
+knobs = ["max_batch_size", "cuda_memory_fraction"]  # also "max_batch_prefill_tokens"; with PREFILL_CHUNKING=0
+# "waiting_served_ratio", "max_waiting_tokens" (TGI 3 ignores them with chunking). Not "max_batch_total_tokens":
+# TGI 3 ignores a given value, so the tuner refuses it
 max_configs = 3  # configurations measured in all
 levels = 2  # values per knob in the coarse round
 rounds = 2  # coarse round + refinements
@@ -713,7 +725,8 @@ print(result.message)"""),
 ## Where the candidates came from
 
 For each knob: the values tried and the reason for their bounds (the planner's capacity, the
-workload's requests in flight and lengths).
+workload's requests in flight and lengths). For `cuda_memory_fraction` the source also gives the KV
+capacity in tokens each fraction yields.
 """),
     code("""
 {knob: knob_space for knob, knob_space in result.space.items()}"""),
@@ -748,8 +761,10 @@ plots.pareto_plot(points, y=ttft, objectives={ttft: ttft_s})"""),
 ## Launch with it
 
 The chosen configuration (or, when none met the objectives, the closest) as a `LauncherConfig`, and
-the commands that run it on TGI and vLLM. `tune.json` in the results folder keeps all of this
-(`tgi_toolkit.tune.load_tune(folder)`).
+the commands that run it on TGI and vLLM. A `cuda_memory_fraction` tuned on the embedded engine is a
+share of its `TGI_TOOLKIT_KV_CACHE_GIB`, not of a GPU's memory: carry over the KV capacity in tokens
+it stands for, not the fraction, or tune again with `backend="tgi"` on the GPU. `tune.json` in the
+results folder keeps all of this (`tgi_toolkit.tune.load_tune(folder)`).
 """),
     code("""
 chosen = result.to_launcher_config(closest=not result.met)
