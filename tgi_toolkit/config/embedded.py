@@ -69,6 +69,9 @@ def refusals(cfg: Any) -> list[str]:
         field = type(cfg).model_fields.get(name)
         return field is not None and getattr(cfg, name) != field.default
 
+    if getattr(cfg, "max_concurrent_requests", 1) < 1:
+        out.append(f"--max-concurrent-requests ({cfg.max_concurrent_requests}): the server would answer every "
+                   "request 429 (Model is overloaded); give at least 1.")
     if (cfg.num_shard or 1) > 1 or cfg.sharded:
         out.append("--num-shard/--sharded: the embedded engine runs the model in one process on the CPU; "
                    "use the `tgi` or `vllm` backend for tensor parallelism.")

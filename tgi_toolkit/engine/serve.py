@@ -34,6 +34,9 @@ class Built:
 def build(cfg: Any, *, started: float | None = None) -> Built:
     """Load and warm the model described by a LauncherConfig; return the ready app."""
     started = time.perf_counter() if started is None else started
+    # Every rule that needs no model is checked before loading it (tens of seconds on a small CPU), so
+    # a contradictory flag is a one-line error at once; the limits derived from the model come after.
+    cfg.check(os.environ, backend="embedded")
     refused = refusals(cfg)
     if refused:
         raise UnsupportedSetting("\n".join(refused))
