@@ -5,7 +5,8 @@
 
 Three measurements on the default model, in this process (no server):
 1. A pure decode step at each batch size: `decode(tokens)` against `forward(rows)` with every running
-   row decoding (forward dispatches to the same step; the ratio should be 1 within noise).
+   row decoding (forward dispatches to the same step; the ratio should be 1 within noise), and the
+   time forward adds to the step by itself (its checks and dispatch, with the step stubbed out).
 2. A mixed forward (--mixed-rows decode rows plus a --chunk-token prompt chunk) against what the
    non-chunking path runs for the same work: a decode step, then a separate prefill of the prompt.
 3. What the runner's layout avoids: gathering every row's keys and values from scattered pool slots
@@ -93,7 +94,7 @@ def main() -> None:
             seq.length = ctx  # the next step writes the same position again: constant context
 
     print("\n## 1. pure decode step: decode() against forward() with every row decoding")
-    print(f"{'rows':>5} {'decode ms':>10} {'forward ms':>11} {'forward/decode':>15}")
+    print(f"{'rows':>5} {'decode ms':>10} {'forward ms':>11} {'forward/decode':>15} {'dispatch us':>12}")
     step_ms: dict[int, float] = {}
     for n in args.rows:
         seqs = fill(n)
@@ -103,7 +104,16 @@ def main() -> None:
                                              lambda: (runner.forward(rows), rewind(seqs))],  # noqa: B023
                                             args.repeats)
         step_ms[n] = via_decode
-        print(f"{n:>5} {via_decode:>10.2f} {via_forward:>11.2f} {via_forward / via_decode:>15.3f}")
+        # What forward adds to the step (checks, dispatch, per-row views), apart from the noise
+        # of two timed steps: forward with `decode` stubbed out to return fixed logits.
+        fixed = torch.zeros(n, runner.vocab_size)
+        runner.decode = lambda tokens: fixed  # noqa: B023
+        start = CLOCK()
+        for _ in range(1000):
+            runner.forward(rows)
+        dispatch_us = (CLOCK() - start) * 1e3
+        del runner.decode
+        print(f"{n:>5} {via_decode:>10.2f} {via_forward:>11.2f} {via_forward / via_decode:>15.3f} {dispatch_us:>12.1f}")
 
     print(f"\n## 2. {args.mixed_rows} decode rows + a {args.chunk}-token prompt chunk: one mixed forward "
           f"against a decode step then a separate prefill")

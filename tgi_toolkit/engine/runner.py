@@ -26,9 +26,10 @@ running batch computes attention with SDPA, which on CPU reads each row's keys a
 `[kv_heads, positions, head_dim]` tensor. Reading a row from scattered slots means gathering every
 row's keys and values each decode step, one copy per layer of the whole batch's context. Measured
 with benchmarks/runner_forward.py --cpu-time (bfloat16, 192 tokens of context per row, one
-`index_select` per layer for keys and one for values, the least a gather costs): 8.0 ms against a
-103 ms step at 16 rows (7.8%), 15.7 against 175 ms at 32 (9.0%), on the 2-core machine while it was
-busy with other work (thread CPU time; steps were ~5x their idle time, so the share is indicative).
+`index_select` per layer for keys and one for values, the least a gather costs), two runs: 7.8-8.9%
+of the step at 16 rows (8.0 of 103 ms, 8.6 of 97 ms) and 9.0-16.5% at 32 (15.7 of 175 ms, 19.1 of
+116 ms), on the 2-core machine while it was busy with other work (thread CPU time, one thread; steps
+took several times their idle time, so the shares are indicative, not exact).
 The contiguous rows cost a copy only where it pays: prompt tokens into the pool once (`store`), a
 cached prefix out of it once per hit (`new_seq`).
 """
