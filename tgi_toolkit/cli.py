@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> module that defines `add_parser`
@@ -54,7 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        # Each command reports bad input itself (one line naming the field or file, exit 2); anything
+        # that still escapes is a bug, shown as one line unless its traceback is asked for.
+        if os.environ.get("TGI_TOOLKIT_TRACEBACK"):
+            raise
+        message = " ".join(str(exc).split())
+        print(f"error: {type(exc).__name__}: {message} (unexpected: set TGI_TOOLKIT_TRACEBACK=1 to see where, "
+              "and please report it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -124,7 +124,11 @@ class Sweep:
         try:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
-            raise SweepError(f"{path}: not valid YAML: {exc}") from None
+            # One line: the parser's own message spans several, with a caret drawing.
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise SweepError(f"{path}: not valid YAML{where}: {problem}") from None
         sweep = cls.from_dict(data or {})
         if sweep.output is not None and not sweep.output.is_absolute():
             sweep.output = (path.resolve().parent / sweep.output).resolve()
