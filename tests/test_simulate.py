@@ -16,13 +16,13 @@ import pytest
 
 from tgi_toolkit.bench import load_results
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.engine.scheduler import SchedulerConfig
+from tgi_toolkit.router.scheduler import SchedulerConfig
 from tgi_toolkit.simulate import LinearCostModel, fit_linear, roofline, run_concurrency
 from tgi_toolkit.simulate.calibrate import fit_profile
 from tgi_toolkit.simulate.costs import Shape, load_cost_model, uniform_shape
 from tgi_toolkit.simulate.events import ClosedLoop, OpenLoop, SimRequest, Simulator
 
-logging.getLogger("tgi_toolkit.engine.scheduler").setLevel(logging.ERROR)
+logging.getLogger("tgi_toolkit.router.scheduler").setLevel(logging.ERROR)
 
 
 @pytest.fixture(autouse=True)
@@ -102,6 +102,18 @@ def test_worked_example_cold_start():
     sim.run(OpenLoop(reqs, [0.0, 0.0, 0.0]), reqs)
     assert cost.tokens[:3] == [2048, 1952, 3]
     assert [_ttft(r) for r in reqs] == pytest.approx([2.0, 2.0, 2.0])
+
+
+def test_front_end_takes_a_burst_one_request_at_a_time():
+    cost = PerForward()
+    cost.request_overhead_s = 0.4
+    sim = Simulator(SchedulerConfig(max_batch_prefill_tokens=2048, max_batch_total_tokens=100_000), cost)
+    reqs = [SimRequest(_ids(10, 100 * (i + 1)), 3) for i in range(3)]
+    sim.run(OpenLoop(reqs, [0.0, 0.0, 0.0]), reqs)
+    # queued at 0.4, 0.8 and 1.2 s: the first is prefilled alone from idle (0.4-1.4 s); the next poll finds
+    # the other two and runs them with it in one forward (1.4-2.4 s)
+    assert [r.record.token_ns[0] / 1e9 for r in reqs] == pytest.approx([1.4, 2.4, 2.4])
+    assert cost.tokens[:3] == [10, 1 + 10 + 10, 3]
 
 
 def test_closed_loop_users_send_when_their_last_request_ends():

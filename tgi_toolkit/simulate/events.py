@@ -1,6 +1,6 @@
 """The discrete-event loop: the engine's own Queue and Scheduler on a virtual clock.
 
-Nothing here decides what goes into a forward: `tgi_toolkit.engine.scheduler` does, exactly as in the
+Nothing here decides what goes into a forward: `tgi_toolkit.router.scheduler` does, exactly as in the
 server (chunked TGI 3 path or the non-chunking one, prefix cache, block allocator, all from its
 `SchedulerConfig`). This module only
 - keeps the virtual clock, which `SimBackend.forward` advances by the cost model's price of the forward;
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tgi_toolkit.bench.client import StreamRecord
-from tgi_toolkit.engine import scheduler as sched
+from tgi_toolkit.router import scheduler as sched
 from tgi_toolkit.simulate.costs import CostModel, shape_of
 
 
@@ -287,15 +287,23 @@ class Simulator:
         self.samples: list[Sample] = []
         self._next_sample = 0.0
         self._arrivals: list[tuple[float, int, SimRequest]] = []
+        self._frontend_free = 0.0
         self._seq = itertools.count()
         self.max_forwards = max_forwards
 
     # -- arrivals ------------------------------------------------------------------------------------
     def _push(self, pairs: list[tuple[float, SimRequest]]) -> None:
+        """Requests the client sends. The server's front end (HTTP, validation, tokenization) takes
+        `request_overhead_s` for each, one request at a time in the order they came: a burst of N requests
+        reaches the queue spread over N overheads, as it does on the real server, instead of all at once
+        (which would keep identical requests in lockstep for ever)."""
         overhead = self.cost.request_overhead_s
-        for t, request in pairs:
+        for t, request in sorted(pairs, key=lambda pair: pair[0]):
             request.record.sent_ns = int(round(t * 1e9))
-            heapq.heappush(self._arrivals, (t + overhead, next(self._seq), request))
+            entry = max(t, self._frontend_free) + overhead
+            if overhead:
+                self._frontend_free = entry
+            heapq.heappush(self._arrivals, (entry, next(self._seq), request))
 
     def _finished(self, request: SimRequest, t: float) -> None:
         self.in_flight -= 1
