@@ -180,6 +180,7 @@ def test_decode_stall_figures() -> None:
     fig = plots.decode_stall(requests)
     assert [t.name for t in fig.data] == ["chunked", "not chunked"]
     assert sorted(s.x0 for s in fig.layout.shapes) == pytest.approx([0.0, 0.5, 0.7])
+    assert list(fig.layout.xaxis.range) == pytest.approx([-0.105, 0.91])  # the longest wait (0.7 s) in view
     points = pd.DataFrame({S.SCENARIO: ["decode_stall"] * 2, S.CONFIG_LABEL: ["chunked", "not chunked"],
                            S.RUN_ID: ["a", "b"], S.STALL_MAX_GAP_S: [0.08, 0.6], S.STALL_P99_GAP_S: [0.07, 0.5],
                            S.STALL_BASELINE_GAP_S: [0.05, 0.05], S.LONG_PROMPT_TTFT_S: [0.5, 0.7]})

@@ -148,7 +148,8 @@ def decode_stall(requests: pd.DataFrame, *, repeat: int | None = 0, title: str |
     marker per gap at its later token's arrival, on the long prompt's clock (0 = sent), one colour per
     series; a dashed line marks each series' long-prompt first token. Without chunked prefill the
     streams wait for the whole prefill (one tall gap); with it each forward carries one chunk beside
-    their decode tokens (several short ones). Needs the decode-stall request columns."""
+    their decode tokens (several short ones). The x axis opens on the long prompts' wait; the gaps
+    after it are drawn too (zoom out). Needs the decode-stall request columns."""
     table = stall_gaps_table(requests, repeat)
     fig = go.Figure()
     layout(fig, title or "Running streams while a long prompt joins: inter-token gaps", "Series")
@@ -167,6 +168,9 @@ def decode_stall(requests: pd.DataFrame, *, repeat: int | None = 0, title: str |
         for long_ttft in sorted(set(part["long_ttft_s"])):
             fig.add_vline(x=long_ttft, line={"color": colors[series], "dash": "dash", "width": 1})
     fig.add_vline(x=0, line={"color": "#888", "width": 1})
+    # the streams go on long after the prefill: open on the long prompts' wait (zoom out to see the rest)
+    last = float(table["long_ttft_s"].max())
+    fig.update_xaxes(range=[-0.15 * last, 1.3 * last])
     return fig
 
 
