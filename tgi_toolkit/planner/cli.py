@@ -50,13 +50,18 @@ def run(args: argparse.Namespace) -> int:
                   model_id=args.model_id)
     from tgi_toolkit.config.model_files import ModelNotFoundError, model_config_file
 
-    try:
-        model = model_config_file(args.model)
-    except ModelNotFoundError as exc:
-        print(f"error: --model: {exc}", file=sys.stderr)
-        return 2
-    if args.model_id is None and not Path(args.model).expanduser().exists():
-        common["model_id"] = args.model  # a model named as serve takes it goes into the recommended command as is
+    model: str | Path = args.model
+    path = Path(args.model).expanduser()
+    readable = path.is_file() and path.suffix == ".json" or (path.is_dir() and (path / "config.json").is_file())
+    named = not path.exists() and not args.model.startswith(("/", ".", "~")) and not args.model.endswith(".json")
+    if not readable and (path.exists() or named):  # a .gguf, a folder of one, or a model id: found as serve finds it
+        try:
+            model = model_config_file(args.model)
+        except ModelNotFoundError as exc:
+            print(f"error: --model: {exc}", file=sys.stderr)
+            return 2
+        if args.model_id is None and named:
+            common["model_id"] = args.model  # the recommended command names the model as it was asked for
     try:
         overhead = parse_size(args.overhead, field="--overhead") if args.overhead else None
         result = plan(model, args.gpu, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
