@@ -91,7 +91,7 @@ def _simulate(target: SimTarget, scenario: str, workload: dict[str, Any], make_p
                  command=run_options.get("command"), light=bool(run_options.get("light")))
     points: list[Point] = make_points(TokenPrompts(seed, prefix))
     # one server for the whole run: its clock and prefix cache carry from point to point
-    sim = Simulator(target.scheduler, target.cost, scrape_interval=interval)
+    sim = Simulator(target.scheduler, target.cost, scrape_interval=interval, seed=seed)
     on_point = run_options.get("on_point")
     try:
         for point in points:

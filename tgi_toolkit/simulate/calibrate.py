@@ -104,6 +104,11 @@ def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[S
     fitted = x @ coef
     model.points = [{"kind": "ttft" if o else "decode", "measured_s": float(t), "fitted_s": float(f),
                      "ratio": float(f / t)} for o, t, f in zip(overhead, times, fitted, strict=True)]
+    # the decode steps' spread around the fit: how much one forward's time varied on that machine
+    spread = [math.log(p["measured_s"] / p["fitted_s"]) for p in model.points if p["kind"] == "decode"
+              and p["fitted_s"] > 0]
+    if len(spread) >= 2:
+        model.jitter_cv = float(math.sqrt(math.expm1(float(np.var(spread)))))
     for point, (length, _) in zip(model.points, ingestion, strict=False):
         point["prompt_tokens"] = length
     for point, (shape, _) in zip(model.points[len(ingestion):], decode, strict=True):

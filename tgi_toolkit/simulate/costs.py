@@ -1,6 +1,6 @@
 """What one forward costs: the features a forward is priced from, and the calibrated linear model.
 
-A forward (tgi_toolkit.engine.scheduler.Forward) is a list of rows; a row computes `length` tokens at
+A forward (tgi_toolkit.router.scheduler.Forward) is a list of rows; a row computes `length` tokens at
 positions `start .. start + length - 1` of its sequence. Its price depends on:
 
 - rows: sequences in the forward (per-row work: sampling, detokenization, gather/scatter);
@@ -90,6 +90,9 @@ class LinearCostModel:
     context_token_s: float = 0.0
     attention_pair_s: float = 0.0
     request_overhead_s: float = 0.0
+    # Spread of a forward's time around the model (coefficient of variation). Real forwards vary; with none,
+    # identical requests sent together stay in lockstep for ever, which no real server keeps.
+    jitter_cv: float = 0.0
     name: str = "linear"
     source: dict[str, Any] = field(default_factory=dict)
     points: list[dict[str, Any]] = field(default_factory=list)  # what it was fitted to, with the fit's error
@@ -111,7 +114,7 @@ class LinearCostModel:
     def describe(self) -> dict[str, Any]:
         return {"kind": "linear", "name": self.name, "formula": self.formula(),
                 **{t: getattr(self, t) for t in TERMS}, "request_overhead_s": self.request_overhead_s,
-                "source": self.source}
+                "jitter_cv": self.jitter_cv, "source": self.source}
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -146,9 +149,9 @@ def load_cost_model(path_or_dict: str | Path | Mapping[str, Any]) -> CostModel:
         return RooflineCostModel.from_dict(data)
     if kind != "linear":
         raise ValueError(f"cost_model: kind {kind!r} is not known (allowed: linear, roofline)")
-    known = {*TERMS, "request_overhead_s", "name", "source", "points"}
+    known = {*TERMS, "request_overhead_s", "jitter_cv", "name", "source", "points"}
     values = {k: v for k, v in data.items() if k in known}
-    for term in (*TERMS, "request_overhead_s"):
+    for term in (*TERMS, "request_overhead_s", "jitter_cv"):
         value = values.get(term, 0.0)
         if not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
             raise ValueError(f"cost_model: {term} must be a number of seconds >= 0; got {value!r}")

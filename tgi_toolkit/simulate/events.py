@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,12 +68,18 @@ class SimBackend:
     """The engine's Backend with a cost model instead of a model: `forward` advances the clock."""
 
     def __init__(self, clock: VirtualClock, cost: CostModel, on_finish: Callable[[SimRequest, float], None],
-                 on_forward: Callable[[Any, float], None] | None = None) -> None:
+                 on_forward: Callable[[Any, float], None] | None = None, seed: int = 0) -> None:
         self.clock, self.cost, self.on_finish, self.on_forward = clock, cost, on_finish, on_forward
         self.forwards = 0
+        cv = float(getattr(cost, "jitter_cv", 0.0) or 0.0)
+        # log-normal with mean 1 and the model's coefficient of variation, seeded: runs repeat exactly
+        self._sigma = math.sqrt(math.log1p(cv * cv))
+        self._rng = random.Random(seed)
 
     def forward(self, forward: Any) -> None:
         seconds = self.cost.seconds(shape_of(forward))
+        if self._sigma:
+            seconds *= self._rng.lognormvariate(-self._sigma ** 2 / 2, self._sigma)
         self.clock.advance(seconds)
         self.forwards += 1
         now = self.clock.t
@@ -275,12 +283,12 @@ class Simulator:
     """
 
     def __init__(self, config: Any, cost: CostModel, *, scrape_interval: float = 1.0,
-                 max_forwards: int = 50_000_000) -> None:
+                 max_forwards: int = 50_000_000, seed: int = 0) -> None:
         self.config, self.cost = config, cost
         self.clock = VirtualClock()
         self.observer = _Observer()
         self.driver: Driver | None = None
-        self.backend = SimBackend(self.clock, cost, self._finished)
+        self.backend = SimBackend(self.clock, cost, self._finished, seed=seed)
         self.queue = sched.Queue(observer=self.observer, clock=self.clock)
         self.scheduler = sched.Scheduler(self.queue, self.backend, config, observer=self.observer, clock=self.clock)
         self.scrape_interval = scrape_interval

@@ -62,7 +62,7 @@ def _quiet() -> Any:
 
     @contextlib.contextmanager
     def quiet() -> Any:  # the scheduler's chunking warning, once per simulated server
-        logger = logging.getLogger("tgi_toolkit.engine.scheduler")
+        logger = logging.getLogger("tgi_toolkit.router.scheduler")
         level = logger.level
         logger.setLevel(logging.ERROR)
         try:

@@ -64,7 +64,7 @@ class SimRun:
             "backend": BACKEND, "url": None, "info": target.info(), "workload": workload,
             "versions": {} if self.light else provenance.versions(), "hardware": target.hardware(),
             "git": None if self.light else provenance.git_revision(),
-            "command": list(command) if command is not None else None,
+            "command": provenance.redact_argv(command),
             # beyond PROVENANCE_KEYS
             "simulated": True, "cost_model": cost, "scheduler": asdict(target.scheduler),
             "simulated_on": {} if self.light else provenance.hardware(), "config_label": self.config_label,
