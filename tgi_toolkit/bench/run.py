@@ -97,7 +97,7 @@ class Run:
                          "tokenizer": _tokenizer_name(tokenizer),
                          "api": target.api, "ignore_eos": self.ignore_eos, "sampling": self.sampling,
                          "slo_ttft_s": slo_ttft_s, "slo_tpot_s": slo_tpot_s}
-        self.command = list(command) if command is not None else None
+        self.command = provenance.redact_argv(command)  # `-- --api-key X` passes launcher flags through
         self.config_id = provenance.config_id(target.config)
         self.config_label = provenance.config_label(target.config)
         self.folder = ResultsFolder(self.output) if self.output is not None else None

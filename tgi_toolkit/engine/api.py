@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import time
 import uuid
@@ -544,8 +545,9 @@ class BearerAuth:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            given = next((value for name, value in scope["headers"] if name == b"authorization"), None)
-            if given != self.expected:
+            given = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+            # Constant time: how long the comparison takes says nothing about how much of the key matched.
+            if not hmac.compare_digest(given, self.expected):
                 response = JSONResponse({"error": "Unauthorized", "error_type": "unauthorized"}, status_code=401)
                 await response(scope, receive, send)
                 return

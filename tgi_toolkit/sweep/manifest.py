@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tgi_toolkit.bench.provenance import redact_argv
 from tgi_toolkit.sweep.grid import SweepConfig, SweepPlan
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,7 +113,7 @@ class Manifest:
             data["spec"] = sweep.to_dict()
             data["knobs"] = sweep.knobs()
             data["workloads"] = {w.key: {"label": w.label, **w.to_dict()} for w in sweep.resolved_workloads()}
-            data["command"] = list(command) if command is not None else None
+            data["command"] = redact_argv(command)
             old = {e["config_id"]: e for e in data.get("configs", [])}
             entries = []
             for config in configs:
