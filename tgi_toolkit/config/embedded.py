@@ -12,10 +12,13 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-# The KV-cache memory the engine gives itself when --max-batch-total-tokens is not set, scaled
-# by --cuda-memory-fraction (TGI infers the value from free GPU memory; vLLM's CPU backend
-# takes a fixed KV space the same way).
-DEFAULT_KV_CACHE_BYTES = 2 * 1024**3
+from tgi_toolkit.config.scheduling import DEFAULT_KV_CACHE_GIB
+
+# The KV-cache memory the engine gives itself by default (TGI_TOOLKIT_KV_CACHE_GIB changes it; see
+# tgi_toolkit.config.scheduling.kv_cache_bytes), scaled by --cuda-memory-fraction: TGI measures the
+# value from free GPU memory at warm-up (docs/tgi-rules.md L2); vLLM's CPU backend takes a fixed space
+# the same way.
+DEFAULT_KV_CACHE_BYTES = int(DEFAULT_KV_CACHE_GIB * 1024**3)
 
 _GPU_ONLY = "checkpoints need GPU kernels; on the CPU the engine runs bitsandbytes, bitsandbytes-nf4, " \
             "bitsandbytes-fp4 or eetq."
