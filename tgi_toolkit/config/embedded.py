@@ -15,7 +15,7 @@ from typing import Any
 from tgi_toolkit.config.scheduling import DEFAULT_KV_CACHE_GIB
 
 # The KV-cache memory the engine gives itself by default (TGI_TOOLKIT_KV_CACHE_GIB changes it; see
-# tgi_toolkit.config.scheduling.kv_cache_bytes), scaled by --cuda-memory-fraction: TGI measures the
+# tgi_toolkit.config.scheduling.embedded_kv_bytes), scaled by --cuda-memory-fraction: TGI measures the
 # value from free GPU memory at warm-up (docs/tgi-rules.md L2); vLLM's CPU backend takes a fixed space
 # the same way.
 DEFAULT_KV_CACHE_BYTES = int(DEFAULT_KV_CACHE_GIB * 1024**3)
