@@ -170,14 +170,17 @@ def _gpu_plan(model: Any, gpu: str | int, base: LauncherConfig, backend: str, co
 
 
 def plan_for(base: LauncherConfig, backend: str, demand: Demand, *, model_config: Any = None,
-             gpu: str | int | None = None) -> Plan:
-    """The capacity plan for `base` serving `demand`: the CPU engine's, or a GPU's for other backends."""
+             gpu: str | int | None = None, env: Mapping[str, str] | None = None) -> Plan:
+    """The capacity plan for `base` serving `demand`: the CPU engine's, or a GPU's for other backends.
+
+    `env`: the server's environment (TGI_TOOLKIT_KV_CACHE_GIB, ATTENTION, ...; None: this process's).
+    """
     from tgi_toolkit.planner import plan_embedded
 
     model = model_config if model_config is not None else model_config_path(base)
     common = _plan_kwargs(base, demand)
     if backend == "embedded":
-        result = plan_embedded(model, **common)
+        result = plan_embedded(model, env=env, **common)
     elif gpu is None:
         raise ValueError(f"gpu: planning backend {backend!r} needs the GPU (a card such as 'A100-80GB', or a "
                          "memory size such as '24GiB')")
@@ -237,18 +240,22 @@ class KvSizing:
         return min(fraction, self.top)
 
 
-def _chunking(base: LauncherConfig, backend: str) -> bool | None:
+def _chunking(base: LauncherConfig, backend: str, env: Mapping[str, str]) -> bool | None:
     from tgi_toolkit.config import ConfigError
 
     try:
-        return base.chunking(os.environ, backend="tgi" if backend == "tgi-docker" else backend)
+        return base.chunking(env, backend="tgi" if backend == "tgi-docker" else backend)
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
 
 
 def kv_sizing(base: LauncherConfig, backend: str, demand: Demand, plan: Plan, *, model_config: Any = None,
-              gpu: str | int | None = None) -> KvSizing:
-    """How `backend`'s KV capacity follows --cuda-memory-fraction for `base` (module docstring, "The KV knob")."""
+              gpu: str | int | None = None, env: Mapping[str, str] | None = None) -> KvSizing:
+    """How `backend`'s KV capacity follows --cuda-memory-fraction for `base` (module docstring, "The KV knob").
+
+    `env`: the server's environment, read now (TGI_TOOLKIT_KV_CACHE_GIB, PREFILL_CHUNKING, ...; None: this
+    process's).
+    """
     from tgi_toolkit.config.scheduling import (
         GPU_FP16_FLOPS,
         embedded_kv_bytes,
@@ -259,12 +266,13 @@ def kv_sizing(base: LauncherConfig, backend: str, demand: Demand, plan: Plan, *,
 
     model = model_config if model_config is not None else model_config_path(base)
     config = load_config(model)
-    chunking = _chunking(base, backend)
+    env = dict(os.environ if env is None else env)
+    chunking = _chunking(base, backend, env)
     if backend == "embedded":
         per_block, block = plan.kv_bytes_per_token * plan.block_size, plan.block_size
         prefill = launcher_max_batch_prefill_tokens(config, gpu_fp16_flops=None)[0]
         return KvSizing(backend, float(base.cuda_memory_fraction), chunking,
-                        lambda f, _p: kv_capacity_tokens(embedded_kv_bytes(os.environ, f), per_block, block),
+                        lambda f, _p: kv_capacity_tokens(embedded_kv_bytes(env, f), per_block, block),
                         lambda _f: prefill,
                         f"floor(floor(TGI_TOOLKIT_KV_CACHE_GIB x 2^30 x fraction) / {per_block:,} B per "
                         f"{block}-token block) x {block}")
@@ -529,15 +537,17 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
     base_config = as_base(base)
     workload = Workload.from_dict(workload)
     demand = workload_demand(workload)
-    plan = plan_for(base_config, backend, demand, model_config=model_config, gpu=gpu)
+    server = dict(server or {})
+    # The server's environment, as the sweep gives it (KV space, scheduling mode): the arithmetic must be its.
+    env = {**os.environ, **{str(k): str(v) for k, v in (server.get("env") or {}).items()}}
+    plan = plan_for(base_config, backend, demand, model_config=model_config, gpu=gpu, env=env)
     shared = tuned_base(base_config, plan)
-    kv = kv_sizing(shared, backend, demand, plan, model_config=model_config, gpu=gpu)
+    kv = kv_sizing(shared, backend, demand, plan, model_config=model_config, gpu=gpu, env=env)
     knob_space = build_space(shared, demand, plan, knobs, space, kv=kv)
     slo = {k: v for k, v in (("slo_ttft_s", objectives.ttft_s), ("slo_tpot_s", objectives.tpot_s)) if v is not None}
     # The objectives define goodput: they win over any SLO the workload carried.
     searched = Workload(workload.scenario, name=workload.name, **{**workload.params, **slo})
     folder = Path(output).resolve()
-    server = dict(server or {})
 
     # The coarse round starts from what the planner would launch for this workload.
     recommended = {"max_batch_size": plan.max_batch_size, KV_KNOB: kv.top,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -111,9 +112,10 @@ def tune_simulated(base: Any, workload: Workload | Mapping[str, Any], objectives
     base_config = as_base(base)
     workload = Workload.from_dict(workload)
     demand = workload_demand(workload)
-    plan = plan_for(base_config, backend, demand, model_config=model_config, gpu=gpu)
+    env = {**os.environ, **{str(k): str(v) for k, v in ((server or {}).get("env") or {}).items()}}
+    plan = plan_for(base_config, backend, demand, model_config=model_config, gpu=gpu, env=env)
     shared = tuned_base(base_config, plan)
-    kv = kv_sizing(shared, backend, demand, plan, model_config=model_config, gpu=gpu)
+    kv = kv_sizing(shared, backend, demand, plan, model_config=model_config, gpu=gpu, env=env)
     knob_space = {n: widen(k, levels) for n, k in build_space(shared, demand, plan, knobs, space, kv=kv).items()}
     slo = {k: v for k, v in (("slo_ttft_s", objectives.ttft_s), ("slo_tpot_s", objectives.tpot_s)) if v is not None}
     searched = Workload(workload.scenario, name=workload.name, **{**workload.params, **slo})
