@@ -12,7 +12,8 @@
     result.pareto                # operating points on the latency/throughput frontier
     result.to_launcher_config()  # the winner as a LauncherConfig
 
-The capacity planner bounds the space (tgi_toolkit.tune.search explains how), the sweep runner
+The capacity planner bounds the space (tgi_toolkit.tune.search explains how, and why the KV knob is
+cuda_memory_fraction: TGI 3 ignores a given max_batch_total_tokens), the sweep runner
 measures each candidate into one folder (resumable), the selection (tgi_toolkit.tune.select) ranks
 them, and tune.json beside the results keeps the outcome (`load_tune(folder)`).
 `tgi-toolkit tune --ttft 1 --tpot 0.25 --users 4 --output results/tune` does the same.
@@ -27,12 +28,22 @@ from tgi_toolkit.tune.cli import add_parser
 
 _LAZY = {
     "tune": ".search", "build_space": ".search", "workload_demand": ".search", "plan_for": ".search", "Knob": ".search",
-    "DEFAULT_KNOBS": ".search", "Objectives": ".select", "TuneResult": ".select", "choose": ".select",
+    "DEFAULT_KNOBS": ".search", "KvSizing": ".search", "kv_sizing": ".search",
+    "Objectives": ".select", "TuneResult": ".select", "choose": ".select",
     "rank_configs": ".select", "pareto_points": ".select", "evaluate_points": ".select", "load_tune": ".select",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tgi_toolkit.tune.search import DEFAULT_KNOBS, Knob, build_space, plan_for, tune, workload_demand
+    from tgi_toolkit.tune.search import (
+        DEFAULT_KNOBS,
+        Knob,
+        KvSizing,
+        build_space,
+        kv_sizing,
+        plan_for,
+        tune,
+        workload_demand,
+    )
     from tgi_toolkit.tune.select import (
         Objectives,
         TuneResult,
@@ -48,6 +59,6 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
-    "DEFAULT_KNOBS", "Knob", "Objectives", "TuneResult", "add_parser", "build_space", "choose", "evaluate_points",
-    "load_tune", "pareto_points", "plan_for", "rank_configs", "tune", "workload_demand",
+    "DEFAULT_KNOBS", "Knob", "KvSizing", "Objectives", "TuneResult", "add_parser", "build_space", "choose",
+    "evaluate_points", "kv_sizing", "load_tune", "pareto_points", "plan_for", "rank_configs", "tune", "workload_demand",
 ]
