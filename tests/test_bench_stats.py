@@ -158,6 +158,11 @@ def test_client_bound_rule():
     assert client_bound(2.5, 0.006, loop_cpu=0.45, loop_wait=0.50)  # never idle: events queued behind it
     assert client_bound(8.0, 0.020, loop_cpu=0.30, loop_wait=0.10)  # its own work made it lag
     assert not client_bound(0.3, 0.020, client_cpu=0.97, loop_cpu=0.05, loop_wait=0.93)  # waited, did not work
+    # a crowded machine (measured: a flooding server with two spinning processes on 2 cores): the
+    # saturated loop got 9 % of a core but blocked 10 times a second; a light loop there blocks 74
+    assert client_bound(240.0, 0.001, loop_cpu=0.09, loop_wait=0.90, loop_blocks=9.6)
+    assert not client_bound(37.0, 0.020, loop_cpu=0.03, loop_wait=0.68, loop_blocks=74.0)
+    assert not client_bound(37.0, 0.020, loop_cpu=0.03, loop_wait=0.96, loop_blocks=2.0)  # its share is tiny
 
 
 def test_machine_busy_rule():

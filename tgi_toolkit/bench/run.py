@@ -376,13 +376,15 @@ class Run:
                     capacity = float(self.target.facts[fact])
                     break
         bound = client_bound(window.lag_p99_ms, summary[S.stat_column("itl", "p50")], window.client_cpu,
-                             summary[S.stat_column("ttft", "p50")], window.loop_cpu, window.loop_wait)
+                             summary[S.stat_column("ttft", "p50")], window.loop_cpu, window.loop_wait,
+                             window.loop_blocks)
         busy = machine_busy(window.loop_wait, window.other_cpu, window.cores)
         if send_lag_s and float(pd.Series(send_lag_s).quantile(0.99)) > 0.01:
             bound = True  # the client could not keep the arrival schedule
         return {S.CLIENT_LAG_P99_MS: window.lag_p99_ms, S.CLIENT_LAG_MAX_MS: window.lag_max_ms,
                 S.CLIENT_BOUND: bound, S.MACHINE_BUSY: busy, S.CLIENT_LOOP_CPU: window.loop_cpu,
-                S.CLIENT_LOOP_WAIT: window.loop_wait, S.OTHER_CPU_CORES: window.other_cpu,
+                S.CLIENT_LOOP_WAIT: window.loop_wait, S.CLIENT_LOOP_BLOCKS: window.loop_blocks,
+                S.OTHER_CPU_CORES: window.other_cpu,
                 S.SERVER_BATCH_SIZE_MAX: window.batch_size_max,
                 S.SERVER_QUEUE_SIZE_MAX: window.queue_size_max, S.KV_CAPACITY_TOKENS: capacity,
                 S.KV_USAGE_MAX: window.kv_usage_max}

@@ -115,6 +115,7 @@ CLIENT_BOUND = "client_bound"  # bool: the client, not the server, limited the p
 MACHINE_BUSY = "machine_busy"  # bool: other processes took CPU during the point (the latencies are stretched)
 CLIENT_LOOP_CPU = "client_loop_cpu"  # fraction of the point's wall time the client's event loop ran
 CLIENT_LOOP_WAIT = "client_loop_wait"  # fraction it waited, runnable, for a core (others had them)
+CLIENT_LOOP_BLOCKS = "client_loop_blocks_per_s"  # times a second the loop ran out of work and blocked
 OTHER_CPU_CORES = "other_cpu_cores"  # cores used by processes other than the client and a local server
 SERVER_BATCH_SIZE_MAX = "server_batch_size_max"  # from tgi_batch_current_size samples
 SERVER_QUEUE_SIZE_MAX = "server_queue_size_max"  # from tgi_queue_size samples
@@ -136,7 +137,7 @@ POINT_COLUMNS = (
     TOTAL_OUTPUT_TOKENS, DURATION_S, OUTPUT_THROUGHPUT, INPUT_THROUGHPUT, REQUEST_THROUGHPUT,
     *(stat_column(m, s) for m in (*LATENCY_METRICS, SPEED_METRIC) for s in STATS),
     SLO_TTFT_S, SLO_TPOT_S, GOODPUT_RPS, SLO_ATTAINMENT, CLIENT_LAG_P99_MS, CLIENT_LAG_MAX_MS, CLIENT_BOUND,
-    MACHINE_BUSY, CLIENT_LOOP_CPU, CLIENT_LOOP_WAIT, OTHER_CPU_CORES,
+    MACHINE_BUSY, CLIENT_LOOP_CPU, CLIENT_LOOP_WAIT, CLIENT_LOOP_BLOCKS, OTHER_CPU_CORES,
     SERVER_BATCH_SIZE_MAX, SERVER_QUEUE_SIZE_MAX, KV_CAPACITY_TOKENS, KV_USAGE_MAX,
     PREFIX_HIT_RATE, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, STALL_MAX_GAP_S, STALL_P99_GAP_S, STALL_BASELINE_GAP_S,
     LONG_PROMPT_TTFT_S,

@@ -14,8 +14,10 @@ for a core. Over a point's window:
 - `client_bound`: the loop had work (it ran, or waited runnable to run) at least CPU_BOUND of the
   wall time, so events queued up behind it (one Python loop cannot do more than one core), or its
   own work made it lag past max(LAG_FLOOR_MS, LAG_SHARE of the median inter-token latency); in
-  either case it ran at least LOOP_BOUND of the time itself. A loop that lags while it mostly
-  sleeps, or waits for a core, is late because of the machine, not because of its own work.
+  either case it ran at least LOOP_BOUND of the time itself, or at least LOOP_FLOOR while it
+  blocked (ran out of work) fewer than BLOCK_RATE times a second: a saturated loop on a crowded
+  machine gets only its fair share of a core but never waits for input. A loop that lags while it
+  mostly sleeps, or waits for a core, is late because of the machine, not because of its own work.
 - `machine_busy`: the loop waited for a core at least BUSY_WAIT of the time, or processes other than
   the client and the server used at least max(BUSY_OTHER_CORES, BUSY_OTHER_SHARE of the cores):
   latencies were stretched by the machine, whatever the server and the client did.
@@ -61,6 +63,8 @@ LAG_FLOOR_MS = 2.0
 LAG_SHARE = 0.25
 CPU_BOUND = 0.9
 LOOP_BOUND = 0.25
+LOOP_FLOOR = 0.05
+BLOCK_RATE = 20.0
 BUSY_WAIT = 0.1
 BUSY_OTHER_CORES = 0.5
 BUSY_OTHER_SHARE = 0.25
@@ -187,6 +191,18 @@ def _schedstat(path: str) -> tuple[int, int] | None:
         return None
 
 
+def _voluntary_switches(path: str) -> float:
+    """Times a thread gave up its core to wait (for I/O, a timer): how often the loop ran out of work."""
+    try:
+        with open(path) as handle:
+            for line in handle:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return math.nan
+
+
 class CpuSampler:
     """Where the CPU went, sampled every `period` s on its own thread (off the timing loop).
 
@@ -197,9 +213,10 @@ class CpuSampler:
     def __init__(self, now_s: Callable[[], float], loop_tid: int, server_pid: int | None,
                  period: float = 0.05) -> None:
         self.now_s, self.period = now_s, period
-        self.samples: list[tuple[float, float, float, float, float, float]] = []
+        self.samples: list[tuple[float, float, float, float, float, float, float]] = []
         self.cores = psutil.cpu_count() or 1
         self._path = f"/proc/self/task/{loop_tid}/schedstat"
+        self._status = f"/proc/self/task/{loop_tid}/status"
         self.has_schedstat = _schedstat(self._path) is not None
         self._me = psutil.Process()
         self._server: psutil.Process | None = None
@@ -247,7 +264,8 @@ class CpuSampler:
         busy = sum(host) - idle - getattr(host, "guest", 0.0) - getattr(host, "guest_nice", 0.0)
         mine = self._me.cpu_times()
         loop = _schedstat(self._path) or (math.nan, math.nan)
-        row = (self.now_s(), busy, mine.user + mine.system, self._server_cpu(), float(loop[0]), float(loop[1]))
+        row = (self.now_s(), busy, mine.user + mine.system, self._server_cpu(), float(loop[0]), float(loop[1]),
+               _voluntary_switches(self._status))
         with self._lock:
             self.samples.append(row)
 
@@ -257,13 +275,15 @@ class CpuSampler:
         slack = 2 * self.period
         with self._lock:
             inside = [r for r in self.samples if t0 - slack <= r[0] <= t1 + slack]
-        out = dict.fromkeys(("loop_cpu", "loop_wait", "client_cpu", "server_cpu", "other_cpu"), math.nan)
+        out = dict.fromkeys(("loop_cpu", "loop_wait", "loop_blocks", "client_cpu", "server_cpu", "other_cpu"),
+                            math.nan)
         if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
             return out
         a, b = inside[0], inside[-1]
         wall = b[0] - a[0]
         client, server = (b[2] - a[2]) / wall, (b[3] - a[3]) / wall
-        out.update(loop_cpu=(b[4] - a[4]) / 1e9 / wall, loop_wait=(b[5] - a[5]) / 1e9 / wall, client_cpu=client,
+        out.update(loop_cpu=(b[4] - a[4]) / 1e9 / wall, loop_wait=(b[5] - a[5]) / 1e9 / wall,
+                   loop_blocks=(b[6] - a[6]) / wall, client_cpu=client,
                    server_cpu=server, other_cpu=max((b[1] - a[1]) / wall - client - server, 0.0))
         return out
 
@@ -282,6 +302,7 @@ class Window:
     kv_usage: list[tuple[float, float]]  # (t_s, fraction) samples, for capacity estimates
     loop_cpu: float = math.nan  # fraction of the wall time the event loop's thread ran
     loop_wait: float = math.nan  # fraction it waited, runnable, for a core
+    loop_blocks: float = math.nan  # times a second the loop blocked, out of work (voluntary switches)
     other_cpu: float = math.nan  # cores used by processes other than the client and the server
     cores: int = 1
 
@@ -427,6 +448,7 @@ class Telemetry:
             client_cpu = rates["client_cpu"]
         return Window(lag_p99_ms=lag_p99, lag_max_ms=max(lags) if lags else math.nan, client_cpu=client_cpu,
                       loop_cpu=rates.get("loop_cpu", math.nan), loop_wait=rates.get("loop_wait", math.nan),
+                      loop_blocks=rates.get("loop_blocks", math.nan),
                       other_cpu=rates.get("other_cpu", math.nan), cores=self.cpu.cores if self.cpu else 1,
                       batch_size_max=peak(BATCH_SIZE_METRICS), queue_size_max=peak(QUEUE_SIZE_METRICS),
                       kv_capacity_tokens=capacity, kv_usage_max=max((u for _, u in usage), default=math.nan),
@@ -440,7 +462,8 @@ class Telemetry:
 
 
 def client_bound(lag_p99_ms: float, itl_p50_s: float, client_cpu: float = math.nan,
-                 ttft_p50_s: float = math.nan, loop_cpu: float = math.nan, loop_wait: float = math.nan) -> bool:
+                 ttft_p50_s: float = math.nan, loop_cpu: float = math.nan, loop_wait: float = math.nan,
+                 loop_blocks: float = math.nan) -> bool:
     """The client's own work limited the point (module docstring); a loop that lagged while it
     mostly waited for a core (a busy machine) is not client-bound.
 
@@ -455,7 +478,11 @@ def client_bound(lag_p99_ms: float, itl_p50_s: float, client_cpu: float = math.n
             threshold = max(threshold, LAG_SHARE * latency_s * 1000)
         lagged = lag_p99_ms > threshold
     if not math.isnan(loop_cpu) and not math.isnan(loop_wait):
-        if loop_cpu < LOOP_BOUND:
+        # On a crowded machine a saturated loop gets only its fair share of a core, but it never
+        # runs out of work (it hardly ever blocks): that, with a floor on its share, still tells it
+        # from a light loop that is merely kept waiting.
+        backlog = loop_cpu >= LOOP_FLOOR and loop_blocks < BLOCK_RATE
+        if loop_cpu < LOOP_BOUND and not backlog:
             return False  # the loop mostly slept or waited for the machine: not its own work
         return loop_cpu + loop_wait >= CPU_BOUND or lagged
     return client_cpu >= CPU_BOUND or lagged
