@@ -245,9 +245,12 @@ def test_07_simulate(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_08_chunked_prefill_and_prefix_cache(tmp_path) -> None:
+def test_08_chunked_prefill_and_prefix_cache(tmp_path, monkeypatch) -> None:
     from tgi_toolkit.bench import load_results
 
+    # one torch thread per engine (the servers inherit it through the kernel): on a shared 2-core
+    # machine the default threads make forwards erratic, and this test compares two servers' stalls
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     results_dir = tmp_path / "results"
     nb = execute("08_chunked_prefill_and_prefix_cache", streams=2, long_prompt=512, stream_tokens=48, chunk_tokens=64,
                  system_tokens=128, requests_per_group=2, question_tokens=8, max_new_tokens=4, turns=2,
