@@ -11,8 +11,6 @@ import torch
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
 from tgi_toolkit.engine.runner import LlamaRunner, Seq
 
-pytestmark = pytest.mark.slow
-
 # float32 logits of this model are ~10-30 in magnitude; the chunked and whole-prompt forwards
 # differ only in how MKL blocks GEMMs of different row counts (measured: <1e-4).
 ATOL = 5e-4
@@ -52,6 +50,7 @@ def split(total: int, sizes: list[int]) -> list[int]:
     return sizes + [total - sum(sizes)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("head", [[1, 1, 1, 1, 1], [5, 7, 3], [16], [1, 15, 1], "all-ones", "last-one"])
 def test_prompt_in_chunks_gives_the_logits_of_one_whole_prefill(loaded, prompt, head):
     runner = LlamaRunner(loaded.model, 4, 256)
@@ -68,6 +67,7 @@ def test_prompt_in_chunks_gives_the_logits_of_one_whole_prefill(loaded, prompt, 
     assert torch.allclose(got, reference, rtol=0, atol=ATOL), (got - reference).abs().max()
 
 
+@pytest.mark.slow
 def test_mixed_forward_gives_each_row_the_logits_it_has_alone(loaded, prompt):
     tok = loaded.tokenizer
     p1, p2 = tok.encode("The capital of France is"), tok.encode("def fibonacci(n):\n    return")
@@ -99,6 +99,7 @@ def test_mixed_forward_gives_each_row_the_logits_it_has_alone(loaded, prompt):
     assert torch.equal(runner.last_logits[1], out[1][-1]) and torch.equal(runner.last_logits[0], out[0][0])
 
 
+@pytest.mark.slow
 def test_all_decode_forward_in_any_row_order_equals_the_decode_step(loaded, prompt):
     runner = LlamaRunner(loaded.model, 4, 256)
     prompts = [prompt[:9], prompt[:14], prompt[:5]]
@@ -112,6 +113,7 @@ def test_all_decode_forward_in_any_row_order_equals_the_decode_step(loaded, prom
     assert all(torch.equal(out[j], reference[i:i + 1]) for j, i in enumerate(order))
 
 
+@pytest.mark.slow
 def test_prefix_copied_from_pool_slots_gives_the_logits_of_computing_it(loaded, prompt):
     runner = LlamaRunner(loaded.model, 4, 256)
     runner.enable_pool(4096)
@@ -147,6 +149,7 @@ def test_prefix_copied_from_pool_slots_gives_the_logits_of_computing_it(loaded, 
         a, b = int(la.argmax()), int(lb.argmax())
 
 
+@pytest.mark.slow
 def test_greedy_decode_after_chunked_prefill_equals_decode_after_whole_prefill(loaded, prompt):
     tok = loaded.tokenizer
     other = tok.encode("The capital of France is")
@@ -188,6 +191,7 @@ def test_greedy_decode_after_chunked_prefill_equals_decode_after_whole_prefill(l
     assert [out_a, out_b] == expected
 
 
+@pytest.mark.slow
 def test_kv_limit_and_bad_rows_are_refused(loaded, prompt):
     runner = LlamaRunner(loaded.model, 2, 32)
     seq = runner.new_seq()
@@ -206,6 +210,7 @@ def test_kv_limit_and_bad_rows_are_refused(loaded, prompt):
         runner.forward([(seq, prompt[:3])])
 
 
+@pytest.mark.slow
 def test_bfloat16_chunked_prefill_with_a_pool_prefix_stays_close_to_whole_prefill(loaded, prompt):
     half = load_model(resolve_model(DEFAULT_MODEL_ID), dtype="bfloat16")
     exact = whole(LlamaRunner(loaded.model, 2, 256), prompt)[12:]
@@ -227,6 +232,7 @@ def test_bfloat16_chunked_prefill_with_a_pool_prefix_stays_close_to_whole_prefil
     assert (out.argmax(-1) == exact.argmax(-1)).float().mean() >= 0.9
 
 
+@pytest.mark.slow
 def test_a_pool_sized_for_the_whole_kv_budget_costs_no_memory_until_written(loaded, prompt):
     def resident_bytes() -> int:
         with open("/proc/self/statm") as f:
@@ -240,3 +246,30 @@ def test_a_pool_sized_for_the_whole_kv_budget_costs_no_memory_until_written(load
     seq = runner.new_seq()
     runner.forward([(seq, prompt[:8])], store=[list(range(89_992, 90_000))])
     assert torch.equal(pool.k[:, 89_992:].transpose(1, 2), runner.cache.k[:, seq.row, :, :8])
+
+
+def test_sliding_window_masks_in_chunks_and_decode_rows_match_transformers():
+    """Mistral's sliding window (a tiny random model: the default model has none) in every mask the
+    mixed forward builds: a chunk after cached positions, and one-token rows beside a chunk."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=5,
+                           max_position_embeddings=128)
+    model = MistralForCausalLM(config).eval()
+    ids = torch.randint(0, 300, (23,)).tolist()
+    other = torch.randint(0, 300, (9,)).tolist()
+    with torch.no_grad():
+        expected = model(torch.tensor([ids])).logits[0]
+        expected_other = model(torch.tensor([other])).logits[0]
+    runner = LlamaRunner(model, 4, 64)
+    assert runner.sliding_window == 5
+    seq, beside = runner.new_seq(), runner.new_seq()
+    got, got_other = [], []
+    for (a, b), (c, d) in zip(((0, 3), (3, 4), (4, 12), (12, 23)), ((0, 6), (6, 7), (7, 8), (8, 9)), strict=True):
+        out = runner.forward([(beside, other[c:d]), (seq, ids[a:b])], [True, True])
+        got_other.append(out[0])
+        got.append(out[1])
+    assert torch.allclose(torch.cat(got), expected, rtol=0, atol=1e-5)
+    assert torch.allclose(torch.cat(got_other), expected_other, rtol=0, atol=1e-5)

@@ -343,8 +343,19 @@ class LlamaRunner:
         return seqs, logits
 
     def _causal_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: int,
-                          offset: int = 0) -> torch.Tensor:
-        """`n` queries at positions offset..offset+n-1 over keys 0..offset+n-1."""
+                          offset: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`n` queries at positions offset..offset+n-1 over keys 0..offset+n-1 (`mask`: from `_chunk_mask`,
+        built once per forward rather than once per layer)."""
+        if mask is None:
+            mask = self._chunk_mask(n, offset)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=self.kv_heads != self.heads
+        )
+        return out[0].transpose(0, 1).reshape(n, self.heads * self.head_dim)
+
+    def _chunk_mask(self, n: int, offset: int) -> torch.Tensor | None:
+        """The attention mask of `n` queries after `offset` cached positions; None where SDPA's
+        `is_causal` is that mask."""
         mask = None
         if offset:
             # SDPA's is_causal aligns the mask top-left; a chunk after cached positions needs it bottom-right.
@@ -355,10 +366,7 @@ class LlamaRunner:
         elif self.sliding_window and n > self.sliding_window:
             idx = torch.arange(n)
             mask = (idx[None, :] <= idx[:, None]) & (idx[:, None] - idx[None, :] < self.sliding_window)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=self.kv_heads != self.heads
-        )
-        return out[0].transpose(0, 1).reshape(n, self.heads * self.head_dim)
+        return mask
 
     # -- decode ------------------------------------------------------------------------------
     @torch.no_grad()
@@ -468,6 +476,7 @@ class LlamaRunner:
         pos = torch.tensor([p for s, n in zip(starts, ns, strict=True) for p in range(s, s + n)], dtype=torch.long)
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
         chunks = [i for i, n in enumerate(ns) if n > 1]
+        masks = {i: self._chunk_mask(ns[i], starts[i]) for i in chunks}
 
         # Rows of one token (decode rows, 1-token chunks) share one attention call over cache rows
         # 0..width-1, as `decode` does: a view of the cache, no gather. Cache rows inside that range
@@ -510,7 +519,7 @@ class LlamaRunner:
                 qs = q[o:o + n].transpose(0, 1).unsqueeze(0)
                 if s:
                     ks, vs = kc[row, :, :s + n], vc[row, :, :s + n]
-                attn[o:o + n] = self._causal_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), n, s)
+                attn[o:o + n] = self._causal_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), n, s, masks[i])
             if single:
                 kc[s_row, :, s_pos] = k[s_tok]
                 vc[s_row, :, s_pos] = v[s_tok]
