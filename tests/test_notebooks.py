@@ -151,11 +151,11 @@ def test_03_sweep(tmp_path) -> None:
 
     results_dir, card = tmp_path / "results", tmp_path / "card.html"
     nb = execute("03_sweep", base={"max_input_tokens": 64, "max_total_tokens": 128}, grid={"max_batch_size": [1, 2]},
-                 extra_configs=[{"max_batch_prefill_tokens": 32}], users=[1, 2], prompt_tokens=16, max_new_tokens=4,
+                 extra_configs=[{"max_input_tokens": 128}], users=[1, 2], prompt_tokens=16, max_new_tokens=4,
                  requests=2, output_dir=str(results_dir), report_path=str(card), progress=False)
     status = sweep_status(results_dir).set_index("label")
     assert status["status"].to_dict() == {"max_batch_size=1": "complete", "max_batch_size=2": "complete",
-                                          "max_batch_prefill_tokens=32": "invalid"}
+                                          "max_input_tokens=128": "invalid"}
     throughput, speed_ttft, pareto, heatmap, *rest = figures(nb)
     assert rest == []
     assert [n.split(",")[0] for n in trace_names(throughput)] == ["max_batch_size=1", "max_batch_size=2"]
