@@ -142,7 +142,8 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1) -> int:
                 print(cost.formula(), f"+ request overhead {cost.request_overhead_s * 1e3:.3g} ms")
                 cost_path = str(ROOT / "out" / "cost.json")
             sim = {"config": launcher, "chunking": not env}
-            common = {"users": users, **grid, "requests": None}
+            # warm-up requests first (unmeasured): a fresh server's first requests are 2-3x slower
+            common = {"users": users, **grid, "requests": None, "warmup_requests": max(users)}
             ratios += _compare(label, bench.run_concurrency(server, **common, progress=False),
                                simulate.run_concurrency(cost, **common, **sim))
             common = {"rates": rates, "arrival": "poisson", "prompt_tokens": 128, "max_new_tokens": 32,

@@ -140,6 +140,12 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
     mode = _mode(os.environ if environ is None else environ)
     budget = facts.get("max_batch_prefill_tokens") if mode["chunking"] else None
 
+    # A fresh server's first requests pay one-off costs (lazy initialisation, the KV cache growing): a
+    # few unmeasured requests of the grid's shapes first, or the first TTFTs come out 2-3x too long.
+    run_batch(server, batch_sizes=[max(grid["batch_sizes"])], sequence_length=max(lengths), decode_length=4,
+              runs=1, warmups=1, progress=progress)
+    measure_ingestion(server, prompt_tokens=lengths[-2:] if len(lengths) > 1 else lengths * 2, repeats=1,
+                      progress=progress)
     ing = measure_ingestion(server, prompt_tokens=lengths, repeats=int(grid["repeats"]), progress=progress)
     rows = ing.requests[~ing.requests[S.WARMUP] & ing.requests[S.ERROR].isna()]
     ingestion = [(int(p), float(t)) for p, t in zip(rows[S.PROMPT_TOKENS], rows[S.TTFT_S], strict=True)]
