@@ -241,3 +241,19 @@ def test_shared_prefix_and_multi_turn_against_the_engine(engine_url) -> None:
     assert point[S.PREFIX_HIT_TOKENS] >= 2 * (56 + 86)
     assert point[S.PREFIX_HIT_RATE] >= 284 / 516
     assert not np.isnan(requests[S.TTFT_S]).any()
+
+
+def test_a_server_without_prefix_counters_gives_nan_and_says_so() -> None:
+    # a mock OpenAI server process (no /metrics at all), as vLLM or TGI would be for these counters
+    from tgi_toolkit.bench import run_multi_turn
+
+    from .test_bench_harness import mock_server
+
+    with mock_server() as url:
+        results = run_multi_turn(url, conversations=1, turns=2, user_tokens=6, max_new_tokens=3, progress=False,
+                                 api="completions", scrape_interval=0.2)
+    assert results.requests[S.ERROR].isna().all() and results.requests[S.TURN].tolist() == [0, 1]
+    assert results.requests[S.INPUT_TOKENS].tolist() == [6, 15]  # the server's own count of each turn
+    point = results.points.iloc[0]
+    assert math.isnan(point[S.PREFIX_HIT_RATE]) and math.isnan(point[S.PREFIX_LOOKUP_TOKENS])
+    assert any("no tgi_toolkit_prefix_cache" in n for n in results.runs[0]["notes"])
