@@ -812,12 +812,12 @@ environment to the shards); here `Server(config, env={"PREFILL_CHUNKING": "0"})`
 """),
     params("""
 streams = 4  # requests decoding when the long prompt arrives
-long_prompt = 768  # tokens of the prompt that joins them
-stream_tokens = 64  # tokens each stream generates: they must outlast the long prompt's prefill
-chunk_tokens = 128  # max_batch_prefill_tokens of the chunked server: prompt tokens one forward computes at most
+long_prompt = 512  # tokens of the prompt that joins them
+stream_tokens = 48  # tokens each stream generates: they must outlast the long prompt's prefill
+chunk_tokens = 64  # max_batch_prefill_tokens of the chunked server: prompt tokens one forward computes at most
 repeats = 1  # measured rounds per server (after one warm-up round)
-system_tokens = 512  # the system prompt every request repeats
-requests_per_group = 4  # requests sharing it: the first computes it, the later ones find it cached
+system_tokens = 384  # the system prompt every request repeats
+requests_per_group = 3  # requests sharing it: the first computes it, the later ones find it cached
 question_tokens = 16  # tokens each request (and each conversation turn) adds
 max_new_tokens = 8
 turns = 3  # turns of each conversation (each resends the history)
