@@ -84,3 +84,19 @@ def test_without_chunking_such_limits_are_refused_at_start_up(tmp_path):
             engine_process(*LONG, env={"PREFILL_CHUNKING": "0"}, tmp=tmp_path, timeout=120):
         pass
     assert "--max-batch-prefill-tokens (256) must be >= --max-input-tokens (1000)" in str(refused.value)
+
+
+def test_non_streaming_completions_bypass_the_prefix_cache_as_in_tgi(engine_url):
+    # TGI's /v1/completions sets decoder_input_details = !stream, and such requests never look up.
+    text = prompt_of(engine_url, 200, seed=99)
+    lookups = metric(engine_url, "tgi_toolkit_prefix_cache_lookup_tokens_total")
+    for _ in range(2):
+        answer = httpx.post(engine_url + "/v1/completions", timeout=120,
+                            json={"model": "m", "prompt": text, "max_tokens": 2, "temperature": 0})
+        assert answer.status_code == 200, answer.text
+    assert metric(engine_url, "tgi_toolkit_prefix_cache_lookup_tokens_total") == lookups
+    with httpx.stream("POST", engine_url + "/v1/completions", timeout=120,
+                      json={"model": "m", "prompt": text, "max_tokens": 2, "stream": True}) as streamed:
+        for _ in streamed.iter_lines():
+            pass
+    assert metric(engine_url, "tgi_toolkit_prefix_cache_lookup_tokens_total") == lookups + 200

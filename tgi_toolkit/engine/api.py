@@ -378,6 +378,9 @@ class Api:
         self._acquire()
         try:
             valids = [self._validate(p, params, stream=False) for p in prompts]
+            if not chat:  # TGI's /v1/completions sets decoder_input_details = !stream: no prefix-cache lookup (Q4)
+                for valid in valids:
+                    valid.prefix_cache = False
             finishes = await asyncio.gather(*(self._generate(v, started) for v in valids))
         finally:
             self._release()

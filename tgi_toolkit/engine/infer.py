@@ -363,7 +363,7 @@ class Engine:
             raise GenerationError(f"the engine's compute side died: {self.failure}")
         state = _State(request=request, chooser=TokenChooser(request.sampling), emit=emit)
         entry = segment(request.input_ids, request.max_new_tokens, request=state,
-                        lookup=not request.decoder_input_details)
+                        lookup=request.prefix_cache and not request.decoder_input_details)
         self.queue.append(entry)
         return entry
 

@@ -78,6 +78,7 @@ class ValidRequest:
     return_full_text: bool = False
     ignore_eos: bool = False
     best_of: int = 1
+    prefix_cache: bool = True  # False: never looked up in or added to the prefix cache (TGI's decoder_input_details)
 
     @property
     def input_length(self) -> int:
