@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 
 import httpx
@@ -265,3 +267,92 @@ def test_metrics_follow_the_scheduler_during_a_batch(engine_url):
         assert grew(name) == streams, name
     assert grew("tgi_request_generated_tokens_sum") == streams * new_tokens
     assert grew("tgi_request_input_length_sum") == streams * input_length
+
+
+ROUTES = ("/", "/generate", "/generate_stream", "/tokenize", "/v1/completions", "/v1/chat/completions")
+# Bodies no route can serve: not JSON, not an object, or an object without the route's required field.
+UNSERVABLE = (b"{}", b"[1]", b"null", b'"text"', b"5", b"not json", b"{", b"\xff\xfe", b"",
+              b'{"inputs": 5}', b'{"prompt": {"a": 1}, "messages": 7, "inputs": [1]}')
+# Well-formed requests with a value TGI's Rust types refuse while deserializing (or its rules refuse).
+BAD_VALUES = {
+    "tgi": [{"inputs": "Hi", "parameters": p} for p in (
+        5, [], {"max_new_tokens": 10**23}, {"max_new_tokens": -1}, {"seed": -1}, {"seed": 2**64},
+        {"top_k": 2**40}, {"top_n_tokens": -3}, {"best_of": -1}, {"truncate": -1}, {"stop": "x"},
+        {"temperature": "hot"}, {"do_sample": "maybe"}, {"max_new_tokens": 1.5})],
+    "completions": [{"prompt": p, **extra} for p, extra in (
+        ([], {}), ("Hi", {"max_tokens": -2}), ("Hi", {"seed": -1}), ("Hi", {"n": 10**30}),
+        ("Hi", {"max_tokens": 10**12}), ("Hi", {"temperature": "x"}), ("Hi", {"stop": 5}),
+        (["a", "b", "c", "d", "e"], {"max_tokens": 2}))],
+    "chat": [{"messages": m, **extra} for m, extra in (
+        ("Hi", {}), ([{"content": "no role"}], {}), ([{"role": "user", "content": 5}], {}),
+        ([{"role": "user", "content": "Hi"}], {"max_tokens": 2, "logprobs": True, "top_logprobs": -1}),
+        ([{"role": "user", "content": "Hi"}], {"max_tokens": 2, "logprobs": True, "top_logprobs": 99}),
+        ([{"role": "user", "content": "Hi"}], {"n": 2, "max_tokens": 2}))],
+    "tokenize": [{"inputs": None}, {"inputs": ["a"]}, {"inputs": "Hi", "add_special_tokens": "x"}],
+}
+KIND = {"/": "tgi", "/generate": "tgi", "/generate_stream": "tgi", "/tokenize": "tokenize",
+        "/v1/completions": "completions", "/v1/chat/completions": "chat"}
+# Python's json reads NaN, Infinity and 1e999 (as inf); serde_json refuses them.
+NON_FINITE = (("/generate", b'{"inputs": "Hi", "parameters": {"temperature": NaN, "max_new_tokens": 2}}'),
+              ("/generate", b'{"inputs": "Hi", "parameters": {"temperature": 1e999, "max_new_tokens": 2}}'),
+              ("/v1/completions", b'{"prompt": "Hi", "temperature": Infinity, "max_tokens": 2}'),
+              ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "Hi"}], "top_p": NaN, '
+                                       b'"max_tokens": 2}'))
+
+
+def _tgi_error(r: httpx.Response) -> bool:
+    try:
+        body = r.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and set(body) == {"error", "error_type"} and isinstance(body["error"], str)
+
+
+def test_every_bad_request_is_a_4xx_in_tgis_error_shape_on_every_route(engine_url):
+    wrong = []
+    with httpx.Client(base_url=engine_url, timeout=60, headers={"content-type": "application/json"}) as client:
+        sent = [(route, body) for route in ROUTES for body in UNSERVABLE]
+        sent += [(route, json.dumps(body).encode()) for route in ROUTES for body in BAD_VALUES[KIND[route]]]
+        sent += list(NON_FINITE)
+        sent.append(("/", b'{"inputs": "Hi", "stream": "maybe", "parameters": {"max_new_tokens": 2}}'))
+        for route, body in sent:
+            r = client.post(route, content=body)
+            stream_event = route == "/generate_stream" and r.status_code == 200 and r.text.startswith("data:{\"error\"")
+            if not stream_event and not (400 <= r.status_code < 500 and _tgi_error(r)):
+                wrong.append(f"POST {route} {body[:80]!r} -> {r.status_code} {r.text[:120]}")
+    assert not wrong, "\n".join(wrong)
+    assert httpx.get(engine_url + "/health").status_code == 200
+
+
+def test_compat_route_refuses_bodies_it_answered_500_for(engine_url):
+    for body in ({}, {"inputs": 5}, [1], {"inputs": "Hi", "parameters": {"stop": "x"}}):
+        r = httpx.post(engine_url + "/", json=body)
+        assert r.status_code == 422 and r.json()["error_type"] == "validation", (body, r.text)
+        assert r.json()["error"].startswith("Failed to deserialize the JSON body into the target type")
+
+
+def test_wrong_content_type_unknown_route_and_method_answer_in_tgis_shape(engine_url):
+    for route in ROUTES:
+        r = httpx.post(engine_url + route, content=b'{"inputs": "Hi"}', headers={"content-type": "text/plain"})
+        assert r.status_code == 415 and _tgi_error(r), (route, r.status_code, r.text)
+        form = httpx.post(engine_url + route, data={"inputs": "Hi"})
+        assert form.status_code == 415 and _tgi_error(form), (route, form.text)
+    assert httpx.get(engine_url + "/generate").status_code == 405
+    assert httpx.get(engine_url + "/generate").json()["error_type"] == "method_not_allowed"
+    missing = httpx.post(engine_url + "/nowhere", json={})
+    assert missing.status_code == 404 and missing.json() == {"error": "Not Found", "error_type": "not_found"}
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--max-concurrent-requests", "0"], "--max-concurrent-requests"),
+    (["--max-input-tokens", "10", "--max-total-tokens", "5"], "--max-input-tokens"),
+    (["--max-batch-size", "0"], "--max-batch-size"),
+])
+def test_launcher_rules_are_checked_before_the_model_loads(args, field):
+    done = subprocess.run([sys.executable, "-m", "tgi_toolkit.engine", *args], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr + done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and field in errors[0], done.stderr
+    assert "Loading" not in done.stdout, "the rule was checked after loading the model"
