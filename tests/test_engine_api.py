@@ -356,3 +356,18 @@ def test_launcher_rules_are_checked_before_the_model_loads(args, field):
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and field in errors[0], done.stderr
     assert "Loading" not in done.stdout, "the rule was checked after loading the model"
+
+
+def test_a_body_over_the_payload_limit_is_413(engine_url):
+    huge = json.dumps({"inputs": "x" * 2_100_000, "parameters": {"max_new_tokens": 1}}).encode()
+    r = httpx.post(engine_url + "/generate", content=huge, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and _tgi_error(r), r.text[:200]
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for i in range(0, len(huge), 65536):
+            yield huge[i:i + 65536]
+
+    r = httpx.post(engine_url + "/v1/completions", content=chunks(), headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 413 and _tgi_error(r), r.text[:200]
+    assert httpx.get(engine_url + "/health").status_code == 200

@@ -47,6 +47,7 @@ class ServerInfo:
     cors_allow_origin: tuple[str, ...] = ()
     model_dtype: str = "float32"
     quantize: str | None = None
+    payload_limit: int = 2_000_000  # --payload-limit, bytes
 
 
 class ApiError(Exception):
@@ -468,6 +469,7 @@ class Api:
 
         if self.info.api_key:
             app.add_middleware(BearerAuth, api_key=self.info.api_key)
+        app.add_middleware(PayloadLimit, limit=self.info.payload_limit)
 
         @app.exception_handler(ApiError)
         async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -555,6 +557,41 @@ class BearerAuth:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class PayloadLimit:
+    """--payload-limit: a request body over this many bytes is refused with 413 before it is parsed, as
+    TGI's DefaultBodyLimit does; a body without a Content-Length is counted as it arrives."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    def _too_large(self) -> StarletteHTTPException:
+        return StarletteHTTPException(413, f"Failed to buffer the request body: length limit exceeded "
+                                           f"(--payload-limit {self.limit} bytes)")
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        length = next((value for name, value in scope["headers"] if name == b"content-length"), None)
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            exc = self._too_large()
+            await JSONResponse({"error": exc.detail, "error_type": "validation"}, status_code=413)(
+                scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> dict[str, Any]:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise self._too_large()  # FastAPI re-raises it from the body read: the 413 handler answers
+            return message
+
+        await self.app(scope, counted, send)
 
 
 def _openai_logprob(token: Token, top: list[Token]) -> dict[str, Any]:

@@ -73,7 +73,8 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
                    max_client_batch_size=cfg.max_client_batch_size,
                    validation_workers=cfg.validation_workers, api_key=cfg.api_key,
                    cors_allow_origin=tuple(cfg.cors_allow_origin or ()),
-                   model_dtype=str(loaded.dtype).removeprefix("torch."), quantize=cfg.quantize),
+                   model_dtype=str(loaded.dtype).removeprefix("torch."), quantize=cfg.quantize,
+                   payload_limit=cfg.payload_limit),
         metrics,
     )
     return Built(api.app, engine, api, cfg, time.perf_counter() - started)
