@@ -248,7 +248,9 @@ def test_metrics_follow_the_scheduler_during_a_batch(engine_url):
         time.sleep(0.05)
 
     assert during["tgi_batch_current_size"] == streams
-    assert during["tgi_batch_current_max_tokens"] == streams * (input_length + new_tokens)  # reservations
+    # S7: blocks x block size (1), each stream holding input + max_new_tokens - 1 tokens of blocks
+    # (shared prefix blocks counted once per request)
+    assert during["tgi_batch_current_max_tokens"] == streams * (input_length + new_tokens - 1)
     assert during["tgi_queue_size"] == 0
     assert during["tgi_batch_max_total_tokens"] >= during["tgi_batch_current_max_tokens"]
     assert after["tgi_batch_current_size"] == 0 and after["tgi_batch_current_max_tokens"] == 0
