@@ -31,6 +31,7 @@ _LAZY = {
     "DEFAULT_KNOBS": ".search", "KvSizing": ".search", "kv_sizing": ".search",
     "Objectives": ".select", "TuneResult": ".select", "choose": ".select",
     "rank_configs": ".select", "pareto_points": ".select", "evaluate_points": ".select", "load_tune": ".select",
+    "tune_simulated": ".simulated",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
         pareto_points,
         rank_configs,
     )
+    from tgi_toolkit.tune.simulated import tune_simulated
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
@@ -60,5 +62,6 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "DEFAULT_KNOBS", "Knob", "KvSizing", "Objectives", "TuneResult", "add_parser", "build_space", "choose",
-    "evaluate_points", "kv_sizing", "load_tune", "pareto_points", "plan_for", "rank_configs", "tune", "workload_demand",
+    "evaluate_points", "kv_sizing", "load_tune", "pareto_points", "plan_for", "rank_configs", "tune", "tune_simulated",
+    "workload_demand",
 ]
