@@ -316,3 +316,15 @@ def test_cli_runs_every_bench_scenario_on_the_roofline(scenario, capsys):
 
     assert main(["simulate", *scenario, "--gpu", "L4", "--model", "tests/data/configs/llama-3-8b.json"]) == 0
     assert "simulated: roofline Meta-Llama-3-8B on L4" in capsys.readouterr().out
+
+
+def test_cuda_memory_fraction_scales_the_kv_capacity():
+    from tgi_toolkit.simulate import make_target
+
+    cost = LinearCostModel(source={"server": {"max_batch_total_tokens": 10_000, "cuda_memory_fraction": 1.0}})
+    assert make_target(cost, {"cuda_memory_fraction": 0.5}).scheduler.max_batch_total_tokens == 5_000
+    gpu = roofline("A100-80GB", "tests/data/configs/llama-2-7b.json")
+    full = make_target(gpu).scheduler.max_batch_total_tokens
+    half = make_target(gpu, {"cuda_memory_fraction": 0.5}).scheduler.max_batch_total_tokens
+    assert half == roofline("A100-80GB", "tests/data/configs/llama-2-7b.json", memory_fraction=0.5).plan(
+    ).max_batch_total_tokens and half < full

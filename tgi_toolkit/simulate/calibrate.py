@@ -60,6 +60,9 @@ def _server_facts(server: Any) -> dict[str, Any]:
     capacity = kv_capacity(server)
     if math.isfinite(capacity):
         facts["max_batch_total_tokens"] = int(capacity)
+    config = getattr(server, "config", None)  # a Server we started: its launcher settings
+    if getattr(config, "cuda_memory_fraction", None) is not None:
+        facts["cuda_memory_fraction"] = float(config.cuda_memory_fraction)
     return {k: v for k, v in facts.items() if v is not None}
 
 

@@ -114,7 +114,18 @@ def make_target(cost_model: Any, config: Any = None, *, attention: str | None = 
     cost = cost_model if hasattr(cost_model, "seconds") else load_cost_model(cost_model)
     launcher = _launcher(config)
     env = os.environ if environ is None else environ
+    fraction = getattr(launcher, "cuda_memory_fraction", None)
+    if fraction is not None and getattr(cost, "memory_fraction", fraction) != fraction:
+        import dataclasses
+
+        # the roofline's server at this --cuda-memory-fraction: the KV capacity TGI's warm-up would find
+        cost = dataclasses.replace(cost, memory_fraction=float(fraction), _cache={})
     server = _cost_server(cost)
+    profiled = server.get("cuda_memory_fraction")
+    if fraction is not None and profiled and fraction != profiled and server.get("max_batch_total_tokens"):
+        # a calibrated server's KV memory is its fraction of the same budget (TGI: free memory x fraction;
+        # the embedded engine: TGI_TOOLKIT_KV_CACHE_GIB x fraction)
+        server["max_batch_total_tokens"] = int(server["max_batch_total_tokens"] * fraction / profiled)
 
     # The mode as TGI resolves it from its environment; what the cost model's server ran with fills
     # the variables the environment leaves unset, and explicit arguments win over both.
