@@ -140,6 +140,12 @@ class ModelBackend:
             if state.entry is not entry:  # the entry's first forward (or a continuation segment's)
                 cached = entry.allocation.slots[:entry.cache_len] if entry.cache_len else ()
                 state.entry = entry  # before new_seq: release() must find a row it may have taken
+                # Room for the whole segment now: growing the cache chunk by chunk copies it each time
+                # (measured: a 2000-token prompt in 256-token chunks beside 8 streams took 18 s against
+                # 9 s with the room taken at admission, 2 threads, bfloat16).
+                cache = runner.cache
+                cache.reserve(len(cache.seqs) + 1,
+                              min(entry.input_length + entry.max_new_tokens + 1, cache.max_positions))
                 state.seq = runner.new_seq(cached)
                 if state.batched_at is None:
                     state.queued_at, state.batched_at = entry.queued_at, entry.batched_at
