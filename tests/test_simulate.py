@@ -237,6 +237,8 @@ def test_results_folder_round_trip(tmp_path):
     assert set(back.server[S.METRIC]) >= {"tgi_batch_current_size", "tgi_queue_size"}
     metrics = back.main_metrics()
     assert not metrics.empty
+    speed = metrics.set_index("metric").loc["generation_speed_per_request", "basis"]
+    assert speed.startswith("predicted by simulation") and "measured" not in speed  # a prediction says so
 
 
 def test_cli_simulates_and_writes_a_folder(tmp_path, capsys):

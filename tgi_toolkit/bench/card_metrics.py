@@ -168,15 +168,20 @@ def generation_speed(results: ResultTables, users: int = CARD_USERS, prompt_toke
     best = points.loc[distance.idxmin()]
     got = (int(best[S.USERS]), int(best[S.PROMPT_TOKENS]), int(best[S.MAX_NEW_TOKENS]))
     value = float(best[speed_column])
+    # A simulated point (tgi-toolkit simulate) is a prediction, and says so.
+    simulated = best.get(S.BACKEND) == "simulated"
+    measured_word = "predicted by simulation" if simulated else "measured"
     if got == (users, prompt_tokens, max_new_tokens):
-        basis = f"measured at that point ({int(best[S.REQUESTS])} requests)"
+        basis = f"{measured_word} at that point ({int(best[S.REQUESTS])} requests)"
     elif got == (want_users, want_prompt, want_output):
         basis = (f"the card's point ({asked}) is over the server's limits ({limit}); "
-                 f"measured at the nearest it takes ({int(best[S.REQUESTS])} requests)")
+                 f"{measured_word} at the nearest it takes ({int(best[S.REQUESTS])} requests)")
     else:
         cut = f"; the server takes at most {want_prompt}/{want_output} ({limit})" if limit else ""
         basis = (f"the nearest point these results hold to the card's {asked}{cut} "
                  f"({int(best[S.REQUESTS])} requests)")
+        if simulated:
+            basis = f"predicted by simulation: {basis}"
     flagged = [name for column, name in ((S.MACHINE_BUSY, "the machine was busy (other processes took CPU)"),
                                          (S.CLIENT_BOUND, "the benchmark client was the bottleneck"))
                if column in best and pd.notna(best[column]) and bool(best[column])]
