@@ -199,3 +199,13 @@ def test_bounded_soak_keeps_resident_memory_flat(keyed):
     growth = (final - baseline) / baseline
     assert growth < 0.10, f"RSS {baseline / 2**20:.0f} -> {final / 2**20:.0f} MiB (peak {peak / 2**20:.0f})"
     assert httpx.get(keyed.url + "/health").status_code == 200
+
+
+def test_vllm_gets_the_api_key_through_its_environment_not_its_command_line():
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.server.vllm import VllmBackend
+
+    env: dict[str, str] = {}
+    argv = VllmBackend().command(LauncherConfig(api_key=KEY), "127.0.0.1", 8000, env)
+    assert KEY not in " ".join(argv) and "--api-key" not in argv  # vLLM logs its non-default arguments
+    assert env["VLLM_API_KEY"] == KEY

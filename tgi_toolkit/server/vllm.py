@@ -35,6 +35,12 @@ class VllmBackend(Backend):
                           + "; ".join(self.unmapped), stacklevel=4)
         env.update(rendered.env)  # e.g. VLLM_NO_USAGE_STATS for --usage-stats off: vLLM has no flag for it
         argv = list(rendered.argv)
+        if "--api-key" in argv:
+            # Through the environment instead: vLLM logs its non-default arguments (the key with them) at
+            # start, into the server log, and the command line is visible to every user of the machine.
+            at = argv.index("--api-key")
+            env["VLLM_API_KEY"] = argv[at + 1]
+            del argv[at:at + 2]
         return set_flag(set_flag(argv, "--host", host), "--port", str(port))
 
     def info(self, client: Any) -> dict[str, Any]:
