@@ -147,7 +147,7 @@ def exact_prompt(url: str, tokens: int) -> str:
 PATHS = {"tgi3": None, "no-chunking": {"PREFILL_CHUNKING": "0"}}
 
 
-def bench_engine(args: argparse.Namespace, env: dict[str, str] | None = None) -> dict:
+def engine_flags(args: argparse.Namespace) -> list[str]:
     # Room for the largest stream count, and for the late-arrival case's 16 streams plus the late
     # request (else it would wait for a free slot, not for TGI's waiting rule).
     rows = max(*args.streams, LATE_BATCH + 1)
@@ -157,46 +157,72 @@ def bench_engine(args: argparse.Namespace, env: dict[str, str] | None = None) ->
              "--max-batch-size", str(rows), "--dtype", args.dtype]
     if args.quantize:
         flags += ["--quantize", args.quantize]
-    server = start_engine(flags, env)
-    url = server.url
-    out: dict = {"time_to_healthy_s": server.seconds_to_healthy}
+    return flags
+
+
+def measure_streams(url: str, prompt: str, n: int, args: argparse.Namespace) -> dict:
+    before = decode_forward_stats(url)
+    results = asyncio.run(concurrent(url, prompt, n, args.new_tokens))
+    after = decode_forward_stats(url)
+    begin = min(r["sent"] for r in results)
+    end = max(r["stamps"][-1] for r in results)
+    tokens = sum(len(r["stamps"]) for r in results)
+    assert all(r["input_length"] == args.prompt_tokens for r in results)
+    ttft = [r["stamps"][0] - r["sent"] for r in results]
+    # Client gap between tokens once every stream is decoding together, against the
+    # server's own forward time per decode step over the same window.
+    gaps = [b - a for r in results for a, b in zip(r["stamps"][1:], r["stamps"][2:], strict=False)]
+    forward = (after[0] - before[0]) / max(after[1] - before[1], 1)
+    return {"tok_s": tokens / (end - begin), "ttft_p50": statistics.median(ttft), "ttft_max": max(ttft),
+            "itl_mean": statistics.fmean(gaps), "forward_mean": forward}
+
+
+def late_cases(url: str, prompt: str, args: argparse.Namespace) -> dict:
+    """A request arriving while a long batch of 16 runs: first token after its prefill plus a few decode
+    steps, not after the batch ends. Best case: it arrives long (3 s) after the batch's last prefill,
+    when waiting_tokens >= max_waiting_tokens already lets it in. Worst case under TGI's older waiting
+    rule: it arrives just after a prefill (every stream has its first token), alone, so fewer than
+    waiting_served_ratio x 16 wait and it waits until max_waiting_tokens (20) decode steps have passed
+    since that prefill (with chunking, TGI 3 admits it at the next step)."""
+    alone = asyncio.run(concurrent(url, prompt, 1, 8))[0]
+    out: dict = {"alone_ttft": alone["stamps"][0] - alone["sent"]}
+    for case, kwargs in (("best", {"delay_last": 3.0}), ("worst", {"last_after_first_tokens": True})):
+        busy = asyncio.run(concurrent(url, prompt, LATE_BATCH, args.new_tokens * 2, **kwargs))
+        late, batch_end = busy[-1], max(r["stamps"][-1] for r in busy[:-1])
+        gaps = [b - a for r in busy[:-1] for a, b in zip(r["stamps"][1:], r["stamps"][2:], strict=False)]
+        out[case] = {"ttft": late["stamps"][0] - late["sent"], "batch_left": batch_end - late["sent"],
+                     "step": statistics.median(gaps)}
+    return out
+
+
+def bench_engines(args: argparse.Namespace) -> dict[str, dict]:
+    """Every scheduling path's engine at once (one measured at a time, the others idle), measured in
+    turn at each stream count, `--repeats` times: the machine's speed drifts by 10-20 % over minutes, so
+    paths are compared within each round, and the median over rounds is kept."""
+    servers = {path: start_engine(engine_flags(args), PATHS[path]) for path in args.paths}
+    out: dict[str, dict] = {path: {"time_to_healthy_s": server.seconds_to_healthy} for path, server in servers.items()}
     try:
-        prompt = exact_prompt(url, args.prompt_tokens)
-        asyncio.run(concurrent(url, prompt, 1, 4))  # warm the HTTP path
+        prompts = {}
+        for path, server in servers.items():
+            prompts[path] = exact_prompt(server.url, args.prompt_tokens)
+            asyncio.run(concurrent(server.url, prompts[path], 1, 4))  # warm the HTTP path
         for n in args.streams:
-            before = decode_forward_stats(url)
-            results = asyncio.run(concurrent(url, prompt, n, args.new_tokens))
-            after = decode_forward_stats(url)
-            begin = min(r["sent"] for r in results)
-            end = max(r["stamps"][-1] for r in results)
-            tokens = sum(len(r["stamps"]) for r in results)
-            assert all(r["input_length"] == args.prompt_tokens for r in results)
-            ttft = [r["stamps"][0] - r["sent"] for r in results]
-            # Client gap between tokens once every stream is decoding together, against the
-            # server's own forward time per decode step over the same window.
-            gaps = [b - a for r in results for a, b in zip(r["stamps"][1:], r["stamps"][2:], strict=False)]
-            forward = (after[0] - before[0]) / max(after[1] - before[1], 1)
-            out[n] = {"tok_s": tokens / (end - begin), "ttft_p50": statistics.median(ttft), "ttft_max": max(ttft),
-                      "itl_mean": statistics.fmean(gaps), "forward_mean": forward}
-            print(f"  engine  {n:>3} streams: {out[n]['tok_s']:7.1f} tok/s  TTFT p50 {out[n]['ttft_p50']:.2f}s "
-                  f"max {out[n]['ttft_max']:.2f}s  step {forward * 1000:.1f} ms  "
-                  f"ITL {out[n]['itl_mean'] * 1000:.1f} ms", flush=True)
-        # A request arriving while a long batch of 16 runs: first token after its prefill plus a
-        # few decode steps, not after the batch ends. Best case: it arrives long (3 s) after the
-        # batch's last prefill, when waiting_tokens >= max_waiting_tokens already lets it in.
-        # Worst case under TGI's waiting rule: it arrives just after a prefill (every stream has
-        # its first token), alone, so fewer than waiting_served_ratio x 16 wait and it waits until
-        # max_waiting_tokens (20) decode steps have passed since that prefill.
-        alone = asyncio.run(concurrent(url, prompt, 1, 8))[0]
-        out["late"] = {"alone_ttft": alone["stamps"][0] - alone["sent"]}
-        for case, kwargs in (("best", {"delay_last": 3.0}), ("worst", {"last_after_first_tokens": True})):
-            busy = asyncio.run(concurrent(url, prompt, LATE_BATCH, args.new_tokens * 2, **kwargs))
-            late, batch_end = busy[-1], max(r["stamps"][-1] for r in busy[:-1])
-            gaps = [b - a for r in busy[:-1] for a, b in zip(r["stamps"][1:], r["stamps"][2:], strict=False)]
-            out["late"][case] = {"ttft": late["stamps"][0] - late["sent"], "batch_left": batch_end - late["sent"],
-                                 "step": statistics.median(gaps)}
+            rounds: dict[str, list[dict]] = {path: [] for path in servers}
+            for _ in range(args.repeats):
+                for path, server in servers.items():
+                    rounds[path].append(measure_streams(server.url, prompts[path], n, args))
+            for path, got in rounds.items():
+                best = sorted(got, key=lambda r: r["tok_s"])[len(got) // 2]  # the median round
+                best["rounds_tok_s"] = [r["tok_s"] for r in got]
+                out[path][n] = best
+                print(f"  {path:<12} {n:>3} streams: {best['tok_s']:7.1f} tok/s (rounds "
+                      f"{', '.join(f'{r:.1f}' for r in best['rounds_tok_s'])})  TTFT p50 {best['ttft_p50']:.2f}s  "
+                      f"step {best['forward_mean'] * 1000:.1f} ms  ITL {best['itl_mean'] * 1000:.1f} ms", flush=True)
+        for path, server in servers.items():
+            out[path]["late"] = late_cases(server.url, prompts[path], args)
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
     return out
 
 
@@ -288,6 +314,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--quantize", default=None)
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per stream count (paths alternate)")
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS),
                         help="scheduling paths to measure side by side (the first is the one compared with "
                         "transformers and vLLM)")
@@ -299,10 +326,7 @@ def main() -> None:
         return
     print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, quantize {args.quantize}, prompt "
           f"{args.prompt_tokens}, new {args.new_tokens}", flush=True)
-    by_path = {}
-    for path in args.paths:
-        print(f"scheduling path: {path}", flush=True)
-        by_path[path] = bench_engine(args, PATHS[path])
+    by_path = bench_engines(args)
     engine = by_path[args.paths[0]]
     hf = {} if args.skip_transformers else bench_transformers(args)
     if len(by_path) > 1:
