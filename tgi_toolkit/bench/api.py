@@ -171,6 +171,17 @@ async def run_rate_async(server: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0
                          requests: int = 64, max_concurrency: int | None = None, **options: Any) -> Results:
     """Requests at a constant or Poisson rate: see `run_rate`."""
     target = _target(server, options)
+    workload = rate_workload(rates, arrival, _grid(target, prompt_tokens, max_new_tokens), requests, max_concurrency)
+    rates, grid = workload["rates"], workload["grid"]
+    opts = _options(target, options)
+    async with Run(target, "rate", workload, **opts) as run:
+        await scenarios.rate(run, rates, arrival, grid, requests, opts.get("seed", 0), max_concurrency)
+    return run.results()
+
+
+def rate_workload(rates: Sequence[float] | float, arrival: str, grid: list[tuple[int, int]], requests: int,
+                  max_concurrency: int | None) -> dict[str, Any]:
+    """The rate scenario's workload, checked (a measured run and a simulated one take the same)."""
     rates = [float(r) for r in _listed(rates)]
     bad = [r for r in rates if not r > 0]  # NaN fails this too
     if not rates or bad:
@@ -178,16 +189,10 @@ async def run_rate_async(server: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0
                          "request rates > 0 per second (inf: all at once)")
     if arrival not in ARRIVALS:
         raise BenchError("arrival", f"{arrival!r} is not known", ", ".join(ARRIVALS))
-    grid = _grid(target, prompt_tokens, max_new_tokens)
     _count("requests", requests, 1)
     if max_concurrency is not None:
         _count("max_concurrency", max_concurrency, 1)
-    workload = {"rates": rates, "arrival": arrival, "grid": grid, "requests": requests,
-                "max_concurrency": max_concurrency}
-    opts = _options(target, options)
-    async with Run(target, "rate", workload, **opts) as run:
-        await scenarios.rate(run, rates, arrival, grid, requests, opts.get("seed", 0), max_concurrency)
-    return run.results()
+    return {"rates": rates, "arrival": arrival, "grid": grid, "requests": requests, "max_concurrency": max_concurrency}
 
 
 def run_rate(server: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0), arrival: str = "poisson",

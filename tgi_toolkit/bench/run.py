@@ -58,7 +58,33 @@ async def gather_all(aws: Iterable[Awaitable[Any]]) -> list[Any]:
         raise
 
 
-class Run:
+class RunTables:
+    """Where a run's tables go as its points finish: its folder (if any) and memory. Shared by measured
+    runs and simulated ones (tgi_toolkit.simulate), which set `folder`, `run_id`, `provenance`, `_memory`."""
+
+    folder: ResultsFolder | None
+    run_id: str
+    provenance: dict[str, Any]
+    _memory: dict[str, list[pd.DataFrame]]
+
+    def _save(self, tables: dict[str, pd.DataFrame]) -> None:
+        for name, df in tables.items():
+            if not df.empty:
+                self._memory[name].append(df)
+        if self.folder is not None:
+            self.folder.append(tables)
+
+    def results(self) -> Results:
+        """This run's tables: read back from the folder (with earlier sessions' points) or from memory."""
+        if self.folder is not None:
+            return load_results(self.folder.path, run_id=self.run_id)
+        tables = {name: frame(pd.concat(dfs, ignore_index=True), name) if dfs else frame([], name)
+                  for name, dfs in self._memory.items()}
+        return Results(tables["requests"], tables["points"], tables["batch"], tables["server"],
+                       [json.loads(json.dumps(self.provenance, default=str))])
+
+
+class Run(RunTables):
     """Context for one scenario call; use `async with Run(...) as run`."""
 
     def __init__(self, target: Target, scenario: str, workload: dict[str, Any], *,
@@ -394,18 +420,3 @@ class Run:
         return frame([{S.RUN_ID: self.run_id, S.CONFIG_ID: self.config_id, S.T_S: t, S.METRIC: m,
                        S.LABELS: labels, S.VALUE: v} for t, m, labels, v in samples], "server")
 
-    def _save(self, tables: dict[str, pd.DataFrame]) -> None:
-        for name, df in tables.items():
-            if not df.empty:
-                self._memory[name].append(df)
-        if self.folder is not None:
-            self.folder.append(tables)
-
-    def results(self) -> Results:
-        """This run's tables: read back from the folder (with earlier sessions' points) or from memory."""
-        if self.folder is not None:
-            return load_results(self.folder.path, run_id=self.run_id)
-        tables = {name: frame(pd.concat(dfs, ignore_index=True), name) if dfs else frame([], name)
-                  for name, dfs in self._memory.items()}
-        return Results(tables["requests"], tables["points"], tables["batch"], tables["server"],
-                       [json.loads(json.dumps(self.provenance, default=str))])

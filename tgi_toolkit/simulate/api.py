@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tgi_toolkit.bench.api import ARRIVALS
+from tgi_toolkit.bench.api import rate_workload
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.results import Results
 from tgi_toolkit.simulate.events import Simulator
@@ -154,19 +154,8 @@ def run_rate(cost_model: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0), arriv
     """bench.run_rate, simulated: constant or seeded Poisson arrivals (the same send times as bench's)."""
     topts, ropts = _split(options)
     target = make_target(cost_model, **topts)
-    rates = [float(r) for r in _listed(rates)]
-    bad = [r for r in rates if not r > 0]
-    if not rates or bad:
-        raise BenchError("rate", f"{bad[0] if bad else 'no value'} is not allowed",
-                         "request rates > 0 per second (inf: all at once)")
-    if arrival not in ARRIVALS:
-        raise BenchError("arrival", f"{arrival!r} is not known", ", ".join(ARRIVALS))
-    grid = _grid(target, prompt_tokens, max_new_tokens)
-    _count("requests", requests, 1)
-    if max_concurrency is not None:
-        _count("max_concurrency", max_concurrency, 1)
-    workload = {"rates": rates, "arrival": arrival, "grid": grid, "requests": requests,
-                "max_concurrency": max_concurrency}
+    workload = rate_workload(rates, arrival, _grid(target, prompt_tokens, max_new_tokens), requests, max_concurrency)
+    rates, grid = workload["rates"], workload["grid"]
     seed = int(ropts.get("seed", 0))
     return _simulate(target, "rate", workload,
                      lambda p: rate_points(p, rates, arrival, grid, requests, seed, max_concurrency), ropts)

@@ -23,7 +23,8 @@ import pandas as pd
 
 from tgi_toolkit.bench import provenance, stats
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.bench.results import Results, ResultsFolder, frame, load_results
+from tgi_toolkit.bench.results import ResultsFolder, frame
+from tgi_toolkit.bench.run import RunTables
 from tgi_toolkit.simulate.events import Sample, Simulator
 from tgi_toolkit.simulate.workloads import Point
 
@@ -34,8 +35,8 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-class SimRun:
-    """Provenance and saving for one simulated scenario call."""
+class SimRun(RunTables):
+    """Provenance and saving for one simulated scenario call (saved as bench's RunTables saves)."""
 
     def __init__(self, target: Any, scenario: str, workload: dict[str, Any], *, output: str | Path | None = None,
                  slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
@@ -149,17 +150,3 @@ class SimRun:
                     "server": frame(server_rows, "server"), "points": frame([point_row], "points")})
         return point_row
 
-    def _save(self, tables: dict[str, pd.DataFrame]) -> None:
-        for name, df in tables.items():
-            if not df.empty:
-                self._memory[name].append(df)
-        if self.folder is not None:
-            self.folder.append(tables)
-
-    def results(self) -> Results:
-        if self.folder is not None:
-            return load_results(self.folder.path, run_id=self.run_id)
-        tables = {name: frame(pd.concat(dfs, ignore_index=True), name) if dfs else frame([], name)
-                  for name, dfs in self._memory.items()}
-        return Results(tables["requests"], tables["points"], tables["batch"], tables["server"],
-                       [json.loads(json.dumps(self.provenance, default=str))])
