@@ -87,3 +87,24 @@ def test_submit_after_death_raises_a_generation_error():
         assert "compute side died" in str(exc)
     else:
         raise AssertionError("submit accepted a request with no compute side")
+
+
+class ChatTokenizer(WordTokenizer):
+    chat_template = "{{ messages }}"
+
+    def apply_chat_template(self, messages, tokenize: bool = False, add_generation_prompt: bool = True) -> str:
+        return " ".join(m["content"] for m in messages)
+
+
+async def test_a_content_part_whose_text_is_not_a_string_is_a_422_not_a_500():
+    # Found by schemathesis driving TGI's spec: the text parts were joined as they came.
+    metrics = Metrics()
+    engine = Engine(DyingModel(), SchedulerConfig(max_batch_prefill_tokens=100, max_batch_total_tokens=1000), metrics)
+    api = Api(engine, ChatTokenizer(), Limits(max_input_tokens=50, max_total_tokens=1000),
+              ServerInfo(model_id="m", model_sha=None, max_concurrent_requests=8, max_client_batch_size=1,
+                         validation_workers=1), metrics)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://engine") as client:
+        for text in (5, {"a": 1}, [None]):
+            answer = await client.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]})
+            assert answer.status_code == 422 and answer.json()["error_type"] == "validation", answer.text

@@ -102,10 +102,18 @@ class _OpenAIBase(BaseModel):
     ignore_eos: bool | None = False  # vLLM's extension, for benchmarks
 
 
+class ContentPart(BaseModel):
+    """One part of a message's content (OpenAI's form); only text parts reach the prompt."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None  # a text that is not a string is a 422, not a 500 when joined
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: str
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
 
 
 class ChatRequest(_OpenAIBase):
@@ -336,7 +344,7 @@ class Api:
         for m in body.messages:
             content = m.content
             if isinstance(content, list):
-                content = "".join(part.get("text", "") for part in content if part.get("type") == "text")
+                content = "".join(part.text or "" for part in content if part.type == "text")
             messages.append({"role": m.role, "content": content or ""})
         if not getattr(self.tokenizer, "chat_template", None):
             raise ApiError(422, "Template error: this model has no chat template", "template_error")
