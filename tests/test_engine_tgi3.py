@@ -100,3 +100,15 @@ def test_non_streaming_completions_bypass_the_prefix_cache_as_in_tgi(engine_url)
         for _ in streamed.iter_lines():
             pass
     assert metric(engine_url, "tgi_toolkit_prefix_cache_lookup_tokens_total") == lookups + 200
+
+
+def test_an_ingestion_run_measures_computed_prompts_not_prefix_cache_hits(engine_url):
+    # The harness checks each length's token count with a request of its own: were that a prompt it then
+    # measures, a prefix-caching server (TGI 3, vLLM) would answer the measured one from its cache.
+    from tgi_toolkit.bench import measure_ingestion
+
+    hits = metric(engine_url, "tgi_toolkit_prefix_cache_hit_tokens_total")
+    measure_ingestion(engine_url, prompt_tokens=[64, 256], repeats=2, progress=False)
+    # 4 measured prompts and 2 checks of random text: at most a shared leading word each, never a prompt
+    # (a repeated prompt would add 63 or 255 hit tokens).
+    assert metric(engine_url, "tgi_toolkit_prefix_cache_hit_tokens_total") - hits <= 6 * 2

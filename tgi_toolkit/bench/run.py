@@ -58,6 +58,10 @@ async def gather_all(aws: Iterable[Awaitable[Any]]) -> list[Any]:
         raise
 
 
+# The prompt index of the length check's own request (measured prompts are 0, 1, ...).
+CHECK_PROMPT_INDEX = -1
+
+
 class RunTables:
     """Where a run's tables go as its points finish: its folder (if any) and memory. Shared by measured
     runs and simulated ones (tgi_toolkit.simulate), which set `folder`, `run_id`, `provenance`, `_memory`."""
@@ -269,11 +273,16 @@ class Run(RunTables):
             self.provenance["prompts"] = self.prompts.describe()
         try:
             prompts = await asyncio.to_thread(self.prompts.prompts, length, n)
+            # The length check sends a prompt of its own (index -1, never measured): a server with a
+            # prefix cache (TGI 3, vLLM) would answer a measured prompt it had just seen from its cache.
+            probe = None if length in self._checked_lengths else \
+                await asyncio.to_thread(self.prompts.prompt, length, CHECK_PROMPT_INDEX)
         except httpx.HTTPError as exc:  # the server's /tokenize did not answer
             if not await asyncio.to_thread(self.target.alive):
                 raise self._died(f"{type(exc).__name__}: {exc}", None) from exc
             raise BenchError("tokenizer", f"{self.prompts.tokenizer.name}: {exc}") from exc
-        await self._check_length(prompts[0], length)
+        if probe is not None:
+            await self._check_length(probe, length)
         return prompts
 
     async def _check_length(self, prompt: str, length: int) -> None:
