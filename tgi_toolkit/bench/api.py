@@ -214,18 +214,26 @@ def default_ingestion_lengths(target: Target, count: int = 8) -> list[int]:
     return sorted({int(round(32 + (top - 32) * i / (count - 1))) for i in range(count)})
 
 
-async def measure_ingestion_async(server: Any, *, prompt_tokens: Sequence[int] | None = None, repeats: int = 3,
-                                  **options: Any) -> Results:
-    """Prompt ingestion speed: see `measure_ingestion`."""
-    target = _target(server, options)
+def ingestion_workload(target: Any, prompt_tokens: Sequence[int] | None, repeats: int,
+                       default_lengths: Callable[[Any], list[int]]) -> dict[str, Any]:
+    """The ingestion scenario's workload, checked (a measured run and a simulated one take the same);
+    `default_lengths(target)` when no lengths are given."""
     lengths = check_positive_ints("prompt_tokens", _listed(prompt_tokens)) if prompt_tokens is not None \
-        else default_ingestion_lengths(target)
+        else default_lengths(target)
     if len(set(lengths)) < 2:
         raise BenchError("prompt_tokens", "a fit needs at least two different lengths", "two or more lengths")
     for length in lengths:
         target.check_lengths(length, 1)
     _count("repeats", repeats, 1)
-    workload = {"prompt_tokens": lengths, "repeats": repeats}
+    return {"prompt_tokens": lengths, "repeats": repeats}
+
+
+async def measure_ingestion_async(server: Any, *, prompt_tokens: Sequence[int] | None = None, repeats: int = 3,
+                                  **options: Any) -> Results:
+    """Prompt ingestion speed: see `measure_ingestion`."""
+    target = _target(server, options)
+    workload = ingestion_workload(target, prompt_tokens, repeats, default_ingestion_lengths)
+    lengths = workload["prompt_tokens"]
     async with Run(target, "ingestion", workload, **_options(target, options)) as run:
         await scenarios.ingestion(run, lengths, repeats)
     return run.results()

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tgi_toolkit.bench.api import rate_workload
+from tgi_toolkit.bench.api import ingestion_workload, rate_workload
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.results import Results
 from tgi_toolkit.simulate.events import Simulator
@@ -175,14 +175,8 @@ def measure_ingestion(cost_model: Any, *, prompt_tokens: Sequence[int] | None = 
     """bench.measure_ingestion, simulated: one request at a time, one new token; `.ingestion()` fits it."""
     topts, ropts = _split(options)
     target = make_target(cost_model, **topts)
-    lengths = check_positive_ints("prompt_tokens", _listed(prompt_tokens)) if prompt_tokens is not None \
-        else default_ingestion_lengths(target)
-    if len(set(lengths)) < 2:
-        raise BenchError("prompt_tokens", "a fit needs at least two different lengths", "two or more lengths")
-    for length in lengths:
-        target.check_lengths(length, 1)
-    _count("repeats", repeats, 1)
-    workload = {"prompt_tokens": lengths, "repeats": repeats}
+    workload = ingestion_workload(target, prompt_tokens, repeats, default_ingestion_lengths)
+    lengths = workload["prompt_tokens"]
     return _simulate(target, "ingestion", workload, lambda p: ingestion_points(p, lengths, repeats), ropts)
 
 
