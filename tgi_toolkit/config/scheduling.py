@@ -391,6 +391,15 @@ def _int(cfg: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
+def _launcher_shape(model_config: Mapping[str, Any]) -> tuple[int, int, int, int, int, int] | None:
+    """(heads, kv_heads, head_dim, hidden, intermediate, layers) as the launcher reads them; None if one is missing."""
+    shape = (_int(model_config, "num_attention_heads"),
+             _int(model_config, "num_key_value_heads", "num_attention_heads"), model_head_dim(model_config),
+             _int(model_config, "hidden_size", "n_embd"),
+             _int(model_config, "intermediate_size"), _int(model_config, "num_hidden_layers"))
+    return None if None in shape else shape  # type: ignore[return-value]
+
+
 def model_flops_per_token(model_config: Mapping[str, Any]) -> int | None:
     """The launcher's `Config::flop`: layers x (2 hidden head_dim (3 heads + 2 kv_heads) + 6 hidden inter (k + shared)).
 
@@ -399,14 +408,10 @@ def model_flops_per_token(model_config: Mapping[str, Any]) -> int | None:
     """
     if model_config.get("vision_config") is not None:
         return None
-    heads = _int(model_config, "num_attention_heads")
-    kv_heads = _int(model_config, "num_key_value_heads", "num_attention_heads")
-    head_dim = model_head_dim(model_config)
-    hidden = _int(model_config, "hidden_size", "n_embd")
-    inter = _int(model_config, "intermediate_size")
-    layers = _int(model_config, "num_hidden_layers")
-    if None in (heads, kv_heads, head_dim, hidden, inter, layers):
+    shape = _launcher_shape(model_config)
+    if shape is None:
         return None
+    heads, kv_heads, head_dim, hidden, inter, layers = shape
     experts = (_int(model_config, "num_experts_per_tok") or 1) + (_int(model_config, "n_shared_experts") or 0)
     attention = 2 * heads * head_dim * hidden * 3 + 2 * kv_heads * head_dim * hidden * 2  # q, attn, o + k, v
     mlp = 2 * 3 * hidden * inter * experts
@@ -426,15 +431,11 @@ def launcher_vram_tokens(model_config: Mapping[str, Any], gpu_memory_bytes: int,
 
     if model_config.get("quantization_config") is not None:
         return None
-    heads = _int(model_config, "num_attention_heads")
-    kv_heads = _int(model_config, "num_key_value_heads", "num_attention_heads")
-    head_dim = model_head_dim(model_config)
-    hidden = _int(model_config, "hidden_size", "n_embd")
-    inter = _int(model_config, "intermediate_size")
-    layers = _int(model_config, "num_hidden_layers")
+    shape = _launcher_shape(model_config)
     vocab = _int(model_config, "vocab_size")
-    if None in (heads, kv_heads, head_dim, hidden, inter, layers, vocab):
+    if shape is None or vocab is None:
         return None
+    heads, kv_heads, head_dim, hidden, inter, layers = shape
     experts = _int(model_config, "num_local_experts") or 1
     layer = 3 * inter * experts * hidden + (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden  # type: ignore
     model = (layer * layers + 2 * vocab * hidden) * 2  # type: ignore[operator]
