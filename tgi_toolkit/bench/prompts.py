@@ -201,7 +201,11 @@ def _record_text(record: Any) -> str:
 
 
 class PromptFactory:
-    """Seeded, token-exact prompts: `prompt(length, index)` is the same text on every call and run.
+    """Seeded, token-exact prompts: `prompt(length, index, salt)` is the same text on every call.
+
+    salt: a run's own key (bench.run.Run gives each run and point one). A prefix-caching server
+    (TGI 3, vLLM) keeps what it saw, so a prompt sent again, in a later point or run, would be
+    measured from its cache; the salt makes every measured prompt new to the server.
 
     prefix_tokens: the first `prefix_tokens` tokens are shared by every prompt (prefix caching).
     dataset: a file whose text is cut into prompts instead of word salad.
@@ -214,7 +218,7 @@ class PromptFactory:
         self.tokenizer, self.seed, self.prefix_tokens = tokenizer, seed, prefix_tokens
         self.dataset = str(dataset) if dataset is not None else None
         self._texts = load_dataset_text(dataset) if dataset is not None else None
-        self._cache: dict[tuple[int, int], str] = {}
+        self._cache: dict[tuple[int, int, str], str] = {}
         self._prefix: str | None = None
 
     def describe(self) -> dict[str, Any]:
@@ -249,19 +253,19 @@ class PromptFactory:
                 self._prefix = self._cut(rng, self.prefix_tokens, "")
         return self._prefix
 
-    def prompt(self, length: int, index: int = 0) -> str:
-        """The `index`-th prompt of exactly `length` tokens."""
-        key = (length, index)
+    def prompt(self, length: int, index: int = 0, salt: str = "") -> str:
+        """The `index`-th prompt of exactly `length` tokens (under `salt`)."""
+        key = (length, index, salt)
         if key not in self._cache:
             if length <= self.prefix_tokens:
                 raise BenchError("prefix_tokens", f"{self.prefix_tokens} leaves no room in prompts of {length} tokens",
                                  f"integers < {length}")
-            rng = random.Random(f"{self.seed}:{length}:{index}")
+            rng = random.Random(f"{self.seed}:{length}:{index}" + (f":{salt}" if salt else ""))
             self._cache[key] = self._cut(rng, length, self.prefix())
         return self._cache[key]
 
-    def prompts(self, length: int, n: int) -> list[str]:
-        return [self.prompt(length, i) for i in range(n)]
+    def prompts(self, length: int, n: int, salt: str = "") -> list[str]:
+        return [self.prompt(length, i, salt) for i in range(n)]
 
     def extend(self, head: str, length: int, key: str) -> str:
         """Text that starts with `head` and is exactly `length` tokens, the rest seeded by `key` (and the

@@ -159,6 +159,8 @@ class Run(RunTables):
         else:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             self.run_id, self.started_at, sessions = f"{self.scenario}-{stamp}-{uuid.uuid4().hex[:6]}", _utc_now(), 1
+        # Measured prompts are new to the server in every run, point and resumed session (PromptFactory).
+        self.prompt_salt = f"{self.run_id}:{sessions}"
         # The run clock continues across resumed sessions: zero is the run's first start.
         started = _dt.datetime.fromisoformat(self.started_at).timestamp()
         self.clock_ns = now_ns() - int((time.time() - started) * 1e9)
@@ -261,8 +263,9 @@ class Run(RunTables):
             self._bars.append(bar)
         return bar
 
-    async def prompt_list(self, length: int, n: int) -> list[str]:
-        """`n` distinct token-exact prompts of `length` tokens (built off the event loop)."""
+    async def prompt_list(self, length: int, n: int, point_id: str) -> list[str]:
+        """`n` distinct token-exact prompts of `length` tokens for one point, none of them sent before by
+        this run or an earlier one (built off the event loop)."""
         if self.prompts is None:
             t = self.target
             tok = await asyncio.to_thread(make_tokenizer, t.url, self.prompt_options["tokenizer"],
@@ -272,11 +275,11 @@ class Run(RunTables):
                                          dataset=opts["dataset"])
             self.provenance["prompts"] = self.prompts.describe()
         try:
-            prompts = await asyncio.to_thread(self.prompts.prompts, length, n)
+            prompts = await asyncio.to_thread(self.prompts.prompts, length, n, f"{self.prompt_salt}:{point_id}")
             # The length check sends a prompt of its own (index -1, never measured): a server with a
             # prefix cache (TGI 3, vLLM) would answer a measured prompt it had just seen from its cache.
             probe = None if length in self._checked_lengths else \
-                await asyncio.to_thread(self.prompts.prompt, length, CHECK_PROMPT_INDEX)
+                await asyncio.to_thread(self.prompts.prompt, length, CHECK_PROMPT_INDEX, self.prompt_salt)
         except httpx.HTTPError as exc:  # the server's /tokenize did not answer
             if not await asyncio.to_thread(self.target.alive):
                 raise self._died(f"{type(exc).__name__}: {exc}", None) from exc

@@ -81,15 +81,17 @@ async def batch(run: Run, batch_sizes: Sequence[int], sequence_length: int, deco
     todo = [(b, p) for b, p in zip(batch_sizes, ids, strict=True) if not run.skip(p)]
     if not todo:
         return
-    prompt = (await run.prompt_list(sequence_length, 1))[0]  # identical prompts, as the original
-    body = run.encode(prompt, decode_length)
     for size, point_id in todo:
+        # Identical prompts in a batch, as the original; a new one for each repeat, since a server with
+        # a prefix cache keeps a prompt once its requests end (the original talks to the shards directly).
+        prompts = await run.prompt_list(sequence_length, warmups + runs, point_id)
         bar = run.request_bar(size * (warmups + runs), f"batch size {size}")
         requests: list[tuple[StreamRecord, int, bool, int]] = []
         batch_rows, windows = [], []
         for step in range(warmups + runs):
             warm = step < warmups
             repeat = step if warm else step - warmups
+            body = run.encode(prompts[step], decode_length)
             records = await gather_all(_send(run, body, point_id, bar) for _ in range(size))
             requests += [(r, repeat, warm, i) for i, r in enumerate(records)]
             metrics = stats.batch_run(records, sequence_length)
@@ -113,7 +115,7 @@ async def concurrency(run: Run, users: Sequence[int], grid: Sequence[tuple[int, 
         if run.skip(point_id):
             continue
         total = requests if requests is not None else max(4 * n, 8)
-        prompts = await run.prompt_list(prompt_tokens, warmup_requests + total)
+        prompts = await run.prompt_list(prompt_tokens, warmup_requests + total, point_id)
         bodies = [run.encode(p, max_new) for p in prompts]
         bar = run.request_bar(warmup_requests + total, f"{n} users, {prompt_tokens}+{max_new} tokens")
         done: list[tuple[StreamRecord, int, bool, int]] = []
@@ -148,7 +150,7 @@ async def rate(run: Run, rates: Sequence[float], arrival: str, grid: Sequence[tu
     for (r, prompt_tokens, max_new), point_id in zip(points, ids, strict=True):
         if run.skip(point_id):
             continue
-        prompts = await run.prompt_list(prompt_tokens, requests)
+        prompts = await run.prompt_list(prompt_tokens, requests, point_id)
         bodies = [run.encode(p, max_new) for p in prompts]
         offsets = arrival_offsets(requests, r, arrival, seed)
         bar = run.request_bar(requests, f"{r:g} req/s {arrival}, {prompt_tokens}+{max_new} tokens")
@@ -182,7 +184,7 @@ async def ingestion(run: Run, prompt_lengths: Sequence[int], repeats: int) -> No
     for length, point_id in zip(prompt_lengths, ids, strict=True):
         if run.skip(point_id):
             continue
-        prompts = await run.prompt_list(length, repeats)
+        prompts = await run.prompt_list(length, repeats, point_id)
         bar = run.request_bar(repeats, f"prompt {length}")
         done = []
         for i, prompt in enumerate(prompts):

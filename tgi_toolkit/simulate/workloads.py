@@ -3,7 +3,8 @@ schedules as `tgi_toolkit.bench.scenarios`, with prompts as token ids instead of
 
 Prompts are seeded random token ids of exactly the requested length; with `prefix_tokens` every prompt
 of the run starts with the same ids (bench's shared prefix), so a scheduler with a prefix cache finds
-it. Identical prompts in the batch scenario are identical here too, as text-generation-benchmark sends them.
+it. A batch's prompts are identical, as text-generation-benchmark sends them, and new for each repeat, as
+bench sends them (a prefix cache keeps a prompt once its requests end).
 """
 
 from __future__ import annotations
@@ -75,11 +76,10 @@ def _tagged(prompts: Sequence[list[int]], output: int, repeat: int, warmup: bool
 
 def batch_points(prompts: TokenPrompts, batch_sizes: Sequence[int], sequence_length: int, decode_length: int,
                  runs: int, warmups: int) -> list[Point]:
-    prompt = prompts.prompts(sequence_length, 1)[0]  # identical prompts, as the original
     out = []
     for size in batch_sizes:
         groups = []
-        for step in range(warmups + runs):
+        for step, prompt in enumerate(prompts.prompts(sequence_length, warmups + runs)):
             warm = step < warmups
             repeat = step if warm else step - warmups
             groups.append([SimRequest(list(prompt), decode_length, tag=(repeat, warm, i)) for i in range(size)])
