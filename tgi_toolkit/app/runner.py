@@ -31,7 +31,7 @@ SCENARIOS = ("concurrency", "batch", "ingestion")
 SCENARIO_HELP = {
     "concurrency": "N parallel users, each sending its next request when the last one ends (happy_vllm's load "
                    "test): throughput, TTFT, TPOT, ITL per number of users.",
-    "batch": "text-generation-benchmark over HTTP: B identical prompts at once, prefill and decode latency and "
+    "batch": "text-generation-benchmark over HTTP: B prompts at once, prefill and decode latency and "
              "throughput per batch size.",
     "ingestion": "One request at a time with growing prompts: the prompt ingestion speed (1 / slope of TTFT "
                  "against prompt length).",

@@ -129,7 +129,7 @@ async def run_batch_async(server: Any, *, batch_sizes: Sequence[int] = (1, 2, 4,
 
 def run_batch(server: Any, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), sequence_length: int = 10,
               decode_length: int = 8, runs: int = 10, warmups: int = 1, **options: Any) -> Results:
-    """For each batch size B: B identical prompts of exactly `sequence_length` tokens at once,
+    """For each batch size B: B prompts of exactly `sequence_length` tokens at once,
     `decode_length` tokens forced, `warmups` + `runs` times. Prefill and decode latency and
     throughput per run in `.batch`; `.tables()` prints them as text-generation-benchmark does."""
     return _run_sync(lambda: run_batch_async(server, batch_sizes=batch_sizes, sequence_length=sequence_length,

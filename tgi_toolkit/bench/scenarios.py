@@ -1,8 +1,9 @@
 """The load models (docs/measurement.md): what each scenario sends, and when. Parameters arrive checked
 (api.py); `Run` sends, records and saves.
 
-- batch: B identical prompts of exactly S tokens at once, D tokens forced, `warmups` then `runs`
-  times per batch size (text-generation-benchmark, over HTTP).
+- batch: B prompts of exactly S tokens at once, D tokens forced, `warmups` then `runs` times per batch
+  size (text-generation-benchmark, over HTTP; each prompt new to the server, where the original's are
+  identical: see `batch`).
 - concurrency: N virtual users, each sends its next request when its last one ends (closed loop).
 - rate: open loop: requests leave on a constant or Poisson schedule whatever is in flight, so
   queueing shows in TTFT instead of hiding in the client (pitfall 4).
@@ -82,17 +83,19 @@ async def batch(run: Run, batch_sizes: Sequence[int], sequence_length: int, deco
     if not todo:
         return
     for size, point_id in todo:
-        # Identical prompts in a batch, as the original; a new one for each repeat, since a server with
-        # a prefix cache keeps a prompt once its requests end (the original talks to the shards directly).
-        prompts = await run.prompt_list(sequence_length, warmups + runs, point_id)
+        # text-generation-benchmark sends B identical prompts straight to the shards, where no prefix cache
+        # is. Through a TGI 3 router they would be cache hits whenever the prefill budget spreads their
+        # admission past the first request's end (simulated, 16 x 384 tokens at a 256-token budget: 3,447
+        # of 6,144 prompt tokens from the cache): each request gets a prompt of its own, of the same length.
+        prompts = await run.prompt_list(sequence_length, size * (warmups + runs), point_id)
         bar = run.request_bar(size * (warmups + runs), f"batch size {size}")
         requests: list[tuple[StreamRecord, int, bool, int]] = []
         batch_rows, windows = [], []
         for step in range(warmups + runs):
             warm = step < warmups
             repeat = step if warm else step - warmups
-            body = run.encode(prompts[step], decode_length)
-            records = await gather_all(_send(run, body, point_id, bar) for _ in range(size))
+            bodies = [run.encode(p, decode_length) for p in prompts[step * size:(step + 1) * size]]
+            records = await gather_all(_send(run, body, point_id, bar) for body in bodies)
             requests += [(r, repeat, warm, i) for i, r in enumerate(records)]
             metrics = stats.batch_run(records, sequence_length)
             batch_rows.append({S.BATCH_SIZE: size, S.SEQUENCE_LENGTH: sequence_length,

@@ -43,7 +43,7 @@ SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared_prefix", "mult
 
 # -- workload columns (NaN/None where the scenario has no such knob) ----------------------------
 USERS = "users"  # int: parallel users (concurrency)
-BATCH_SIZE = "batch_size"  # int: simultaneous identical requests (batch)
+BATCH_SIZE = "batch_size"  # int: simultaneous requests of the same lengths (batch)
 RATE_RPS = "rate_rps"  # float: arrival rate (rate); inf = all at once
 ARRIVAL = "arrival"  # str: constant | poisson (rate)
 PROMPT_TOKENS = "prompt_tokens"  # int: requested prompt length (tokens)
@@ -144,7 +144,7 @@ POINT_COLUMNS = (
 )
 
 # -- batch.parquet: text-generation-benchmark parity, one row per (batch size, run) ---------------
-# B identical prompts of exactly S tokens sent at once, D tokens forced. Over HTTP:
+# B prompts of exactly S tokens sent at once, D tokens forced. Over HTTP:
 #   prefill latency = the latest first token of the B requests - send time;
 #   decode total latency = the latest last token - the latest first token; decode steps = D - 1;
 #   decode token latency = decode total / steps; prefill throughput = B*S / prefill latency;

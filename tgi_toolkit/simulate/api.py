@@ -116,7 +116,7 @@ def _simulate(target: SimTarget, scenario: str, workload: dict[str, Any], make_p
 
 def run_batch(cost_model: Any, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), sequence_length: int = 10,
               decode_length: int = 8, runs: int = 10, warmups: int = 1, **options: Any) -> Results:
-    """bench.run_batch, simulated: B identical prompts at once, `warmups` + `runs` times per batch size."""
+    """bench.run_batch, simulated: B prompts at once, `warmups` + `runs` times per batch size."""
     topts, ropts = _split(options)
     target = make_target(cost_model, **topts)
     sizes = check_positive_ints("batch_size", _listed(batch_sizes))

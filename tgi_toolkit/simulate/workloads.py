@@ -3,8 +3,8 @@ schedules as `tgi_toolkit.bench.scenarios`, with prompts as token ids instead of
 
 Prompts are seeded random token ids of exactly the requested length; with `prefix_tokens` every prompt
 of the run starts with the same ids (bench's shared prefix), so a scheduler with a prefix cache finds
-it. A batch's prompts are identical, as text-generation-benchmark sends them, and new for each repeat, as
-bench sends them (a prefix cache keeps a prompt once its requests end).
+it. A batch's prompts are distinct, as bench sends them (text-generation-benchmark's identical prompts
+would be prefix-cache hits through a TGI 3 router: bench.scenarios.batch).
 """
 
 from __future__ import annotations
@@ -79,10 +79,11 @@ def batch_points(prompts: TokenPrompts, batch_sizes: Sequence[int], sequence_len
     out = []
     for size in batch_sizes:
         groups = []
-        for step, prompt in enumerate(prompts.prompts(sequence_length, warmups + runs)):
+        for step in range(warmups + runs):
             warm = step < warmups
             repeat = step if warm else step - warmups
-            groups.append([SimRequest(list(prompt), decode_length, tag=(repeat, warm, i)) for i in range(size)])
+            groups.append([SimRequest(prompt, decode_length, tag=(repeat, warm, i))
+                           for i, prompt in enumerate(prompts.prompts(sequence_length, size))])
         out.append(Point(batch_point_id(size, sequence_length, decode_length),
                          {S.BATCH_SIZE: size, S.PROMPT_TOKENS: sequence_length, S.MAX_NEW_TOKENS: decode_length},
                          [Phase(Bursts(groups), [r for g in groups for r in g])],
