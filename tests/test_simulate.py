@@ -182,6 +182,42 @@ def test_profile_fit_separates_request_overhead():
     assert all(p["ratio"] == pytest.approx(1.0) for p in model.points)
 
 
+def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot():
+    # "Measured" tables made by the simulator with a known model (4 ms front end per request, 256-token
+    # prefill budget): a batch of 16 prompts of 384 tokens is 24 chunked forwards whose rows and tokens
+    # only the scheduler knows, and a burst reaches the queue over 16 overheads. Fitting by replay must
+    # find every coefficient again; the closed form, which reads a batch as one decode forward and a
+    # prompt as its chunks alone, does not.
+    from tgi_toolkit import simulate
+    from tgi_toolkit.simulate.calibrate import fit_samples, replay_rows
+
+    server = {"max_input_tokens": 1024, "max_total_tokens": 1100, "max_batch_prefill_tokens": 256,
+              "max_batch_total_tokens": 60_000, "attention": "flashinfer", "prefix_caching": True, "chunking": True}
+    truth = LinearCostModel(forward_s=0.05, token_s=8e-4, row_s=5e-4, context_token_s=3e-6, attention_pair_s=1e-6,
+                            request_overhead_s=0.004, source={"server": server})
+    ing = simulate.measure_ingestion(truth, prompt_tokens=[16, 256, 768], repeats=2)
+    batches = [simulate.run_batch(truth, batch_sizes=[1, 4, 16], sequence_length=ctx, decode_length=12, runs=2,
+                                  warmups=1) for ctx in (32, 384)]
+    model = LinearCostModel(forward_s=0.01, token_s=1e-3, source={"server": server})  # a poor start
+    for _ in range(3):
+        model = fit_samples(replay_rows(model, ing, batches, repeats=2), source={"server": server})
+    for term in ("forward_s", "token_s", "row_s", "context_token_s", "attention_pair_s", "request_overhead_s"):
+        assert getattr(model, term) == pytest.approx(getattr(truth, term), rel=1e-3), term
+    assert {p["kind"] for p in model.points} == {"ttft", "prefill", "decode"}
+    assert all(p["ratio"] == pytest.approx(1.0, abs=1e-3) for p in model.points)
+    # the 16 x 384 prefill: 6,144 prompt tokens (each prompt new to the cache) in at least 24 forwards
+    prefill = next(p for p in model.points if p["kind"] == "prefill" and p["rows"] == 16 and p["prompt_tokens"] == 384)
+    assert prefill["measured_s"] > 0.05 * 24 + 8e-4 * 6144
+
+    req = ing.requests
+    closed = fit_profile(list(zip(req[S.PROMPT_TOKENS], req[S.TTFT_S], strict=True)),
+                         [(uniform_shape(int(b), 1, int(s) + 6, prefilling=False), float(t))
+                          for res in batches for b, s, t in zip(res.batch[S.BATCH_SIZE], res.batch[S.SEQUENCE_LENGTH],
+                                                                res.batch[S.DECODE_TOKEN_LATENCY_S], strict=True)],
+                         prefill_budget=256)
+    assert max(abs(p["ratio"] - 1) for p in closed.points) > 0.05
+
+
 def test_cost_model_json_round_trip_and_bad_values(tmp_path):
     model = LinearCostModel(forward_s=0.01, token_s=1e-4, request_overhead_s=0.002)
     path = model.save(tmp_path / "cost.json")

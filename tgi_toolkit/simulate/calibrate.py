@@ -4,21 +4,30 @@ Two measurements, both with bench's own scenarios (real clients over HTTP, nothi
 1. prefill: bench's ingestion scenario (one request at a time, one new token) over prompt lengths; each
    TTFT is the request overhead (HTTP, validation, tokenization: `request_overhead_s`) plus the forwards
    that computed its prompt: one, or one per chunk of `max_batch_prefill_tokens` with chunking;
-2. decode: bench's batch scenario (text-generation-benchmark: B identical prompts at once) over batch sizes
-   and prompt lengths; the decode token latency of a run is one forward of B decoding rows whose context
-   is about prompt + decode_length / 2 (what the client sees per step, scheduler and streaming included).
+2. batches: bench's batch scenario (text-generation-benchmark: B prompts at once) over batch sizes
+   and prompt lengths. A run's prefill latency holds the forwards that computed B prompts together (several
+   rows per prefill, which single prompts cannot show); its decode token latency is one forward of B
+   decoding rows (what the client sees per step, scheduler and streaming included).
 
-The fit (costs.fit_linear with the overhead as one more unknown) minimises relative error with every
-coefficient >= 0. The model remembers the server's limits and scheduling mode (`source.server`), so a
-simulation with it stands for that server unless told otherwise; the measured points and the fit's
-error on each are in `points`.
+The fit (costs.fit_linear's non-negative least squares on relative error, with the overhead as one more
+unknown) goes in two stages. First the closed form: a TTFT is its prompt's chunks, a decode latency one
+forward. Then by replay: the same scenarios run on the simulator, with TGI's scheduler deciding each forward
+as it did on the server, and each measured time is fitted to the sum of the forwards it spans there
+(`replay_rows`), twice. Replay is what prices a batch's prefill: how the scheduler splits B prompts into
+forwards under its budget is the scheduler's business, not a formula's.
+
+The model remembers the server's limits and scheduling mode (`source.server`), so a simulation with it
+stands for that server unless told otherwise; the measured points and the fit's error on each are in
+`points`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +39,11 @@ QUICK = {"prompt_tokens": (16, 256, 768), "batch_sizes": (1, 4, 16), "contexts":
          "decode_length": 12, "repeats": 1}
 FULL = {"prompt_tokens": (16, 64, 256, 512, 1024, 1536), "batch_sizes": (1, 2, 4, 8, 16, 32),
         "contexts": (32, 256, 1024), "decode_length": 24, "repeats": 3}
+
+
+# Fits by replay after the closed form (the forwards a replay finds hardly depend on the prices: on the
+# embedded engine the second gave the same coefficients as the first to 4 digits).
+REPLAYS = 2
 
 
 def prefill_vector(length: int, budget: int | None) -> np.ndarray:
@@ -84,18 +98,30 @@ def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[S
                 source: Mapping[str, Any] | None = None) -> LinearCostModel:
     """The linear model from (prompt length, TTFT) and (decode forward shape, seconds) samples; the
     request overhead is fitted with it (it appears in every TTFT and in no decode step)."""
-    rows, times, overhead = [], [], []
-    for length, ttft in ingestion:
-        rows.append(prefill_vector(length, prefill_budget))
-        times.append(ttft)
-        overhead.append(1.0)
-    for shape, seconds in decode:
-        rows.append(np.array(shape.vector()))
-        times.append(seconds)
-        overhead.append(0.0)
+    samples = [Sample("ttft", prefill_vector(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
+               for length, ttft in ingestion]
+    samples += [Sample("decode", np.array(shape.vector()), 0.0, seconds,
+                       {"rows": shape.rows, "context": shape.context}) for shape, seconds in decode]
+    return fit_samples(samples, terms=terms, name=name, source=source)
+
+
+@dataclass
+class Sample:
+    """One measured time and the summed features of the forwards it spans (plus request overheads)."""
+
+    kind: str  # ttft | prefill | decode
+    features: np.ndarray  # len(TERMS)
+    overheads: float  # request overheads it includes
+    seconds: float
+    about: dict[str, Any]  # what was measured (prompt tokens, rows, context), copied into model.points
+
+
+def fit_samples(samples: Sequence[Sample], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
+                source: Mapping[str, Any] | None = None) -> LinearCostModel:
+    """Non-negative coefficients of `terms` and the request overhead minimising relative error."""
     keep = [TERMS.index(t) for t in terms]
-    x = np.column_stack([np.array(rows)[:, keep], np.array(overhead)])
-    y = np.array(times, dtype=float)
+    x = np.column_stack([np.array([s.features for s in samples])[:, keep], [s.overheads for s in samples]])
+    y = np.array([s.seconds for s in samples], dtype=float)
     if not len(y) or np.any(~np.isfinite(y)) or np.any(y <= 0):
         raise ValueError("profile: every measured time must be a positive number of seconds")
     w = 1 / y
@@ -105,18 +131,94 @@ def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[S
     for i, term in zip(keep, terms, strict=True):
         setattr(model, TERMS[i], float(coef[terms.index(term)]))
     fitted = x @ coef
-    model.points = [{"kind": "ttft" if o else "decode", "measured_s": float(t), "fitted_s": float(f),
-                     "ratio": float(f / t)} for o, t, f in zip(overhead, times, fitted, strict=True)]
+    model.points = [{"kind": s.kind, "measured_s": float(s.seconds), "fitted_s": float(f),
+                     "ratio": float(f / s.seconds), **s.about} for s, f in zip(samples, fitted, strict=True)]
     # the decode steps' spread around the fit: how much one forward's time varied on that machine
     spread = [math.log(p["measured_s"] / p["fitted_s"]) for p in model.points if p["kind"] == "decode"
               and p["fitted_s"] > 0]
     if len(spread) >= 2:
         model.jitter_cv = float(math.sqrt(math.expm1(float(np.var(spread)))))
-    for point, (length, _) in zip(model.points, ingestion, strict=False):
-        point["prompt_tokens"] = length
-    for point, (shape, _) in zip(model.points[len(ingestion):], decode, strict=True):
-        point.update(rows=shape.rows, context=shape.context)
     return model
+
+
+def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], *, repeats: int,
+                warmups: int = 1) -> list[Sample]:
+    """Every measured time of the profile (`ingestion`: bench's ingestion Results; `batches`: run_batch
+    Results, one per prompt length, each of `repeats` runs after `warmups`) with the features of the
+    forwards it spans when the same scenarios run on the simulator priced by `model` (whose
+    `source.server` gives the limits and scheduling mode)."""
+    from bisect import bisect_right
+
+    from tgi_toolkit.simulate.costs import shape_of
+    from tgi_toolkit.simulate.events import Simulator
+    from tgi_toolkit.simulate.target import make_target
+    from tgi_toolkit.simulate.workloads import TokenPrompts, batch_points, ingestion_points
+
+    target = make_target(dataclasses.replace(model, jitter_cv=0.0), environ={})
+    prompts = TokenPrompts(0)
+    points = ingestion_points(prompts, sorted({int(p) for p in ingestion.requests[S.PROMPT_TOKENS]}), repeats)
+    for res in batches:
+        b = res.batch
+        points += batch_points(prompts, sorted({int(v) for v in b[S.BATCH_SIZE]}), int(b[S.SEQUENCE_LENGTH].iloc[0]),
+                               int(b[S.DECODE_LENGTH].iloc[0]), repeats, warmups)
+    sim = Simulator(target.scheduler, target.cost)
+    ends: list[int] = []
+    vectors: list[list[float]] = []
+
+    def on_forward(forward: Any, seconds: float) -> None:
+        ends.append(int(round(sim.clock.t * 1e9)))  # the stamp its emitted tokens carry
+        vectors.append(shape_of(forward).vector())
+
+    sim.backend.on_forward = on_forward
+    for point in points:
+        for phase in point.phases:
+            sim.run(phase.driver, phase.requests)
+    total = np.vstack([np.zeros(len(TERMS)), np.cumsum(np.array(vectors), axis=0)])
+
+    def span(after_ns: int, until_ns: int) -> np.ndarray:
+        return total[bisect_right(ends, until_ns)] - total[bisect_right(ends, after_ns)]
+
+    simulated_ttft: dict[tuple[str, int], np.ndarray] = {}
+    simulated_batch: dict[tuple[int, int, int, bool], tuple[np.ndarray, np.ndarray]] = {}
+    for point in points:
+        if point.batch is None:
+            for r in point.requests:
+                simulated_ttft[(point.point_id, r.tag[2])] = span(r.record.sent_ns, r.record.token_ns[0])
+            continue
+        runs: dict[tuple[int, bool], list[Any]] = {}
+        for r in point.requests:
+            runs.setdefault((r.tag[0], r.tag[1]), []).append(r.record)
+        for (repeat, warm), records in runs.items():
+            first = max(rec.token_ns[0] for rec in records)
+            steps = max(len(rec.token_ns) for rec in records) - 1
+            simulated_batch[(*point.batch[:2], repeat, warm)] = (
+                span(min(rec.sent_ns for rec in records), first),
+                span(first, max(rec.token_ns[-1] for rec in records)) / max(steps, 1))
+
+    samples = []
+    req = ingestion.requests
+    req = req[~req[S.WARMUP] & req[S.ERROR].isna()]
+    for pid, index, length, ttft in zip(req[S.POINT_ID], req[S.REQUEST_INDEX], req[S.PROMPT_TOKENS], req[S.TTFT_S],
+                                        strict=True):
+        if (pid, int(index)) in simulated_ttft and ttft == ttft and ttft > 0:
+            samples.append(Sample("ttft", simulated_ttft[(pid, int(index))], 1.0, float(ttft),
+                                  {"prompt_tokens": int(length)}))
+    for res in batches:
+        b = res.batch[~res.batch[S.WARMUP]]
+        for size, ctx, d, repeat, prefill, latency in zip(b[S.BATCH_SIZE], b[S.SEQUENCE_LENGTH], b[S.DECODE_LENGTH],
+                                                          b[S.REPEAT], b[S.PREFILL_LATENCY_S],
+                                                          b[S.DECODE_TOKEN_LATENCY_S], strict=True):
+            key = (int(size), int(ctx), int(repeat), False)
+            if key not in simulated_batch:
+                continue
+            pre, step = simulated_batch[key]
+            if prefill == prefill and prefill > 0:
+                samples.append(Sample("prefill", pre, 1.0, float(prefill),
+                                      {"rows": int(size), "prompt_tokens": int(ctx)}))
+            if latency == latency and latency > 0:
+                samples.append(Sample("decode", step, 0.0, float(latency),
+                                      {"rows": int(size), "context": int(size) * (int(ctx) + int(d) // 2)}))
+    return samples
 
 
 def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | None = None,
@@ -154,10 +256,12 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
     ingestion = [(int(p), float(t)) for p, t in zip(rows[S.PROMPT_TOKENS], rows[S.TTFT_S], strict=True)]
 
     decode: list[tuple[Shape, float]] = []
+    batches = []
     d = int(grid["decode_length"])
     for ctx in contexts_ok:
         res = run_batch(server, batch_sizes=list(grid["batch_sizes"]), sequence_length=ctx, decode_length=d,
                         runs=int(grid["repeats"]), warmups=1, progress=progress)
+        batches.append(res)
         batch = res.batch[~res.batch[S.WARMUP]]
         for size, latency in zip(batch[S.BATCH_SIZE], batch[S.DECODE_TOKEN_LATENCY_S], strict=True):
             if latency == latency and latency > 0:
@@ -168,8 +272,11 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
     source = {"profiled": facts.get("model_id"), "grid": {k: list(v) if isinstance(v, (list, tuple)) else v
                                                           for k, v in grid.items()},
               "server": {**facts, **mode}, "hardware": provenance.hardware(), "versions": provenance.versions()}
-    model = fit_profile(ingestion, decode, prefill_budget=budget, name=f"calibrated {facts.get('model_id', '')}"
-                        .strip(), source=source)
+    name = f"calibrated {facts.get('model_id', '')}".strip()
+    model = fit_profile(ingestion, decode, prefill_budget=budget, name=name, source=source)
+    for _ in range(REPLAYS):
+        model = fit_samples(replay_rows(model, ing, batches, repeats=int(grid["repeats"])), name=name,
+                            source=source)
     if output:
         model.save(output)
     return model
