@@ -194,8 +194,8 @@ NB02 = [
 Three measurements, each a function of `tgi_toolkit.bench` that returns a `Results` (tables as
 DataFrames) and writes them to `output_dir` as it goes:
 
-1. **Batch** (`run_batch`): `text-generation-benchmark`'s experiment (seeds 000 and 004): B identical
-   prompts at once, prefill and decode latency and throughput per batch size. Over HTTP instead of
+1. **Batch** (`run_batch`): `text-generation-benchmark`'s experiment (seeds 000 and 004): B prompts
+   at once, prefill and decode latency and throughput per batch size. Over HTTP instead of
    gRPC, so it runs against any server.
 2. **Concurrency** (`run_concurrency`): N users, each sending its next request when the last ends
    (happy_vllm's benchmark): TTFT, time per output token, inter-token latency, throughput.
@@ -239,7 +239,7 @@ print("results go to", output_dir)"""),
     md("""
 ## Batch: prefill and decode, as text-generation-benchmark measures them
 
-- `batch_sizes`: how many identical requests arrive together (text-generation-benchmark's
+- `batch_sizes`: how many requests of the same lengths arrive together (text-generation-benchmark's
   `--batch-size`, which it also calls virtual users). Prefill cost grows with B x S; decode cost
   per step barely grows until the hardware is saturated, which is why batching pays.
 - `sequence_length` / `decode_length`: prompt and output tokens (`--sequence-length`,
