@@ -93,6 +93,17 @@ def _mode(environ: Mapping[str, str]) -> dict[str, Any]:
 PROFILE_TERMS = tuple(t for t in TERMS if t != "prefill_forward_s")
 
 
+@dataclass
+class Sample:
+    """One measured time and the summed features of the forwards it spans (plus request overheads)."""
+
+    kind: str  # ttft | prefill | decode
+    features: np.ndarray  # len(TERMS)
+    overheads: float  # request overheads it includes
+    seconds: float
+    about: dict[str, Any]  # what was measured (prompt tokens, rows, context), copied into model.points
+
+
 def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[Shape, float]], *,
                 prefill_budget: int | None = None, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
                 source: Mapping[str, Any] | None = None) -> LinearCostModel:
@@ -103,17 +114,6 @@ def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[S
     samples += [Sample("decode", np.array(shape.vector()), 0.0, seconds,
                        {"rows": shape.rows, "context": shape.context}) for shape, seconds in decode]
     return fit_samples(samples, terms=terms, name=name, source=source)
-
-
-@dataclass
-class Sample:
-    """One measured time and the summed features of the forwards it spans (plus request overheads)."""
-
-    kind: str  # ttft | prefill | decode
-    features: np.ndarray  # len(TERMS)
-    overheads: float  # request overheads it includes
-    seconds: float
-    about: dict[str, Any]  # what was measured (prompt tokens, rows, context), copied into model.points
 
 
 def fit_samples(samples: Sequence[Sample], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
