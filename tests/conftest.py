@@ -23,6 +23,23 @@ ENGINE_ARGS = ["--max-input-tokens", "1000", "--max-total-tokens", "1200", "--ma
                "--max-concurrent-requests", "64"]
 
 
+def in_process_api(model: object, tokenizer: object, *, max_total_tokens: int = 1000) -> tuple[object, object]:
+    """The engine and its HTTP app in this process, over a stand-in model and tokenizer (no server process):
+    a prefill budget of 100 tokens, 1,000 KV tokens, prompts of up to 50 tokens, 8 concurrent requests."""
+    from tgi_toolkit.engine.api import Api, ServerInfo
+    from tgi_toolkit.engine.infer import Engine
+    from tgi_toolkit.engine.metrics import Metrics
+    from tgi_toolkit.engine.scheduler import SchedulerConfig
+    from tgi_toolkit.engine.validation import Limits
+
+    metrics = Metrics()
+    engine = Engine(model, SchedulerConfig(max_batch_prefill_tokens=100, max_batch_total_tokens=1000), metrics)
+    api = Api(engine, tokenizer, Limits(max_input_tokens=50, max_total_tokens=max_total_tokens),
+              ServerInfo(model_id="m", model_sha=None, max_concurrent_requests=8, max_client_batch_size=1,
+                         validation_workers=1), metrics)
+    return engine, api
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -7,11 +7,9 @@ import threading
 
 import httpx
 
-from tgi_toolkit.engine.api import Api, ServerInfo
+from tests.conftest import in_process_api
 from tgi_toolkit.engine.infer import Engine, Event, GenerationError, Token
-from tgi_toolkit.engine.metrics import Metrics
 from tgi_toolkit.engine.scheduler import Forward, SchedulerConfig
-from tgi_toolkit.engine.validation import Limits
 
 
 class WordTokenizer:
@@ -47,13 +45,9 @@ class DyingModel:
 
 async def test_when_the_compute_side_dies_health_fails_and_every_request_ends_with_an_error():
     model = DyingModel()
-    metrics = Metrics()
-    engine = Engine(model, SchedulerConfig(max_batch_prefill_tokens=100, max_batch_total_tokens=1000), metrics)
+    engine, api = in_process_api(model, WordTokenizer())
     deaths: list[BaseException] = []
     engine.on_death = deaths.append
-    api = Api(engine, WordTokenizer(), Limits(max_input_tokens=50, max_total_tokens=1000),
-              ServerInfo(model_id="m", model_sha=None, max_concurrent_requests=8, max_client_batch_size=1,
-                         validation_workers=1), metrics)
     engine.start()
     body = {"inputs": "a long running request", "parameters": {"max_new_tokens": 900}}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://engine",
@@ -98,11 +92,7 @@ class ChatTokenizer(WordTokenizer):
 
 async def test_a_content_part_whose_text_is_not_a_string_is_a_422_not_a_500():
     # Found by schemathesis driving TGI's spec: the text parts were joined as they came.
-    metrics = Metrics()
-    engine = Engine(DyingModel(), SchedulerConfig(max_batch_prefill_tokens=100, max_batch_total_tokens=1000), metrics)
-    api = Api(engine, ChatTokenizer(), Limits(max_input_tokens=50, max_total_tokens=1000),
-              ServerInfo(model_id="m", model_sha=None, max_concurrent_requests=8, max_client_batch_size=1,
-                         validation_workers=1), metrics)
+    _, api = in_process_api(DyingModel(), ChatTokenizer())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://engine") as client:
         for text in (5, {"a": 1}, [None]):
             answer = await client.post("/v1/chat/completions", json={

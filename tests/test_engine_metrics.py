@@ -7,11 +7,7 @@ import asyncio
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tgi_toolkit.engine.api import Api, ServerInfo
-from tgi_toolkit.engine.infer import Engine
-from tgi_toolkit.engine.metrics import Metrics
-from tgi_toolkit.engine.scheduler import BatchingLimits
-from tgi_toolkit.engine.validation import Limits
+from tests.conftest import in_process_api
 
 
 class WordTokenizer:
@@ -39,11 +35,7 @@ def samples(text: str) -> dict[str, float]:
 
 
 async def test_queue_size_changes_when_a_request_arrives_and_when_it_leaves():
-    metrics = Metrics()
-    engine = Engine(NoModel(), BatchingLimits(max_batch_prefill_tokens=100, max_batch_total_tokens=1000), metrics)
-    api = Api(engine, WordTokenizer(), Limits(max_input_tokens=50, max_total_tokens=100),
-              ServerInfo(model_id="m", model_sha=None, max_concurrent_requests=8, max_client_batch_size=1,
-                         validation_workers=1), metrics)
+    engine, api = in_process_api(NoModel(), WordTokenizer(), max_total_tokens=100)
     body = {"inputs": "a waiting request", "parameters": {"max_new_tokens": 4}}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://engine") as client:
         async def queue_size() -> float:
