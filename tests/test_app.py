@@ -218,7 +218,7 @@ def catalog() -> explorer.Catalog:
 
 def test_catalog_offers_the_references_and_the_example(catalog) -> None:
     names = catalog.names()
-    assert len(catalog.names("reference")) == 3 and "example: smollm2-135m-cpu" in names
+    assert len(catalog.names("reference")) == 5 and "example: smollm2-135m-cpu" in names
     ref = catalog.load(catalog.names("reference")[0])
     assert ref.kind == "reference" and ref.metrics
     assert catalog.unique_name("example: smollm2-135m-cpu") == "example: smollm2-135m-cpu (2)"

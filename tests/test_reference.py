@@ -24,6 +24,7 @@ SEEDS = ROOT.parent / "shared" / "seeds"
 DATA = ROOT / "data"
 TGI = "tgi-benchmark-mt0-xxl"
 CODELLAMA, PHI3 = "happy-vllm-codellama-7b-a100", "happy-vllm-phi-3-vision-h100"
+PHI3_A100, PHI3_H100 = "happy-vllm-phi-3-vision-a100-rerun", "happy-vllm-phi-3-vision-h100-rerun"
 
 
 def seed(prefix: str) -> str:
@@ -48,9 +49,9 @@ def markdown_rows(text: str, first_header: str) -> list[list[str]]:
     return rows
 
 
-def test_lists_the_three_seed_sets():
-    assert list_references() == [CODELLAMA, PHI3, TGI]
-    assert set(load_references()) == {CODELLAMA, PHI3, TGI}
+def test_lists_the_three_seed_sets_and_seed_003s_reruns():
+    assert list_references() == [CODELLAMA, PHI3_A100, PHI3, PHI3_H100, TGI]
+    assert set(load_references()) == {CODELLAMA, PHI3, PHI3_A100, PHI3_H100, TGI}
 
 
 def test_unknown_name_says_what_exists():
@@ -179,6 +180,29 @@ def test_happy_vllm_main_metrics(name, prefix, ingestion, speed, kv, model, gpu)
     assert [float(re.sub(r"[^\d.]", "", p.split()[0].replace("k", "000"))) for p in printed] == [ingestion, speed, kv]
     with pytest.raises(KeyError, match="prompt_ingestion_speed"):
         ref.metric("goodput")
+
+
+@pytest.mark.parametrize(("name", "commit", "ingestion", "speed", "kv", "gpu"), [
+    (PHI3_A100, "9649d93", 20000, 54, 125_000, "A100-80g"),
+    (PHI3_H100, "81b1eb3", 41500, 77, 150_000, "H100"),
+])
+def test_seed_003_reruns(name, commit, ingestion, speed, kv, gpu):
+    ref = load_reference(name)
+    assert [ref.metric(m) for m in ("prompt_ingestion_speed", "generation_speed_per_request", "kv_cache_capacity")] \
+        == [ingestion, speed, kv]
+    assert ref.meta["commit"].startswith(commit) and ref.meta["commit"] in ref.source
+    assert ref.source.endswith(ref.meta["path"]) and ref.meta["path"].startswith(f"{gpu}/Phi-3/")
+    assert ref.meta["hardware"]["gpu_name"] == ref.launch_parameters["gpu_name"] == gpu
+    # the seed's launch parameters but for the run's date (and, on the A100, the relabelled GPU)
+    seed_params = load_reference(PHI3).launch_parameters
+    assert {k for k, v in ref.launch_parameters.items() if seed_params[k] != v} <= {"suite_id", "gpu_name"}
+    assert ref.launcher_config() == load_reference(PHI3).launcher_config()
+    assert ref.points.iloc[0][S.USERS] == 10
+
+
+def test_seed_003_says_where_it_was_relabelled():
+    notes = " ".join(load_reference(PHI3).meta["notes"])
+    assert "631bf02" in notes and "9649d93" in notes and "debug mode" in notes
 
 
 def test_happy_vllm_main_metrics_beside_ours():

@@ -2,7 +2,8 @@
 
     >>> from tgi_toolkit.reference import list_references, load_reference
     >>> list_references()
-    ['happy-vllm-codellama-7b-a100', 'happy-vllm-phi-3-vision-h100', 'tgi-benchmark-mt0-xxl']
+    ['happy-vllm-codellama-7b-a100', 'happy-vllm-phi-3-vision-a100-rerun', 'happy-vllm-phi-3-vision-h100',
+     'happy-vllm-phi-3-vision-h100-rerun', 'tgi-benchmark-mt0-xxl']
     >>> ref = load_reference("tgi-benchmark-mt0-xxl")
     >>> ref.batch          # batch.parquet columns: one row per batch size, the published averages
 
