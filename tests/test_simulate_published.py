@@ -1,0 +1,65 @@
+"""The roofline against the published happy_vllm cards (tgi_toolkit.simulate.published)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tgi_toolkit.simulate.published import CARDS, Card, card_generation_speed, compare, vllm_batched_tokens
+
+
+def row(out: int, e2e: float, ttft: float = 0.5, warmup: bool = False, error: str | None = None) -> dict:
+    return {"output_tokens": out, "e2e_s": e2e, "ttft_s": ttft, "warmup": warmup, "error": error}
+
+
+def test_card_generation_speed_is_the_median_of_tokens_over_time_from_the_request_start():
+    rows = [
+        row(128, 2.0, ttft=1.0),  # 64 t/s (TTFT counts: without it this request would read 127 / 1.0 s)
+        row(128, 4.0),  # 32 t/s
+        row(100, 1.0),  # 100 t/s
+        row(128, 0.5, warmup=True),  # 256 t/s, a warm-up: left out
+        row(0, 0.1, error="timeout"),  # failed: left out
+    ]
+    assert card_generation_speed(rows) == pytest.approx(64.0)  # median of 32, 64, 100
+    rows.append(row(90, 1.0))  # 90 t/s: the median of 32, 64, 90, 100 is (64 + 90) / 2
+    assert card_generation_speed(rows) == pytest.approx(77.0)
+    assert math.isnan(card_generation_speed([row(128, 1.0, warmup=True)]))
+
+
+def test_vllm_profiles_max_model_len_tokens_without_chunked_prefill():
+    phi3 = next(c for c in CARDS if c.seed == "9649d93")
+    assert vllm_batched_tokens(phi3) == 100_000
+    assert vllm_batched_tokens(Card("x", "codellama/CodeLlama-7b-Instruct-hf", "A100-80GB", 1024, "x")) == 2048
+
+
+def test_seed_003_runs_on_the_a100_its_authors_relabelled_it_to():
+    by_seed = {c.seed: c for c in CARDS}
+    assert by_seed["003"].gpu == by_seed["9649d93"].gpu == "A100-80GB"
+    assert by_seed["81b1eb3"].gpu == "H100-80GB"
+    assert by_seed["003"].reference == "happy-vllm-phi-3-vision-h100"  # the seed's folder, as published
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return compare()
+
+
+@pytest.mark.parametrize("seed", ["001", "9649d93", "81b1eb3"])
+def test_within_30_percent_of_every_main_metric(rows, seed):
+    mine = [r for r in rows if r["seed"] == seed]
+    assert [r["metric"] for r in mine] == ["prompt_ingestion_speed", "generation_speed_per_request",
+                                           "kv_cache_capacity"]
+    for r in mine:
+        assert 0.7 <= r["ratio"] <= 1.3, r
+        assert r["note"] == ""
+
+
+def test_the_debug_mode_speed_carries_a_note(rows):
+    (speed,) = [r for r in rows if r["seed"] == "003" and r["metric"] == "generation_speed_per_request"]
+    assert speed["published"] == 18 and "debug" in speed["note"]
+    assert speed["ratio"] > 2  # the clean rerun on the same GPU published ~54 t/s
+    assert [r["note"] for r in rows if r["seed"] == "003" and r is not speed] == ["", ""]
+    # the relabelled card's KV capacity is predicted for the A100, as is the A100 rerun's (both ~125k)
+    kv = {r["seed"]: r["predicted"] for r in rows if r["metric"] == "kv_cache_capacity"}
+    assert kv["003"] == kv["9649d93"]
