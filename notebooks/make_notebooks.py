@@ -462,7 +462,8 @@ NB04 = [
 Numbers mean little alone. This notebook puts a result set beside another (two configurations,
 two machines) and beside the results the seeds published: `text-generation-benchmark`'s tables for
 mt0-xxl on 4 GPUs (seed 000) and happy_vllm's model cards for CodeLlama-7b on an A100 and
-Phi-3-vision on an H100 (seeds 001, 003). The published numbers are read into the same tables as
+Phi-3-vision titled H100 (seeds 001, 003; seed 003 is a debug-mode run on an A100-80g, by its authors'
+later relabel and rerun, both in `data/reference` too). The published numbers are read into the same tables as
 our runs (`tgi_toolkit.reference`), so every figure takes them as it takes a run.
 
 It needs no server: by default it reads the example result set in `data/examples/` (a real run of
@@ -1037,10 +1038,11 @@ pd.concat([measured.points.assign(gpu="this machine (measured)")[["gpu", "users"
     md("""
 ## Beside the published cards
 
-The published cards (seeds 001 and 003, happy_vllm on vLLM) against the roofline's prediction for the
-same model, card and workload. vLLM's scheduler differs from TGI's (no chunked prefill in 0.4.3, its own
-memory profile), which the simulation follows; `simulate.published` says where that matters. Seed 003's
-generation speed is far below what any roofline of that model predicts: the efficiency fit leaves it out.
+The published cards (seed 001, seed 003 and its authors' two reruns, happy_vllm on vLLM) against the
+roofline's prediction for the same model, GPU and workload. vLLM's scheduler differs from TGI's (no
+chunked prefill on these cards, its own memory profile), which the simulation follows;
+`simulate.published` says where that matters. Seed 003 ran on an A100-80g in what its authors call debug
+mode: its generation-speed row carries a note, and the efficiency fit uses the reruns instead.
 """),
     code("""
 from tgi_toolkit.simulate.published import compare
