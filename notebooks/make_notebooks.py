@@ -1022,8 +1022,9 @@ fig"""),
 ## 3. The same workload on GPUs you do not have
 
 The roofline model prices a forward as max(compute, memory) from the card's datasheet (dense 16-bit
-FLOP/s, HBM bandwidth) and the model's shape (config.json), with efficiency factors fitted once to the
-published cards (`simulate.gpu.EFFICIENCY`, explained in its module). The KV capacity and the prefill
+FLOP/s, HBM bandwidth) and the model's shape (config.json), plus a host time per token that does not scale
+with the GPU, with efficiency factors fitted once to the published cards (`simulate.gpu.EFFICIENCY`,
+explained in its module; the host time is that of the cards' vLLM, so TGI's ingestion may be faster). The KV capacity and the prefill
 budget are those TGI 3 would find on that card (the capacity planner, the launcher's FLOPs rule).
 """),
     code("""
@@ -1042,7 +1043,7 @@ The published cards (seed 001, seed 003 and its authors' two reruns, happy_vllm 
 roofline's prediction for the same model, GPU and workload. vLLM's scheduler differs from TGI's (no
 chunked prefill on these cards, its own memory profile), which the simulation follows;
 `simulate.published` says where that matters. Seed 003 ran on an A100-80g in what its authors call debug
-mode: its generation-speed row carries a note, and the efficiency fit uses the reruns instead.
+mode: its two speed rows carry a note, and the efficiency fit uses the reruns instead.
 """),
     code("""
 from tgi_toolkit.simulate.published import compare

@@ -233,25 +233,47 @@ def test_roofline_decode_is_memory_bound_as_worked_by_hand():
     # Llama-2-7B (tests/data/configs): 6,738,415,616 parameters, 131,072,000 each in embeddings and lm_head.
     # bf16 weights 13,476,831,232 B; KV 2 x 32 layers x 32 heads x 128 x 2 B = 524,288 B per token.
     model = roofline("A100-80GB", "tests/data/configs/llama-2-7b.json", matmul_efficiency=0.5,
-                     attention_efficiency=0.25, bandwidth_efficiency=0.5, forward_overhead_s=0.001)
+                     attention_efficiency=0.25, bandwidth_efficiency=0.5, forward_overhead_s=0.001,
+                     host_token_s=20e-6)
     decode = uniform_shape(1, 1, 999, prefilling=False)  # one row, 1000 tokens of context
     memory = (13_476_831_232 + 524_288 * 1000) / (2039e9 * 0.5)
-    assert model.seconds(decode) == pytest.approx(memory + 0.001, rel=1e-9)
+    # the host adds 20 us for the forward's one token
+    assert model.seconds(decode) == pytest.approx(memory + 0.001 + 20e-6, rel=1e-9)
     # a 2000-token prefill is compute-bound: 2 x body params x tokens + lm_head once, and 4 x 32 x 32 x 128
     # FLOPs per query-key pair over 2000 x 2001 / 2 pairs
     prefill = uniform_shape(1, 2000, 0)
     compute = (2 * (6_476_271_616 * 2000 + 131_072_000) / (312e12 * 0.5)
                + 524_288 * 2_001_000 / (312e12 * 0.25))
-    assert model.seconds(prefill) == pytest.approx(compute + 0.001, rel=1e-9)
+    assert model.seconds(prefill) == pytest.approx(compute + 0.001 + 2000 * 20e-6, rel=1e-9)
+
+
+def test_roofline_host_time_per_token_as_worked_by_hand():
+    # Llama-2-7B prefill of 512 tokens on an H100 (989 TFLOP/s, 3,350 GB/s), all efficiencies 0.5:
+    #   weights: 2 x (6,476,271,616 x 512 + 131,072,000) = 6,631,964,278,784 FLOPs -> / 494.5e12 = 13.4115 ms;
+    #   attention: 512 x 513 / 2 = 131,328 pairs x 524,288 FLOPs = 68,853,694,464 -> / 494.5e12 = 0.1392 ms;
+    #   memory: 13,476,831,232 B / 1,675e9 = 8.0459 ms, below the 13.5507 ms of compute;
+    #   host: 512 x 12 us = 6.144 ms, on top of the max, whatever the GPU: 19.6947 ms in all.
+    model = roofline("H100", "tests/data/configs/llama-2-7b.json", matmul_efficiency=0.5, attention_efficiency=0.5,
+                     bandwidth_efficiency=0.5, forward_overhead_s=0.0, host_token_s=12e-6)
+    assert model.seconds(uniform_shape(1, 512, 0)) == pytest.approx(0.0196947, abs=1e-7)
+    # decode of 8 rows: 8 tokens of host time (96 us) beside the memory-bound step
+    without = roofline("H100", "tests/data/configs/llama-2-7b.json", matmul_efficiency=0.5, attention_efficiency=0.5,
+                       bandwidth_efficiency=0.5, forward_overhead_s=0.0, host_token_s=0.0)
+    decode = uniform_shape(8, 1, 500, prefilling=False)
+    assert model.seconds(decode) - without.seconds(decode) == pytest.approx(96e-6, rel=1e-9)
+    again = type(model).from_dict(model.to_dict())
+    assert again.host_token_s == 12e-6 and model.describe()["host_token_s"] == 12e-6
 
 
 def test_roofline_shards_add_the_allreduce_term():
-    one = roofline("H100", "tests/data/configs/llama-2-7b.json", forward_overhead_s=0.0)
-    two = roofline("H100", "tests/data/configs/llama-2-7b.json", num_shard=2, forward_overhead_s=0.0)
+    one = roofline("H100", "tests/data/configs/llama-2-7b.json", forward_overhead_s=0.0, host_token_s=10e-6)
+    two = roofline("H100", "tests/data/configs/llama-2-7b.json", num_shard=2, forward_overhead_s=0.0,
+                   host_token_s=10e-6)
     shape = uniform_shape(8, 1, 500, prefilling=False)
-    # half the reads on each card; 2 all-reduces per layer of 8 tokens x 4096 x 2 B over NVLink (900 GB/s x 0.7)
+    # half the reads on each card; 2 all-reduces per layer of 8 tokens x 4096 x 2 B over NVLink (900 GB/s x 0.7);
+    # the host's 8 tokens x 10 us = 80 us are not halved
     comm = 2 * 32 * (10e-6 + 2 * 0.5 * 8 * 4096 * 2 / (900e9 * 0.7))
-    assert two.seconds(shape) == pytest.approx(one.seconds(shape) / 2 + comm, rel=1e-9)
+    assert two.seconds(shape) == pytest.approx((one.seconds(shape) - 80e-6) / 2 + 80e-6 + comm, rel=1e-9)
 
 
 def test_roofline_refuses_an_unknown_card():
