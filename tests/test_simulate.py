@@ -182,6 +182,30 @@ def test_profile_fit_separates_request_overhead():
     assert all(p["ratio"] == pytest.approx(1.0) for p in model.points)
 
 
+def test_profile_fit_finds_the_knee_below_which_tokens_ride_on_the_weight_read():
+    # A forward that reads its weights in 50 ms and computes 1 ms per token past the first 32 (what the
+    # embedded engine showed: 48-52 ms for 1 to 32 tokens, ~0.7 ms per token beyond), 5 ms per request:
+    # TTFT of 16 and 32 tokens 55 ms; 64 tokens 50 + 32 + 5 = 87 ms; 128 tokens 151 ms; 256 tokens 279 ms;
+    # a decode step of 1, 8 or 32 rows 50 ms, of 64 rows 82 ms.
+    ingestion = [(16, 0.055), (32, 0.055), (64, 0.087), (128, 0.151), (256, 0.279)]
+    decode = [(uniform_shape(b, 1, 100, prefilling=False), t) for b, t in ((1, .05), (8, .05), (32, .05), (64, .082))]
+    from tgi_toolkit.simulate.calibrate import KNEES
+
+    model = fit_profile(ingestion, decode, free_tokens=KNEES)
+    assert model.free_tokens == 32
+    assert (model.forward_s, model.token_s, model.request_overhead_s) == pytest.approx((0.05, 0.001, 0.005), rel=1e-6)
+    assert model.seconds(uniform_shape(1, 64, 0)) == pytest.approx(0.082)
+    assert "(tokens - 32)+" in model.formula()
+    # a straight line through the same times (no knee) misses the short prompts
+    line = fit_profile(ingestion, decode, free_tokens=(0,))
+    assert line.free_tokens == 0
+    assert max(abs(p["ratio"] - 1) for p in line.points) > 0.1
+    again = load_cost_model(model.to_dict())
+    assert again.free_tokens == 32 and again.seconds(uniform_shape(1, 16, 0)) == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="free_tokens must be a whole number of tokens >= 0"):
+        load_cost_model({**model.to_dict(), "free_tokens": -3})
+
+
 def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot():
     # "Measured" tables made by the simulator with a known model (4 ms front end per request, 256-token
     # prefill budget): a batch of 16 prompts of 384 tokens is 24 chunked forwards whose rows and tokens

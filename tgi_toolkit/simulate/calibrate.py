@@ -10,11 +10,12 @@ Two measurements, both with bench's own scenarios (real clients over HTTP, nothi
    decoding rows (what the client sees per step, scheduler and streaming included).
 
 The fit (costs.fit_linear's non-negative least squares on relative error, with the overhead as one more
-unknown) goes in two stages. First the closed form: a TTFT is its prompt's chunks, a decode latency one
-forward. Then by replay: the same scenarios run on the simulator, with TGI's scheduler deciding each forward
-as it did on the server, and each measured time is fitted to the sum of the forwards it spans there
-(`replay_rows`), twice. Replay is what prices a batch's prefill: how the scheduler splits B prompts into
-forwards under its budget is the scheduler's business, not a formula's.
+unknown, and, when asked, the knee `free_tokens` chosen from KNEES by the same error) goes in two stages. First
+the closed form: a TTFT is its prompt's chunks, a decode latency one forward. Then by replay: the same
+scenarios run on the simulator, with TGI's scheduler deciding each forward as it did on the server, and
+each measured time is fitted to the forwards it spans there (`replay_rows`), twice. Replay is what prices
+a batch's prefill: how the scheduler splits B prompts into forwards under its budget is the scheduler's
+business, not a formula's.
 
 The model remembers the server's limits and scheduling mode (`source.server`), so a simulation with it
 stands for that server unless told otherwise; the measured points and the fit's error on each are in
@@ -46,17 +47,12 @@ FULL = {"prompt_tokens": (16, 64, 256, 512, 1024, 1536), "batch_sizes": (1, 2, 4
 REPLAYS = 2
 
 
-def prefill_vector(length: int, budget: int | None) -> np.ndarray:
-    """The summed features of the forwards computing one prompt alone: chunks of `budget` tokens
-    (the last one emits the first token), each a prefilling forward of one row."""
+def prefill_forwards(length: int, budget: int | None) -> np.ndarray:
+    """The features (one row per forward) of the forwards computing one prompt alone: chunks of `budget`
+    tokens (the last one emits the first token), each a prefilling forward of one row."""
     step = length if not budget or budget >= length else budget
-    total = np.zeros(len(TERMS))
-    start = 0
-    while start < length:
-        n = min(step, length - start)
-        total += np.array(uniform_shape(1, n, start, prefilling=True).vector())
-        start += n
-    return total
+    return np.array([uniform_shape(1, min(step, length - start), start, prefilling=True).vector()
+                     for start in range(0, length, step)])
 
 
 def _server_facts(server: Any) -> dict[str, Any]:
@@ -93,41 +89,69 @@ def _mode(environ: Mapping[str, str]) -> dict[str, Any]:
 PROFILE_TERMS = tuple(t for t in TERMS if t != "prefill_forward_s")
 
 
+# Knees tried by the fit (costs.LinearCostModel.free_tokens); the best by relative error is kept.
+# Knees a fit may try (costs.LinearCostModel.free_tokens). The profile tries none by default (FREE_TOKENS):
+# the runner's own forwards show the knee clearly (1 to 32 tokens 48-52 ms, then ~0.7 ms a token), but on
+# this shared 2-core machine a profile's timings moved 15-50 % between runs, and with the knee free the fit
+# traded it against the request overhead (once a knee of 96 tokens with a 49 ms overhead, against 15-20 ms
+# in every other fit). A prompt grid either side of the knee (16, 64, 128, 256, ...) is what pins it.
+KNEES = (0, 8, 16, 24, 32, 48, 64, 96, 128)
+FREE_TOKENS = (0,)
+TOKENS = TERMS.index("token_s")
+
+
 @dataclass
 class Sample:
-    """One measured time and the summed features of the forwards it spans (plus request overheads)."""
+    """One measured time and the forwards it spans (their features at no knee, one row each, divided by
+    `per`: a decode latency is the mean of its steps), plus the request overheads it includes."""
 
     kind: str  # ttft | prefill | decode
-    features: np.ndarray  # len(TERMS)
-    overheads: float  # request overheads it includes
+    forwards: np.ndarray  # [forwards, len(TERMS)]
+    overheads: float
     seconds: float
     about: dict[str, Any]  # what was measured (prompt tokens, rows, context), copied into model.points
+    per: float = 1.0
+
+    def features(self, free_tokens: int = 0) -> np.ndarray:
+        """The summed features with the knee applied forward by forward."""
+        f = self.forwards.copy()
+        f[:, TOKENS] = np.maximum(f[:, TOKENS] - free_tokens, 0)
+        return f.sum(axis=0) / self.per
 
 
 def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[Shape, float]], *,
                 prefill_budget: int | None = None, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
-                source: Mapping[str, Any] | None = None) -> LinearCostModel:
+                source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS) -> LinearCostModel:
     """The linear model from (prompt length, TTFT) and (decode forward shape, seconds) samples; the
     request overhead is fitted with it (it appears in every TTFT and in no decode step)."""
-    samples = [Sample("ttft", prefill_vector(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
+    samples = [Sample("ttft", prefill_forwards(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
                for length, ttft in ingestion]
-    samples += [Sample("decode", np.array(shape.vector()), 0.0, seconds,
+    samples += [Sample("decode", np.array([shape.vector()]), 0.0, seconds,
                        {"rows": shape.rows, "context": shape.context}) for shape, seconds in decode]
-    return fit_samples(samples, terms=terms, name=name, source=source)
+    return fit_samples(samples, terms=terms, name=name, source=source, free_tokens=free_tokens)
 
 
 def fit_samples(samples: Sequence[Sample], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
-                source: Mapping[str, Any] | None = None) -> LinearCostModel:
-    """Non-negative coefficients of `terms` and the request overhead minimising relative error."""
+                source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS) -> LinearCostModel:
+    """Non-negative coefficients of `terms` and the request overhead minimising relative error, at the knee
+    of `free_tokens` that fits best."""
     keep = [TERMS.index(t) for t in terms]
-    x = np.column_stack([np.array([s.features for s in samples])[:, keep], [s.overheads for s in samples]])
     y = np.array([s.seconds for s in samples], dtype=float)
     if not len(y) or np.any(~np.isfinite(y)) or np.any(y <= 0):
         raise ValueError("profile: every measured time must be a positive number of seconds")
     w = 1 / y
-    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)
-    coef = _nnls(x * w[:, None] / scale, y * w) / scale
-    model = LinearCostModel(request_overhead_s=float(coef[-1]), name=name, source=dict(source or {}))
+    best: tuple[float, int, np.ndarray, np.ndarray] | None = None
+    for knee in free_tokens:
+        x = np.column_stack([np.array([s.features(knee) for s in samples])[:, keep], [s.overheads for s in samples]])
+        scale = np.maximum(np.abs(x).max(axis=0), 1e-30)
+        coef = _nnls(x * w[:, None] / scale, y * w) / scale
+        err = float(np.sum(((x @ coef - y) * w) ** 2))
+        if best is None or err < best[0] - 1e-12:
+            best = (err, knee, coef, x)
+    assert best is not None
+    _, knee, coef, x = best
+    model = LinearCostModel(request_overhead_s=float(coef[-1]), name=name, source=dict(source or {}),
+                            free_tokens=int(knee) if coef[keep.index(TOKENS)] > 0 else 0)
     for i, term in zip(keep, terms, strict=True):
         setattr(model, TERMS[i], float(coef[terms.index(term)]))
     fitted = x @ coef
@@ -173,13 +197,13 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
     for point in points:
         for phase in point.phases:
             sim.run(phase.driver, phase.requests)
-    total = np.vstack([np.zeros(len(TERMS)), np.cumsum(np.array(vectors), axis=0)])
+    every = np.array(vectors).reshape(-1, len(TERMS))
 
     def span(after_ns: int, until_ns: int) -> np.ndarray:
-        return total[bisect_right(ends, until_ns)] - total[bisect_right(ends, after_ns)]
+        return every[bisect_right(ends, after_ns):bisect_right(ends, until_ns)]
 
     simulated_ttft: dict[tuple[str, int], np.ndarray] = {}
-    simulated_batch: dict[tuple[int, int, int, bool], tuple[np.ndarray, np.ndarray]] = {}
+    simulated_batch: dict[tuple[int, int, int, bool], tuple[np.ndarray, np.ndarray, int]] = {}
     for point in points:
         if point.batch is None:
             for r in point.requests:
@@ -193,7 +217,7 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
             steps = max(len(rec.token_ns) for rec in records) - 1
             simulated_batch[(*point.batch[:2], repeat, warm)] = (
                 span(min(rec.sent_ns for rec in records), first),
-                span(first, max(rec.token_ns[-1] for rec in records)) / max(steps, 1))
+                span(first, max(rec.token_ns[-1] for rec in records)), max(steps, 1))
 
     samples = []
     req = ingestion.requests
@@ -211,25 +235,27 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
             key = (int(size), int(ctx), int(repeat), False)
             if key not in simulated_batch:
                 continue
-            pre, step = simulated_batch[key]
+            pre, steps, per = simulated_batch[key]
             if prefill == prefill and prefill > 0:
                 samples.append(Sample("prefill", pre, 1.0, float(prefill),
                                       {"rows": int(size), "prompt_tokens": int(ctx)}))
             if latency == latency and latency > 0:
-                samples.append(Sample("decode", step, 0.0, float(latency),
-                                      {"rows": int(size), "context": int(size) * (int(ctx) + int(d) // 2)}))
+                samples.append(Sample("decode", steps, 0.0, float(latency),
+                                      {"rows": int(size), "context": int(size) * (int(ctx) + int(d) // 2)}, per))
     return samples
 
 
 def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | None = None,
             batch_sizes: Sequence[int] | None = None, contexts: Sequence[int] | None = None,
             decode_length: int | None = None, repeats: int | None = None, environ: Mapping[str, str] | None = None,
+            free_tokens: Sequence[int] = FREE_TOKENS,
             progress: bool = False, output: str | None = None) -> LinearCostModel:
     """Measure `server` (a URL or a started Server) over a small grid and fit the calibrated model.
 
     quick: the small grid (about a minute on the embedded engine on 2 cores), else a fuller one.
     environ: the scheduling variables the server runs with (default: this process's, which an embedded
-    server started from here inherits). output: also save the model as JSON there.
+    server started from here inherits). free_tokens: the knees to try (KNEES tries them all; use it with
+    prompt lengths either side of the knee). output: also save the model as JSON there.
     """
     from tgi_toolkit.bench.api import measure_ingestion, run_batch
 
@@ -273,10 +299,10 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
                                                           for k, v in grid.items()},
               "server": {**facts, **mode}, "hardware": provenance.hardware(), "versions": provenance.versions()}
     name = f"calibrated {facts.get('model_id', '')}".strip()
-    model = fit_profile(ingestion, decode, prefill_budget=budget, name=name, source=source)
+    model = fit_profile(ingestion, decode, prefill_budget=budget, name=name, source=source, free_tokens=free_tokens)
     for _ in range(REPLAYS):
         model = fit_samples(replay_rows(model, ing, batches, repeats=int(grid["repeats"])), name=name,
-                            source=source)
+                            source=source, free_tokens=free_tokens)
     if output:
         model.save(output)
     return model

@@ -12,10 +12,16 @@ positions `start .. start + length - 1` of its sequence. Its price depends on:
 - prefilling: whether the forward computes prompt tokens (TGI runs those eagerly, pure decode on a
   CUDA graph; the embedded engine takes another code path too).
 
-The calibrated model is `t = forward_s + prefill_forward_s * prefilling + token_s * tokens + row_s * rows
-+ context_token_s * context + attention_pair_s * pairs`, coefficients non-negative, plus
+The calibrated model is `t = forward_s + prefill_forward_s * prefilling + token_s * max(tokens - free_tokens, 0)
++ row_s * rows + context_token_s * context + attention_pair_s * pairs`, coefficients non-negative, plus
 `request_overhead_s`: time between a client sending a request and its entry reaching the queue (HTTP,
 validation, tokenization), which the client sees in TTFT but no forward contains.
+
+`free_tokens` is the roofline's knee seen from a forward: a forward reads every weight once whatever it
+computes, and up to some number of tokens the matmuls finish inside that read, so the first tokens cost
+nothing beyond `forward_s`. On the embedded engine (2 CPU cores, bf16) a forward of 1 to 32 tokens took
+48-52 ms and each token past that about 0.7 ms; without the knee a straight line through both overprices
+a 64-token prompt by a third. A decode step of up to that many rows pays no token cost either.
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ class LinearCostModel:
     # Spread of a forward's time around the model (coefficient of variation). Real forwards vary; with none,
     # identical requests sent together stay in lockstep for ever, which no real server keeps.
     jitter_cv: float = 0.0
+    free_tokens: int = 0  # tokens a forward computes within forward_s (module docstring)
     name: str = "linear"
     source: dict[str, Any] = field(default_factory=dict)
     points: list[dict[str, Any]] = field(default_factory=list)  # what it was fitted to, with the fit's error
@@ -101,20 +108,26 @@ class LinearCostModel:
         return [getattr(self, t) for t in TERMS]
 
     def seconds(self, shape: Shape) -> float:
-        return (self.forward_s + self.prefill_forward_s * shape.prefilling + self.token_s * shape.tokens
-                + self.row_s * shape.rows + self.context_token_s * shape.context
-                + self.attention_pair_s * shape.pairs)
+        return (self.forward_s + self.prefill_forward_s * shape.prefilling
+                + self.token_s * max(shape.tokens - self.free_tokens, 0) + self.row_s * shape.rows
+                + self.context_token_s * shape.context + self.attention_pair_s * shape.pairs)
 
     def formula(self) -> str:
-        parts = [f"{getattr(self, t) * 1e3:.4g} ms" if t == "forward_s" else
-                 f"{getattr(self, t) * 1e3:.4g} ms x {t.removesuffix('_s').replace('_', ' ')}"
-                 for t in TERMS if getattr(self, t) or t == "forward_s"]
+        def term(t: str) -> str:
+            if t == "forward_s":
+                return f"{self.forward_s * 1e3:.4g} ms"
+            what = t.removesuffix("_s").replace("_", " ")
+            if t == "token_s" and self.free_tokens:
+                what = f"(tokens - {self.free_tokens})+"
+            return f"{getattr(self, t) * 1e3:.4g} ms x {what}"
+
+        parts = [term(t) for t in TERMS if getattr(self, t) or t == "forward_s"]
         return "t = " + " + ".join(parts)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "linear", "name": self.name, "formula": self.formula(),
-                **{t: getattr(self, t) for t in TERMS}, "request_overhead_s": self.request_overhead_s,
-                "jitter_cv": self.jitter_cv, "source": self.source}
+                **{t: getattr(self, t) for t in TERMS}, "free_tokens": self.free_tokens,
+                "request_overhead_s": self.request_overhead_s, "jitter_cv": self.jitter_cv, "source": self.source}
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -149,12 +162,15 @@ def load_cost_model(path_or_dict: str | Path | Mapping[str, Any]) -> CostModel:
         return RooflineCostModel.from_dict(data)
     if kind != "linear":
         raise ValueError(f"cost_model: kind {kind!r} is not known (allowed: linear, roofline)")
-    known = {*TERMS, "request_overhead_s", "jitter_cv", "name", "source", "points"}
+    known = {*TERMS, "request_overhead_s", "jitter_cv", "free_tokens", "name", "source", "points"}
     values = {k: v for k, v in data.items() if k in known}
     for term in (*TERMS, "request_overhead_s", "jitter_cv"):
         value = values.get(term, 0.0)
         if not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
             raise ValueError(f"cost_model: {term} must be a number of seconds >= 0; got {value!r}")
+    free = values.get("free_tokens", 0)
+    if isinstance(free, bool) or not isinstance(free, int) or free < 0:
+        raise ValueError(f"cost_model: free_tokens must be a whole number of tokens >= 0; got {free!r}")
     return LinearCostModel(**values)
 
 
@@ -180,11 +196,12 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def fit_linear(samples: Iterable[tuple[Shape, float]], *, terms: Sequence[str] = TERMS,
                request_overhead_s: float = 0.0, relative: bool = True, name: str = "linear",
-               source: Mapping[str, Any] | None = None) -> LinearCostModel:
+               source: Mapping[str, Any] | None = None, free_tokens: int = 0) -> LinearCostModel:
     """Fit the coefficients of `terms` (others stay 0) to (forward shape, seconds) samples.
 
     relative: minimise relative rather than absolute error (forwards span orders of magnitude, and the
-    targets are ratios). Coefficients are kept >= 0 so that the model stays monotone.
+    targets are ratios). Coefficients are kept >= 0 so that the model stays monotone. free_tokens: the
+    knee the model is fitted at (module docstring).
     """
     samples = list(samples)
     unknown = sorted(set(terms) - set(TERMS))
@@ -193,14 +210,15 @@ def fit_linear(samples: Iterable[tuple[Shape, float]], *, terms: Sequence[str] =
     if not samples:
         raise ValueError("samples: nothing to fit")
     idx = [TERMS.index(t) for t in terms]
-    x = np.array([[s.vector()[i] for i in idx] for s, _ in samples], dtype=float)
+    x = np.array([[s.vector(free_tokens)[i] for i in idx] for s, _ in samples], dtype=float)
     y = np.array([t for _, t in samples], dtype=float)
     if np.any(~np.isfinite(y)) or np.any(y <= 0):
         raise ValueError("samples: every time must be a positive number of seconds")
     w = 1 / y if relative else np.ones_like(y)
     scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # columns of similar size for lstsq
     coef = _nnls(x * w[:, None] / scale, y * w) / scale
-    model = LinearCostModel(request_overhead_s=request_overhead_s, name=name, source=dict(source or {}))
+    model = LinearCostModel(request_overhead_s=request_overhead_s, name=name, source=dict(source or {}),
+                            free_tokens=free_tokens)
     for i, term in zip(idx, terms, strict=True):
         setattr(model, TERMS[i], float(coef[terms.index(term)]))
     model.points = [{"rows": s.rows, "tokens": s.tokens, "context": s.context, "pairs": s.pairs,

@@ -16,6 +16,7 @@ class Shape:
     pairs: float
     prefilling: bool
 
-    def vector(self) -> list[float]:
-        return [1.0, float(self.prefilling), float(self.tokens), float(self.rows), float(self.context),
-                float(self.pairs)]
+    def vector(self, free_tokens: int = 0) -> list[float]:
+        """The linear model's features (costs.TERMS order); tokens beyond `free_tokens` only (the knee)."""
+        return [1.0, float(self.prefilling), float(max(self.tokens - free_tokens, 0)), float(self.rows),
+                float(self.context), float(self.pairs)]
