@@ -207,11 +207,15 @@ def run_rate(server: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0), arrival: 
 
 
 # -- happy_vllm's main metrics --------------------------------------------------------------------------
+def spread_lengths(low: int, high: int, count: int) -> list[int]:
+    """`count` prompt lengths evenly spread from `low` to `high` tokens (fewer where they round alike)."""
+    return sorted({int(round(low + (high - low) * i / (count - 1))) for i in range(count)})
+
+
 def default_ingestion_lengths(target: Target, count: int = 8) -> list[int]:
     """`count` prompt lengths spread from 32 tokens to 90 % of what the server takes (with one new token)."""
     top = int(0.9 * min(target.max_input_tokens or 4096, (target.max_total_tokens or 4097) - 1))
-    top = max(top, 33)
-    return sorted({int(round(32 + (top - 32) * i / (count - 1))) for i in range(count)})
+    return spread_lengths(32, max(top, 33), count)
 
 
 def ingestion_workload(target: Any, prompt_tokens: Sequence[int] | None, repeats: int,

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tgi_toolkit.bench.api import ingestion_workload, rate_workload
+from tgi_toolkit.bench.api import ingestion_workload, rate_workload, spread_lengths
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.results import Results
 from tgi_toolkit.simulate.events import Simulator
@@ -166,8 +166,7 @@ def default_ingestion_lengths(target: SimTarget, count: int = 8) -> list[int]:
     top = int(0.9 * min(target.max_input_tokens or 4096, (target.max_total_tokens or 4097) - 1))
     if not target.scheduler.chunking:
         top = min(top, target.scheduler.max_batch_prefill_tokens)
-    top = max(top, 33)
-    return sorted({int(round(32 + (top - 32) * i / (count - 1))) for i in range(count)})
+    return spread_lengths(32, max(top, 33), count)
 
 
 def measure_ingestion(cost_model: Any, *, prompt_tokens: Sequence[int] | None = None, repeats: int = 3,

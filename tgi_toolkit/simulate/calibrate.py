@@ -89,7 +89,6 @@ def _mode(environ: Mapping[str, str]) -> dict[str, Any]:
 PROFILE_TERMS = tuple(t for t in TERMS if t != "prefill_forward_s")
 
 
-# Knees tried by the fit (costs.LinearCostModel.free_tokens); the best by relative error is kept.
 # Knees a fit may try (costs.LinearCostModel.free_tokens). The profile tries none by default (FREE_TOKENS):
 # the runner's own forwards show the knee clearly (1 to 32 tokens 48-52 ms, then ~0.7 ms a token), but on
 # this shared 2-core machine a profile's timings moved 15-50 % between runs, and with the knee free the fit

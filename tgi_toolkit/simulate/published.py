@@ -112,13 +112,13 @@ CARD_PROMPT_TOKENS = (32, 4096)
 def ingestion_speed(card: Card, cost: RooflineCostModel, *, points: int = 8) -> float:
     """The card's ingestion scenario on its server: prompts of CARD_PROMPT_TOKENS one at a time, 1 / slope
     of TTFT against length."""
+    from tgi_toolkit.bench.api import spread_lengths
     from tgi_toolkit.bench.stats import ingestion_fit
     from tgi_toolkit.simulate.api import measure_ingestion
     from tgi_toolkit.simulate.target import make_target
 
     low, high = CARD_PROMPT_TOKENS
-    high = min(high, card.max_model_len - 1)
-    lengths = sorted({round(low + (high - low) * i / (points - 1)) for i in range(points)})
+    lengths = spread_lengths(low, min(high, card.max_model_len - 1), points)
     with _quiet():
         target = make_target(cost, card_config(card), environ={})
         rows = measure_ingestion(target, prompt_tokens=lengths, repeats=1, light=True).request_rows
