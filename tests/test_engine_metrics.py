@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import in_process_api
@@ -56,3 +57,38 @@ async def test_queue_size_changes_when_a_request_arrives_and_when_it_leaves():
         after = samples((await client.get("/metrics")).text)
     assert after["tgi_queue_size[]"] == 0
     assert after["tgi_request_failure_total[('err', 'dropped')]"] == 2
+
+
+def test_forward_trace_writes_each_forward_as_the_cost_models_price_it(tmp_path):
+    """TGI_TOOLKIT_FORWARD_TRACE: one line per forward with its rows, tokens, context and attention pairs.
+    A 10-token prompt under a 6-token prefill budget, 2 new tokens, chunked (TGI 3): worked by hand,
+    chunk 0-5 (6 tokens, context 6, pairs 1+...+6 = 21), chunk 6-9 (4 tokens each seeing 6 cached ones and
+    the chunk's own: 4x6 + 1+2+3+4 = 34 pairs, context 10), then a decode of token 10 (11 pairs, context 11)."""
+    from tests.test_scheduler import Recorder, add
+    from tgi_toolkit.engine.metrics import Metrics
+    from tgi_toolkit.router.scheduler import Queue, Scheduler, SchedulerConfig
+    from tgi_toolkit.simulate.calibrate import read_trace
+    from tgi_toolkit.simulate.features import Shape
+
+    path = tmp_path / "forwards.jsonl"
+    queue = Queue()
+    metrics = Metrics(trace=open(path, "a", buffering=1))  # noqa: SIM115 (as the engine opens it)
+    scheduler = Scheduler(queue, Recorder(), SchedulerConfig(max_batch_prefill_tokens=6, max_batch_total_tokens=100),
+                          metrics)
+    add(queue, 10, 2)
+    while scheduler.step():
+        pass
+    samples, offset = read_trace(str(path))
+    assert [s for s, _ in samples] == [Shape(1, 6, 6, 21, True), Shape(1, 4, 10, 34, True),
+                                       Shape(1, 1, 11, 11, False)]
+    assert all(seconds >= 0 for _, seconds in samples)
+    assert offset == path.stat().st_size
+    assert read_trace(str(path), offset) == ([], offset)  # nothing new since
+
+
+def test_a_forward_trace_the_engine_cannot_write_is_a_one_line_error(tmp_path):
+    from tgi_toolkit.engine.serve import UnsupportedSetting, _open_trace
+
+    assert _open_trace(None) is None and _open_trace("") is None
+    with pytest.raises(UnsupportedSetting, match=r"TGI_TOOLKIT_FORWARD_TRACE: cannot write '.*missing/t.jsonl' \("):
+        _open_trace(str(tmp_path / "missing" / "t.jsonl"))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import time
+from typing import IO
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from tgi_toolkit.router.scheduler import Entry, Observer
+from tgi_toolkit.router.scheduler import Entry, Forward, Observer
 
 # TGI's v3 allocator logs every allocation attempt at INFO under its router crate's target.
 allocation_log = logging.getLogger("text_generation_router_v3::radix")
@@ -20,7 +23,10 @@ _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 class Metrics(Observer):
     """All of the engine's metrics in one registry; also the scheduler's `Observer`."""
 
-    def __init__(self) -> None:
+    def __init__(self, trace: IO[str] | None = None) -> None:
+        # trace (TGI_TOOLKIT_FORWARD_TRACE): a JSON line per forward, its features as the simulator's cost
+        # models price them and its measured seconds; what /metrics' histograms cannot give a fit: each forward.
+        self._trace = trace
         r = self.registry = CollectorRegistry()
         self.request_count = Counter("tgi_request_count", "Requests received", registry=r)
         self.request_success = Counter("tgi_request_success", "Requests that succeeded", registry=r)
@@ -88,6 +94,16 @@ class Metrics(Observer):
         self.batch_inference_count.labels(method=method).inc()
         self.batch_inference_success.labels(method=method).inc()
         self.batch_forward_duration.labels(method=method).observe(seconds)
+
+    def ran(self, forward: Forward, seconds: float) -> None:
+        if self._trace is None:
+            return
+        from tgi_toolkit.simulate.features import shape_of
+
+        shape = shape_of(forward)
+        self._trace.write(json.dumps({"t": time.time(), "rpc": forward.rpc, "rows": shape.rows, "tokens": shape.tokens,
+                                      "context": shape.context, "pairs": shape.pairs,
+                                      "prefilling": shape.prefilling, "seconds": seconds}) + "\n")
 
     def concat(self, reason: str) -> None:
         self.batch_concat.labels(reason=reason).inc()

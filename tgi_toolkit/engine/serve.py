@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 # The rules live below both the engine and the configuration (the form and the planner show them
 # without importing the engine); re-exported here, where the engine applies them.
@@ -40,6 +40,7 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     refused = refusals(cfg)
     if refused:
         raise UnsupportedSetting("\n".join(refused))
+    trace = _open_trace(os.environ.get("TGI_TOOLKIT_FORWARD_TRACE"))
 
     from tgi_toolkit.engine.api import Api, ServerInfo
     from tgi_toolkit.engine.infer import ComputeThread, Engine, ModelBackend
@@ -58,7 +59,7 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
         raise
     max_total, batch_total = cfg.max_total_tokens, limits.max_batch_total_tokens
 
-    metrics = Metrics()
+    metrics = Metrics(trace=trace)
     metrics.batch_max_total_tokens.set(batch_total)
     backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids)
     engine = Engine(backend, limits, metrics)
@@ -78,6 +79,17 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
         metrics,
     )
     return Built(api.app, engine, api, cfg, time.perf_counter() - started)
+
+
+def _open_trace(path: str | None) -> IO[str] | None:
+    """TGI_TOOLKIT_FORWARD_TRACE's file (appended to, a line per forward), opened before the model loads so
+    that a path it cannot write is a one-line error at once."""
+    if not path:
+        return None
+    try:
+        return open(path, "a", buffering=1)  # noqa: SIM115 (the engine writes to it until it exits)
+    except OSError as exc:
+        raise UnsupportedSetting(f"TGI_TOOLKIT_FORWARD_TRACE: cannot write {path!r} ({exc.strerror})") from None
 
 
 def _load(cfg: Any) -> tuple[Any, Any, Any, Any, Any]:

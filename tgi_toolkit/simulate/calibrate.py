@@ -55,6 +55,23 @@ def prefill_forwards(length: int, budget: int | None) -> np.ndarray:
                      for start in range(0, length, step)])
 
 
+def read_trace(path: str, offset: int = 0) -> tuple[list[tuple[Shape, float]], int]:
+    """The forwards an embedded engine started with TGI_TOOLKIT_FORWARD_TRACE=path wrote after byte `offset`:
+    (features, measured seconds) each, as `costs.fit_linear` takes them; and the offset to read on from."""
+    import json
+
+    samples = []
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1  # a line the engine is still writing waits for the next read
+    for line in data[:end].splitlines():
+        row = json.loads(line)
+        samples.append((Shape(int(row["rows"]), int(row["tokens"]), int(row["context"]), float(row["pairs"]),
+                              bool(row["prefilling"])), float(row["seconds"])))
+    return samples, offset + end
+
+
 def _server_facts(server: Any) -> dict[str, Any]:
     from tgi_toolkit.bench.api import kv_capacity
     from tgi_toolkit.bench.target import resolve
@@ -90,10 +107,13 @@ PROFILE_TERMS = tuple(t for t in TERMS if t != "prefill_forward_s")
 
 
 # Knees a fit may try (costs.LinearCostModel.free_tokens). The profile tries none by default (FREE_TOKENS):
-# the runner's own forwards show the knee clearly (1 to 32 tokens 48-52 ms, then ~0.7 ms a token), but on
-# this shared 2-core machine a profile's timings moved 15-50 % between runs, and with the knee free the fit
-# traded it against the request overhead (once a knee of 96 tokens with a 49 ms overhead, against 15-20 ms
-# in every other fit). A prompt grid either side of the knee (16, 64, 128, 256, ...) is what pins it.
+# the knee is the CPU's, not the engine's. On one 2-core machine here the runner's forwards showed it clearly
+# (1 to 32 tokens 48-52 ms, then ~0.7 ms a token); on another (AMD EPYC with AVX-512 bf16) the engine's own
+# forward trace of a whole benchmark fitted as well without one (rms of log error 0.121 at no knee, 0.119 at
+# 16, 0.122 at 32). And on a shared machine a profile's timings moved 15-50 % between runs, so with the knee
+# free the fit traded it against the request overhead (once a knee of 96 tokens with a 49 ms overhead,
+# against 15-20 ms in every other fit). A prompt grid either side of the knee (16, 64, 128, 256, ...) is what
+# pins it.
 KNEES = (0, 8, 16, 24, 32, 48, 64, 96, 128)
 FREE_TOKENS = (0,)
 TOKENS = TERMS.index("token_s")

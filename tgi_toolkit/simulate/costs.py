@@ -36,8 +36,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-# Shape lives below the cost models (gpu.py's roofline names it too); re-exported here.
-from tgi_toolkit.simulate.features import Shape  # noqa: F401
+# Shape and the features of a scheduler Forward live below the cost models (gpu.py's roofline and the engine's
+# forward trace name them too); re-exported here.
+from tgi_toolkit.simulate.features import Shape, row_pairs, shape_of  # noqa: F401
 
 TERMS = ("forward_s", "prefill_forward_s", "token_s", "row_s", "context_token_s", "attention_pair_s")
 TERM_HELP = {
@@ -48,24 +49,6 @@ TERM_HELP = {
     "context_token_s": "seconds per KV token attention reads (sum of each row's context length)",
     "attention_pair_s": "seconds per query-key pair (quadratic in a prompt's length)",
 }
-
-
-def row_pairs(start: int, length: int) -> float:
-    return length * start + length * (length + 1) / 2
-
-
-def shape_of(forward: Any) -> Shape:
-    """A scheduler Forward's features (rows with `start` and `length`; prefilling when any row computes
-    prompt tokens)."""
-    rows = forward.rows
-    tokens = context = 0
-    pairs = 0.0
-    for row in rows:
-        tokens += row.length
-        context += row.start + row.length
-        pairs += row_pairs(row.start, row.length)
-    prefilling = bool(getattr(forward, "prefilling", any(r.length > 1 for r in rows)))
-    return Shape(len(rows), tokens, context, pairs, prefilling)
 
 
 def uniform_shape(rows: int, length: int, start: int, prefilling: bool | None = None) -> Shape:

@@ -1,9 +1,11 @@
 """The features one forward is priced from, below every cost model (tgi_toolkit.simulate.costs' linear model,
-tgi_toolkit.simulate.gpu's roofline) so that each can name them and the loader can build either."""
+tgi_toolkit.simulate.gpu's roofline) so that each can name them and the loader can build either; the engine's
+forward trace (tgi_toolkit.engine.metrics) writes the same features beside each forward's measured seconds."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,3 +22,21 @@ class Shape:
         """The linear model's features (costs.TERMS order); tokens beyond `free_tokens` only (the knee)."""
         return [1.0, float(self.prefilling), float(max(self.tokens - free_tokens, 0)), float(self.rows),
                 float(self.context), float(self.pairs)]
+
+
+def row_pairs(start: int, length: int) -> float:
+    return length * start + length * (length + 1) / 2
+
+
+def shape_of(forward: Any) -> Shape:
+    """A scheduler Forward's features (rows with `start` and `length`; prefilling when any row computes
+    prompt tokens)."""
+    rows = forward.rows
+    tokens = context = 0
+    pairs = 0.0
+    for row in rows:
+        tokens += row.length
+        context += row.start + row.length
+        pairs += row_pairs(row.start, row.length)
+    prefilling = bool(getattr(forward, "prefilling", any(r.length > 1 for r in rows)))
+    return Shape(len(rows), tokens, context, pairs, prefilling)
