@@ -127,6 +127,21 @@ def test_closed_loop_users_send_when_their_last_request_ends():
     assert all(r.record.output_tokens == 3 for r in reqs)
 
 
+def test_a_reply_to_a_token_misses_the_forward_that_starts_as_the_token_leaves():
+    """Overhead 0, 1 s a forward: A (2 tokens) and C (4 tokens) from 0 s, prefill 0-1, decode 1-2 (A ends).
+    B, sent at 2 s in reply, cannot be in the queue at the poll that starts the next forward then (on the
+    engine that forward starts 0.3 ms after the last, and a reply takes milliseconds): C decodes alone 2-3,
+    B joins at the poll at 3 s, its prompt and C's decode together 3-4: TTFT 2 s, not 1 s."""
+    cost = PerForward()
+    sim = Simulator(SchedulerConfig(max_batch_prefill_tokens=2048, max_batch_total_tokens=100_000), cost)
+    a, c, b = SimRequest(_ids(10, 100), 2), SimRequest(_ids(10, 200), 4), SimRequest(_ids(10, 300), 2)
+    sim.run(ClosedLoop([a, c, b], 2), [a, c, b])
+    assert b.record.sent_ns / 1e9 == pytest.approx(2.0)
+    assert [t / 1e9 for t in c.record.token_ns] == pytest.approx([1, 2, 3, 4])
+    assert _ttft(b) == pytest.approx(2.0)
+    assert cost.tokens[:4] == [20, 2, 1, 1 + 10]
+
+
 def test_point_row_from_a_hand_worked_closed_loop():
     cost = PerForward()
     cost.source = {}

@@ -311,6 +311,11 @@ class Simulator:
             entry = max(t, self._frontend_free) + overhead
             if overhead:
                 self._frontend_free = entry
+            # Strictly after it was sent, whatever the overhead: a request a client sends when a token
+            # arrives cannot be in the queue when the scheduler polls it the instant that token's forward
+            # ends (the engine's next forward starts 0.3 ms later, its trace shows; the reply takes ms).
+            # With an overhead of 0 it was, and closed-loop users joined the very next forward.
+            entry = math.nextafter(entry, math.inf)
             heapq.heappush(self._arrivals, (entry, next(self._seq), request))
 
     def _finished(self, request: SimRequest, t: float) -> None:
