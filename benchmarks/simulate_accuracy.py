@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/simulate_accuracy.py --published          # roofline against data/reference
     .venv/bin/python benchmarks/simulate_accuracy.py --refit              # fit the roofline's efficiencies again
     .venv/bin/python benchmarks/simulate_accuracy.py --speed              # 32 users, 1,000 requests
-    .venv/bin/python benchmarks/simulate_accuracy.py --local [--cost cost.json] [--quick] [--knees]
+    .venv/bin/python benchmarks/simulate_accuracy.py --local [--cost cost.json] [--quick] [--no-knee]
         # profile the embedded engine (or read --cost), then simulate and measure the same points,
         # chunked (TGI 3 default) and PREFILL_CHUNKING=0: TTFT p50, TPOT p50, output throughput
 
@@ -115,8 +115,6 @@ def speed() -> int:
     return 0 if took < 10 else 1
 
 
-# prompts either side of the knee (1-32 tokens ride on the weight read on this machine) and past it
-KNEE_PROMPTS = (16, 64, 128, 256, 768)
 COLUMNS = ("ttft_p50_s", "tpot_p50_s", "output_throughput_tok_s")
 
 
@@ -166,7 +164,7 @@ def _scaled(cost: object, factor: float) -> object:
     return dataclasses.replace(cost, **{t: getattr(cost, t) * factor for t in TERMS})  # type: ignore[arg-type]
 
 
-def local(cost_path: str | None, quick: bool, threads: int | None = 1, knees: bool = False) -> int:
+def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: bool = True) -> int:
     """Profile the embedded engine (TGI 3 default: chunked prefill), then measure and simulate the same
     points on it and on a second server with PREFILL_CHUNKING=0.
 
@@ -180,13 +178,12 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knees: bo
     threads: OMP_NUM_THREADS of the servers. On a machine shared with other torch processes, torch's
     default (a thread per core, spinning while it waits) made a SmolLM2 decode step take ~3 s instead of
     ~0.2 s with one thread, and vary by 2x from one run to the next: a profile then predicts nothing.
-    knees: let the profile choose a knee (calibrate.KNEES) over prompts either side of it (KNEE_PROMPTS)."""
+    knee: let the profile choose a knee (calibrate.FREE_TOKENS, its default); False fits a straight line."""
     import logging
 
     from tgi_toolkit import bench, simulate
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.server import Server
-    from tgi_toolkit.simulate.calibrate import KNEES
 
     logging.getLogger("tgi_toolkit.router.scheduler").setLevel(logging.ERROR)
     launcher = LauncherConfig(max_input_tokens=1024, max_total_tokens=1100, max_batch_prefill_tokens=1100)
@@ -207,9 +204,8 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knees: bo
             if cost_path:
                 cost = simulate.load_cost_model(cost_path)
             else:
-                extra = {"free_tokens": KNEES, "prompt_tokens": KNEE_PROMPTS} if knees else {}
                 cost = simulate.profile(server, quick=quick, environ=env, output=str(ROOT / "out" / "cost.json"),
-                                        **extra)
+                                        **({} if knee else {"free_tokens": (0,)}))
                 print(cost.formula(), f"+ request overhead {cost.request_overhead_s * 1e3:.3g} ms")
                 cost_path = str(ROOT / "out" / "cost.json")
             offset = trace.stat().st_size
@@ -244,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local", action="store_true")
     parser.add_argument("--cost", help="a cost.json to use instead of profiling (with --local)")
     parser.add_argument("--quick", action="store_true", help="fewer points (with --local)")
-    parser.add_argument("--knees", action="store_true", help="let the profile fit a knee (with --local)")
+    parser.add_argument("--no-knee", action="store_true", help="the profile fits a straight line (with --local)")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the servers (0: torch's default)")
     args = parser.parse_args(argv)
     rc = 0
@@ -255,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.speed:
         rc |= speed()
     if args.local:
-        rc |= local(args.cost, args.quick, args.threads, args.knees)
+        rc |= local(args.cost, args.quick, args.threads, not args.no_knee)
     return rc
 
 

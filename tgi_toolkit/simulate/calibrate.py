@@ -10,7 +10,7 @@ Two measurements, both with bench's own scenarios (real clients over HTTP, nothi
    decoding rows (what the client sees per step, scheduler and streaming included).
 
 The fit (costs.fit_linear's non-negative least squares on relative error, with the overhead as one more
-unknown, and, when asked, the knee `free_tokens` chosen from KNEES by the same error) goes in two stages. First
+unknown, and the knee `free_tokens` chosen from FREE_TOKENS by the same error) goes in two stages. First
 the closed form: a TTFT is its prompt's chunks, a decode latency one forward. Then by replay: the same
 scenarios run on the simulator, with TGI's scheduler deciding each forward as it did on the server, and
 each measured time is fitted to the forwards it spans there (`replay_rows`), twice. Replay is what prices
@@ -36,7 +36,10 @@ import numpy as np
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.simulate.costs import TERMS, LinearCostModel, Shape, _nnls, uniform_shape
 
-QUICK = {"prompt_tokens": (16, 256, 768), "batch_sizes": (1, 4, 16), "contexts": (32, 384),
+# The quick grid's prompts sit on both sides of the common 64-256-token prompts: with 16, 256 and 768 only, the
+# line through them overpriced a 128-token prefill by 14-18 % on the embedded engine (its forward trace of
+# served requests, `simulate_accuracy.py --local --quick`), where the cost per token bends below ~256.
+QUICK = {"prompt_tokens": (16, 64, 128, 256, 768), "batch_sizes": (1, 4, 16), "contexts": (32, 384),
          "decode_length": 12, "repeats": 1}
 FULL = {"prompt_tokens": (16, 64, 256, 512, 1024, 1536), "batch_sizes": (1, 2, 4, 8, 16, 32),
         "contexts": (32, 256, 1024), "decode_length": 24, "repeats": 3}
@@ -106,16 +109,16 @@ def _mode(environ: Mapping[str, str]) -> dict[str, Any]:
 PROFILE_TERMS = tuple(t for t in TERMS if t != "prefill_forward_s")
 
 
-# Knees a fit may try (costs.LinearCostModel.free_tokens). The profile tries none by default (FREE_TOKENS):
-# the knee is the CPU's, not the engine's. On one 2-core machine here the runner's forwards showed it clearly
-# (1 to 32 tokens 48-52 ms, then ~0.7 ms a token); on another (AMD EPYC with AVX-512 bf16) the engine's own
-# forward trace of a whole benchmark fitted as well without one (rms of log error 0.121 at no knee, 0.119 at
-# 16, 0.122 at 32). And on a shared machine a profile's timings moved 15-50 % between runs, so with the knee
-# free the fit traded it against the request overhead (once a knee of 96 tokens with a 49 ms overhead,
-# against 15-20 ms in every other fit). A prompt grid either side of the knee (16, 64, 128, 256, ...) is what
-# pins it.
+# Knees a fit may try (costs.LinearCostModel.free_tokens). The knee is the CPU's (or GPU's), not the engine's:
+# on one 2-core machine here the runner's forwards showed it clearly (1 to 32 tokens 48-52 ms, then ~0.7 ms a
+# token); on another (AMD EPYC, AVX-512 bf16), fitted to the engine's own forward trace of a profile and
+# tested on the forwards of the served workloads that followed, no knee overpriced prefills of up to 100
+# tokens by 7 % (mean log error +0.072) and a knee of 16 did not (-0.008), prefills of 400+ tokens and decode
+# steps as well either way. The profile searches small knees only (FREE_TOKENS): with the knee free up to 128,
+# a noisy profile once traded a knee of 96 tokens against a 49 ms request overhead (15-20 ms in every other
+# fit). Its quick grid has prompts either side of them (16, 64, 128, ...), which is what pins a knee.
 KNEES = (0, 8, 16, 24, 32, 48, 64, 96, 128)
-FREE_TOKENS = (0,)
+FREE_TOKENS = (0, 8, 16, 24, 32)
 TOKENS = TERMS.index("token_s")
 
 
@@ -273,8 +276,8 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
 
     quick: the small grid (about a minute on the embedded engine on 2 cores), else a fuller one.
     environ: the scheduling variables the server runs with (default: this process's, which an embedded
-    server started from here inherits). free_tokens: the knees to try (KNEES tries them all; use it with
-    prompt lengths either side of the knee). output: also save the model as JSON there.
+    server started from here inherits). free_tokens: the knees to try (FREE_TOKENS, the small ones, by
+    default; KNEES tries more; (0,) fits a straight line). output: also save the model as JSON there.
     """
     from tgi_toolkit.bench.api import measure_ingestion, run_batch
 
