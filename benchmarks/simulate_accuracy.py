@@ -146,14 +146,15 @@ def _speed(cost: object, trace: str, offset: int) -> tuple[float, int, str]:
     from tgi_toolkit.simulate.calibrate import read_trace
 
     samples, offset = read_trace(trace, offset)
+    priced = [(s.prefilling, t, cost.seconds(s)) for s, t in samples]  # type: ignore[attr-defined]
     cells = []
-    for kind, keep in (("decode", lambda s: not s.prefilling), ("prefilling", lambda s: s.prefilling)):
-        picked = [(s, t) for s, t in samples if keep(s)]
+    for kind, prefilling in (("decode", False), ("prefilling", True)):
+        picked = [(t, p) for f, t, p in priced if f == prefilling]
         if picked:
-            measured = sum(t for _, t in picked)
-            priced = sum(cost.seconds(s) for s, _ in picked)  # type: ignore[attr-defined]
-            cells.append(f"{kind} {len(picked)} forwards {measured:.1f} s, measured / priced {measured / priced:.2f}")
-    factor = sum(t for _, t in samples) / max(sum(cost.seconds(s) for s, _ in samples), 1e-12)  # type: ignore[attr-defined]
+            measured = sum(t for t, _ in picked)
+            cells.append(f"{kind} {len(picked)} forwards {measured:.1f} s, measured / priced "
+                         f"{measured / sum(p for _, p in picked):.2f}")
+    factor = sum(t for _, t, _ in priced) / max(sum(p for _, _, p in priced), 1e-12)
     return factor, offset, "; ".join(cells)
 
 

@@ -58,7 +58,8 @@ def test_a_repeated_1000_token_prompt_is_served_from_the_prefix_cache(engine_url
 
 
 def test_a_prompt_longer_than_the_prefill_budget_is_chunked_while_others_decode(tmp_path):
-    with engine_process(*LONG, tmp=tmp_path) as server:
+    trace = tmp_path / "forwards.jsonl"
+    with engine_process(*LONG, env={"TGI_TOOLKIT_FORWARD_TRACE": str(trace)}, tmp=tmp_path) as server:
         text = prompt_of(server.url, 900, seed=3)
         with httpx.Client(timeout=120) as client:
             # A request already decoding when the long one arrives: the long prompt joins its batch.
@@ -77,6 +78,16 @@ def test_a_prompt_longer_than_the_prefill_budget_is_chunked_while_others_decode(
         log = server.log()
         assert "Prefix caching" in log and "prefill chunking on" in log
         assert "`waiting_served_ratio` and `max_waiting_tokens` will be ignored" in log
+    # The forward trace (TGI_TOOLKIT_FORWARD_TRACE) shows the same: the 900-token prompt computed in forwards
+    # of at most 256 prompt tokens, beside the decoding request's row (2 rows, up to 256 + 1 tokens), the
+    # chunks' tokens adding up to the prompt; and each forward's own seconds.
+    from tgi_toolkit.simulate.calibrate import read_trace
+
+    forwards, _ = read_trace(str(trace))
+    beside = [shape for shape, _ in forwards if shape.prefilling and shape.rows == 2]
+    assert beside and all(shape.tokens <= 257 for shape in beside)
+    assert sum(shape.tokens - 1 for shape in beside) >= 900 - 256  # every chunk but perhaps the first joined it
+    assert all(seconds > 0 for _, seconds in forwards)
 
 
 def test_without_chunking_such_limits_are_refused_at_start_up(tmp_path):

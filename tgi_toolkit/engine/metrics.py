@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -10,6 +11,7 @@ from typing import IO
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from tgi_toolkit.router.scheduler import Entry, Forward, Observer
+from tgi_toolkit.simulate.features import shape_of
 
 # TGI's v3 allocator logs every allocation attempt at INFO under its router crate's target.
 allocation_log = logging.getLogger("text_generation_router_v3::radix")
@@ -96,14 +98,9 @@ class Metrics(Observer):
         self.batch_forward_duration.labels(method=method).observe(seconds)
 
     def ran(self, forward: Forward, seconds: float) -> None:
-        if self._trace is None:
-            return
-        from tgi_toolkit.simulate.features import shape_of
-
-        shape = shape_of(forward)
-        self._trace.write(json.dumps({"t": time.time(), "rpc": forward.rpc, "rows": shape.rows, "tokens": shape.tokens,
-                                      "context": shape.context, "pairs": shape.pairs,
-                                      "prefilling": shape.prefilling, "seconds": seconds}) + "\n")
+        if self._trace is not None:  # Shape's fields, as simulate.calibrate.read_trace reads them back
+            self._trace.write(json.dumps({"t": time.time(), "rpc": forward.rpc,
+                                          **dataclasses.asdict(shape_of(forward)), "seconds": seconds}) + "\n")
 
     def concat(self, reason: str) -> None:
         self.batch_concat.labels(reason=reason).inc()

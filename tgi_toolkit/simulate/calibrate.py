@@ -63,16 +63,13 @@ def read_trace(path: str, offset: int = 0) -> tuple[list[tuple[Shape, float]], i
     (features, measured seconds) each, as `costs.fit_linear` takes them; and the offset to read on from."""
     import json
 
-    samples = []
     with open(path, "rb") as f:
         f.seek(offset)
         data = f.read()
     end = data.rfind(b"\n") + 1  # a line the engine is still writing waits for the next read
-    for line in data[:end].splitlines():
-        row = json.loads(line)
-        samples.append((Shape(int(row["rows"]), int(row["tokens"]), int(row["context"]), float(row["pairs"]),
-                              bool(row["prefilling"])), float(row["seconds"])))
-    return samples, offset + end
+    names = [field.name for field in dataclasses.fields(Shape)]
+    rows = [json.loads(line) for line in data[:end].splitlines()]
+    return [(Shape(**{n: row[n] for n in names}), float(row["seconds"])) for row in rows], offset + end
 
 
 def _server_facts(server: Any) -> dict[str, Any]:
