@@ -55,7 +55,9 @@ def _ids(n: int, base: int) -> list[int]:
 
 def _worked_example(chunking: bool, long_prompt: bool = True) -> tuple[PerForward, dict[str, SimRequest]]:
     """Section 9: A-D decoding (10-token prompts, sent at 0); R1 (3000), R2 (500), R3 (500) sent at 2.5 s,
-    during the second decode forward, so the iteration that starts at 3 s finds them queued."""
+    during the forward of 2-3 s, so the iteration that starts at 3 s finds them queued. The front end queues
+    one request at a time, so the idle scheduler at 0 s sees A alone: A's prompt 0-1 s, then B-D's prompts
+    with A's decode 1-2 s (chunked) or alone (non-chunking), then a decode 2-3 s."""
     cost = PerForward()
     config = SchedulerConfig(max_batch_prefill_tokens=2048, max_batch_total_tokens=100_000, chunking=chunking,
                              prefix_caching=chunking)
@@ -77,8 +79,8 @@ def _ttft(request: SimRequest) -> float:
 
 def test_worked_example_chunked():
     cost, reqs = _worked_example(chunking=True)
-    # A-D's prefill, two decodes, then F1..F4 of the document's table
-    assert cost.tokens[:7] == [40, 4, 4, 2048, 960, 1005, 7]
+    # A's prompt; A's decode with B-D's prompts; the Decode that always follows; then F1..F4 of the table
+    assert cost.tokens[:7] == [10, 1 + 30, 4, 2048, 960, 1005, 7]
     assert _ttft(reqs["R1"]) == pytest.approx(2.5)  # first token after F2 (ends at 5 s), sent at 2.5 s
     assert _ttft(reqs["R2"]) == pytest.approx(3.5)  # after F3 (ends at 6 s)
     assert _ttft(reqs["R3"]) == pytest.approx(3.5)
@@ -88,11 +90,13 @@ def test_worked_example_chunked():
 
 def test_worked_example_chunking_off():
     cost, reqs = _worked_example(chunking=False, long_prompt=False)
-    # min_size = floor(4 x 0.3) = 1: [R2, R3] prefilled alone (1000), then a decode of 6 rows
-    assert cost.tokens[:5] == [40, 4, 4, 1000, 6]
+    # A alone, B-D prefilled alone (A waits), a decode of 4; min_size = floor(4 x 0.3) = 1: [R2, R3]
+    # prefilled alone (1000), then a decode of 6 rows
+    assert cost.tokens[:5] == [10, 30, 4, 1000, 6]
+    assert _ttft(reqs["B"]) == pytest.approx(2.0)
     assert _ttft(reqs["R2"]) == pytest.approx(1.5)
-    # A-D get no token during the lone prefill (3-4 s): their tokens at 3 s then 5 s
-    assert [t / 1e9 for t in reqs["A"].record.token_ns[2:4]] == pytest.approx([3, 5])
+    # A gets no token during either lone prefill (1-2 s, 3-4 s): its tokens at 1, 3 then 5 s
+    assert [t / 1e9 for t in reqs["A"].record.token_ns[:3]] == pytest.approx([1, 3, 5])
 
 
 def test_worked_example_cold_start():
@@ -121,25 +125,29 @@ def test_closed_loop_users_send_when_their_last_request_ends():
     sim = Simulator(SchedulerConfig(max_batch_prefill_tokens=2048, max_batch_total_tokens=100_000), cost)
     reqs = [SimRequest(_ids(10, 100 * (i + 1)), 3) for i in range(4)]
     sim.run(ClosedLoop(reqs, 2), reqs)
-    # two at 0 s: prefill (1 s, token 1), decode, decode: done at 3 s; the next two are sent then
-    assert [r.record.sent_ns / 1e9 for r in reqs] == pytest.approx([0, 0, 3, 3])
-    assert [r.record.token_ns[-1] / 1e9 for r in reqs] == pytest.approx([3, 3, 6, 6])
+    # two sent at 0 s, queued one after the other: r0's prompt 0-1 (token 1), r0's decode with r1's prompt
+    # 1-2, a decode 2-3 (r0 ends; r2 sent), a decode 3-4 (r1 ends; r3 sent), r2's prompt from idle 4-5,
+    # r2's decode with r3's prompt 5-6, decodes 6-7 (r2 ends) and 7-8
+    assert cost.tokens == [10, 1 + 10, 2, 1, 10, 1 + 10, 2, 1]
+    assert [r.record.sent_ns / 1e9 for r in reqs] == pytest.approx([0, 0, 3, 4])
+    assert [r.record.token_ns[-1] / 1e9 for r in reqs] == pytest.approx([3, 4, 7, 8])
     assert all(r.record.output_tokens == 3 for r in reqs)
 
 
 def test_a_reply_to_a_token_misses_the_forward_that_starts_as_the_token_leaves():
-    """Overhead 0, 1 s a forward: A (2 tokens) and C (4 tokens) from 0 s, prefill 0-1, decode 1-2 (A ends).
-    B, sent at 2 s in reply, cannot be in the queue at the poll that starts the next forward then (on the
-    engine that forward starts 0.3 ms after the last, and a reply takes milliseconds): C decodes alone 2-3,
-    B joins at the poll at 3 s, its prompt and C's decode together 3-4: TTFT 2 s, not 1 s."""
+    """Overhead 0, 1 s a forward: C (6 tokens) and A (3 tokens) sent at 0 s: C's prompt 0-1, C's decode with
+    A's prompt 1-2, decodes 2-3 and 3-4 (A ends at 4 s). B, sent at 4 s in reply, cannot be in the queue at
+    the poll that starts the next forward then (on the engine that forward starts 0.3 ms after the last, and
+    a reply takes milliseconds): C decodes alone 4-5, B joins at the poll at 5 s, its prompt and C's decode
+    together 5-6: TTFT 2 s, not 1 s."""
     cost = PerForward()
     sim = Simulator(SchedulerConfig(max_batch_prefill_tokens=2048, max_batch_total_tokens=100_000), cost)
-    a, c, b = SimRequest(_ids(10, 100), 2), SimRequest(_ids(10, 200), 4), SimRequest(_ids(10, 300), 2)
-    sim.run(ClosedLoop([a, c, b], 2), [a, c, b])
-    assert b.record.sent_ns / 1e9 == pytest.approx(2.0)
-    assert [t / 1e9 for t in c.record.token_ns] == pytest.approx([1, 2, 3, 4])
+    c, a, b = SimRequest(_ids(10, 200), 6), SimRequest(_ids(10, 100), 3), SimRequest(_ids(10, 300), 2)
+    sim.run(ClosedLoop([c, a, b], 2), [c, a, b])
+    assert b.record.sent_ns / 1e9 == pytest.approx(4.0)
+    assert [t / 1e9 for t in c.record.token_ns] == pytest.approx([1, 2, 3, 4, 5, 6])
     assert _ttft(b) == pytest.approx(2.0)
-    assert cost.tokens[:4] == [20, 2, 1, 1 + 10]
+    assert cost.tokens == [10, 1 + 10, 2, 2, 1, 1 + 10, 1]
 
 
 def test_point_row_from_a_hand_worked_closed_loop():
@@ -148,9 +156,10 @@ def test_point_row_from_a_hand_worked_closed_loop():
     res = run_concurrency(cost, users=[2], prompt_tokens=10, max_new_tokens=3, requests=4,
                           config={"max_batch_total_tokens": 100_000, "max_batch_prefill_tokens": 2048})
     point = res.points.iloc[0]
-    assert point[S.stat_column("ttft", "p50")] == pytest.approx(1.0)
+    # the timeline of test_closed_loop_users_send_when_their_last_request_ends: TTFTs 1, 2, 5 - 3, 6 - 4
+    assert point[S.stat_column("ttft", "p50")] == pytest.approx(2.0)
     assert point[S.stat_column("tpot", "p50")] == pytest.approx(1.0)  # (3 - 1) / (3 - 1)
-    assert point[S.OUTPUT_THROUGHPUT] == pytest.approx(12 / 6)  # 4 x 3 tokens, first send to last token
+    assert point[S.OUTPUT_THROUGHPUT] == pytest.approx(12 / 8)  # 4 x 3 tokens, first send to last token
     assert point[S.BACKEND] == "simulated"
 
 

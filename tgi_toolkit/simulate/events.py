@@ -308,14 +308,13 @@ class Simulator:
         overhead = self.cost.request_overhead_s
         for t, request in sorted(pairs, key=lambda pair: pair[0]):
             request.record.sent_ns = int(round(t * 1e9))
-            entry = max(t, self._frontend_free) + overhead
-            if overhead:
-                self._frontend_free = entry
-            # Strictly after it was sent, whatever the overhead: a request a client sends when a token
-            # arrives cannot be in the queue when the scheduler polls it the instant that token's forward
-            # ends (the engine's next forward starts 0.3 ms later, its trace shows; the reply takes ms).
-            # With an overhead of 0 it was, and closed-loop users joined the very next forward.
-            entry = math.nextafter(entry, math.inf)
+            # Strictly after it was sent, and after the one before it, whatever the overhead: a request a
+            # client sends when a token arrives cannot be in the queue when the scheduler polls it the instant
+            # that token's forward ends (the engine's next forward starts 0.3 ms later, its trace shows; the
+            # reply takes ms), and of a burst an idle scheduler sees only the first (so the engine's trace
+            # shows 4 users' first 512-token prompts as one forward of 512 tokens, then one of 1,100).
+            entry = math.nextafter(max(t, self._frontend_free) + overhead, math.inf)
+            self._frontend_free = entry
             heapq.heappush(self._arrivals, (entry, next(self._seq), request))
 
     def _finished(self, request: SimRequest, t: float) -> None:
