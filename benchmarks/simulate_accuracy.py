@@ -209,6 +209,11 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
                                         **({} if knee else {"free_tokens": (0,)}))
                 print(cost.formula(), f"+ request overhead {cost.request_overhead_s * 1e3:.3g} ms")
                 cost_path = str(ROOT / "out" / "cost.json")
+            # The engine's dense KV cache grows on first use (TGI allocates its cache at startup), and on this VM
+            # a growth stalls the forward that needs it for seconds: from 32 to 64 rows, 4.8 s inside the first
+            # point whose batch passed 32 (rate 4, 48 requests), which then ran x1.2-1.5 slower than profiled in
+            # both paths. A burst as wide as the widest batch ahead grows it first, unmeasured.
+            bench.run_concurrency(server, users=[64], prompt_tokens=16, max_new_tokens=2, requests=64, progress=False)
             offset = trace.stat().st_size
             sim = {"config": launcher, "chunking": not env}
             # warm-up requests first (unmeasured): a fresh server's first requests are 2-3x slower

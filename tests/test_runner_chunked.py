@@ -210,6 +210,28 @@ def test_kv_limit_and_bad_rows_are_refused(loaded, prompt):
         runner.forward([(seq, prompt[:3])])
 
 
+def test_the_cache_grows_only_the_dimension_that_lacks_room():
+    from tgi_toolkit.engine.runner import SlotCache
+
+    cache = SlotCache(2, 1, 4, torch.float32, max_rows=128, max_positions=1101)
+    cache.reserve(1, 161)  # from nothing: at least 4 rows and 256 positions
+    assert (cache.rows, cache.positions) == (4, 256)
+    for _ in range(5):
+        cache.add(100)
+    # a fifth row doubles the rows; the positions, already enough for 101, stay 256 (doubling them too made
+    # 64 rows of 161-token requests take 64 x 1101 positions, 1.5 GiB, on the embedded engine)
+    assert (cache.rows, cache.positions) == (8, 256)
+    cache.reserve(5, 300)  # room for 300 positions doubles them; the rows stay
+    assert (cache.rows, cache.positions) == (8, 512)
+    cache.reserve(5, 1000)  # double (1024) covers 1000
+    assert (cache.rows, cache.positions) == (8, 1024)
+    cache.reserve(5, 1050)  # double (2048) passes the cap: the cap
+    assert (cache.rows, cache.positions) == (8, 1101)
+    cache.reserve(5, 1050)  # room enough: nothing moves
+    assert (cache.rows, cache.positions) == (8, 1101)
+    assert cache.k.shape == (2, 8, 1, 1101, 4)
+
+
 @pytest.mark.slow
 def test_bfloat16_chunked_prefill_with_a_pool_prefix_stays_close_to_whole_prefill(loaded, prompt):
     half = load_model(resolve_model(DEFAULT_MODEL_ID), dtype="bfloat16")
