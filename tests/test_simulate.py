@@ -206,6 +206,26 @@ def test_profile_fit_separates_request_overhead():
     assert all(p["ratio"] == pytest.approx(1.0) for p in model.points)
 
 
+def test_traced_forwards_pin_what_timed_requests_cannot_and_the_requests_still_pin_the_overhead():
+    # 50 ms a forward, 1 ms a token, 1 us an attention pair, 5 ms a request. Two TTFTs alone: 16 tokens
+    # (136 pairs) 5 + 50 + 16 + 0.136 = 71.136 ms, 64 tokens (2,080 pairs) 5 + 50 + 64 + 2.08 = 121.08 ms:
+    # two numbers for four unknowns. The engine's trace adds three forwards: 1 row at 100 positions (100
+    # pairs) 50 + 1 + 0.1 = 51.1 ms; 8 such rows 50 + 8 + 0.8 = 58.8 ms; a 1,000-token prompt (500,500
+    # pairs) 50 + 1000 + 500.5 = 1,550.5 ms.
+    from tgi_toolkit.simulate.calibrate import Sample, fit_samples, forward_samples, prefill_forwards
+
+    ttfts = [Sample("ttft", prefill_forwards(n, None), 1.0, t, {"prompt_tokens": n})
+             for n, t in ((16, 0.071136), (64, 0.12108))]
+    traced = forward_samples([(Shape(1, 1, 100, 100.0, False), 0.0511), (Shape(8, 8, 800, 800.0, False), 0.0588),
+                              (Shape(1, 1000, 1000, 500_500.0, True), 1.5505), (Shape(1, 1, 5, 5.0, False), 0.0)])
+    assert len(traced) == 3  # a forward of no measured time is no sample
+    model = fit_samples(ttfts + traced)
+    assert (model.forward_s, model.token_s, model.attention_pair_s, model.request_overhead_s) == pytest.approx(
+        (0.05, 0.001, 1e-6, 0.005), rel=1e-6)
+    assert model.row_s == pytest.approx(0, abs=1e-9) and model.context_token_s == pytest.approx(0, abs=1e-9)
+    assert [p["kind"] for p in model.points] == ["ttft", "ttft"]  # the traced forwards are fitted, not listed
+
+
 def test_profile_fit_finds_the_knee_below_which_tokens_ride_on_the_weight_read():
     # A forward that reads its weights in 50 ms and computes 1 ms per token past the first 32 (what the
     # embedded engine showed: 48-52 ms for 1 to 32 tokens, ~0.7 ms per token beyond), 5 ms per request:
@@ -436,3 +456,20 @@ def test_cuda_memory_fraction_scales_the_kv_capacity():
     half = make_target(gpu, {"cuda_memory_fraction": 0.5}).scheduler.max_batch_total_tokens
     assert half == roofline("A100-80GB", "tests/data/configs/llama-2-7b.json", memory_fraction=0.5).plan(
     ).max_batch_total_tokens and half < full
+
+
+@pytest.mark.slow
+def test_profile_of_the_engine_fits_its_traced_forwards_after_the_warm_up(tmp_path):
+    from tests.conftest import engine_process
+    from tgi_toolkit.simulate.calibrate import profile
+
+    trace = tmp_path / "forwards.jsonl"
+    args = ("--max-input-tokens", "256", "--max-total-tokens", "300", "--max-batch-prefill-tokens", "300")
+    with engine_process(*args, env={"TGI_TOOLKIT_FORWARD_TRACE": str(trace)}, tmp=tmp_path) as server:
+        model = profile(server.url, prompt_tokens=[16, 64], batch_sizes=[1, 2], contexts=[16], decode_length=4,
+                        repeats=1, trace=str(trace))
+    written = len(trace.read_text().splitlines())
+    # every forward of the measured grid joins the fit; the warm-up's (a cache growth among them) do not
+    assert 0 < model.source["traced_forwards"] < written
+    assert {p["kind"] for p in model.points} == {"ttft", "prefill", "decode"}
+    assert model.forward_s > 0 and model.request_overhead_s >= 0

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")
@@ -152,13 +154,19 @@ def profile_main(rest: list[str]) -> int:
             from tgi_toolkit.server import Server
 
             config = LauncherConfig.from_cli(extra, environ={})
-            with Server(config, backend=args.backend, startup_progress=args.progress) as server:
-                model = profile(server, quick=not args.full, progress=args.progress, output=args.output)
+            with tempfile.TemporaryDirectory() as tmp:
+                # the embedded engine's forward trace: every forward's shape and seconds join the fit
+                trace = str(Path(tmp) / "forwards.jsonl")
+                env = {"TGI_TOOLKIT_FORWARD_TRACE": trace} if args.backend == "embedded" else {}
+                with Server(config, backend=args.backend, env=env, startup_progress=args.progress) as server:
+                    model = profile(server, quick=not args.full, progress=args.progress, output=args.output)
     except (BenchError, ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(model.formula())
-    print(f"request overhead {model.request_overhead_s * 1e3:.3g} ms; fitted to {len(model.points)} measurements, "
+    traced = model.source.get("traced_forwards")
+    print(f"request overhead {model.request_overhead_s * 1e3:.3g} ms; fitted to {len(model.points)} measurements"
+          f"{f' and {traced} traced forwards' if traced else ''}, "
           f"worst ratio {max(abs(p['ratio'] - 1) for p in model.points):.1%} off")
     print(f"saved: {args.output}")
     return 0
