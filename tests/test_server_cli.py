@@ -18,11 +18,17 @@ from tests.standins.fixtures import no_leftover_processes, standins  # noqa: F40
 pytestmark = pytest.mark.usefixtures("standins")
 
 
+def _foreground_job() -> None:
+    # A terminal's foreground job takes Ctrl-C. A suite run as a background job without job control (`make
+    # test &` in a script) ignores SIGINT, and children inherit that: the launcher would never see it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def launch(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     # Its own session, like a shell job: the test plays the terminal and sends Ctrl-C to the group.
     return subprocess.Popen([sys.executable, "-m", "tgi_toolkit.cli", "launch", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})},
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_foreground_job)
 
 
 def read_until(proc: subprocess.Popen, pattern: str, timeout: float = 30) -> tuple[re.Match, list[str]]:
