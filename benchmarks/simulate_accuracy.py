@@ -207,7 +207,8 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
             else:
                 cost = simulate.profile(server, quick=quick, environ=env, output=str(ROOT / "out" / "cost.json"),
                                         **({} if knee else {"free_tokens": (0,)}))
-                print(cost.formula(), f"+ request overhead {cost.request_overhead_s * 1e3:.3g} ms")
+                print(cost.formula(), f"+ request overhead {cost.request_overhead_s * 1e3:.3g} ms (front end "
+                      f"{cost.frontend_s * 1e3:.3g} ms a request, one at a time)")
                 cost_path = str(ROOT / "out" / "cost.json")
             # The engine's dense KV cache grows on first use (TGI allocates its cache at startup), and on this VM
             # a growth stalls the forward that needs it for seconds: from 32 to 64 rows, 4.8 s inside the first

@@ -108,16 +108,50 @@ def test_worked_example_cold_start():
     assert [_ttft(r) for r in reqs] == pytest.approx([2.0, 2.0, 2.0])
 
 
-def test_front_end_takes_a_burst_one_request_at_a_time():
+@pytest.mark.parametrize(("frontend_s", "first_tokens", "tokens"), [
+    # overhead side by side: all three queued at 0.4 s, in the order sent; the idle scheduler takes the first
+    # alone (0.4-1.4 s), the next poll finds the other two and runs them with it (1.4-2.4 s), then Decodes
+    (0.0, [1.4, 2.4, 2.4], [10, 1 + 10 + 10, 3, 2]),
+    # a front end of 0.8 s a request: queued at 0.4, 1.2 and 2.0 s. The poll at 1.4 s finds the second only;
+    # the third, queued during the forward 1.4-2.4, waits out the Decode that always follows (2.4-3.4, the
+    # first request's last token), and its prompt runs with the second's decode 3.4-4.4
+    (0.8, [1.4, 2.4, 4.4], [10, 1 + 10, 2, 1 + 10, 1, 1]),
+])
+def test_a_burst_pays_the_overhead_side_by_side_and_the_front_end_one_request_at_a_time(frontend_s, first_tokens,
+                                                                                         tokens):
     cost = PerForward()
-    cost.request_overhead_s = 0.4
+    cost.request_overhead_s, cost.frontend_s = 0.4, frontend_s
     sim = Simulator(SchedulerConfig(max_batch_prefill_tokens=2048, max_batch_total_tokens=100_000), cost)
     reqs = [SimRequest(_ids(10, 100 * (i + 1)), 3) for i in range(3)]
     sim.run(OpenLoop(reqs, [0.0, 0.0, 0.0]), reqs)
-    # queued at 0.4, 0.8 and 1.2 s: the first is prefilled alone from idle (0.4-1.4 s); the next poll finds
-    # the other two and runs them with it in one forward (1.4-2.4 s)
-    assert [r.record.token_ns[0] / 1e9 for r in reqs] == pytest.approx([1.4, 2.4, 2.4])
-    assert cost.tokens[:3] == [10, 1 + 10 + 10, 3]
+    assert [r.record.token_ns[0] / 1e9 for r in reqs] == pytest.approx(first_tokens)
+    assert cost.tokens == tokens
+
+
+def test_front_end_time_from_a_traced_burst_as_worked_by_hand():
+    from tgi_toolkit.simulate.calibrate import frontend_seconds
+
+    def forwards(rows: list[int], starts: list[float], seconds: float = 0.05) -> list[dict]:
+        return [{"rows": r, "t": s + seconds, "seconds": seconds} for r, s in zip(rows, starts, strict=True)]
+
+    # 10 requests: the first alone from 0 s; 4 came in before the poll at 0.020 s, 4 before 0.041 s, and the
+    # last before 0.060 s. The first two windows were busy to the end (more came after): 41 ms for 8 requests
+    seconds, note = frontend_seconds(forwards([1, 4, 4, 1], [0.0, 0.020, 0.041, 0.060]), 10)
+    assert seconds == pytest.approx(0.041 / 8)
+    assert "8 of a burst of 10" in note
+    # all nine others in by the second poll: only a bound, 20 ms / 9
+    seconds, note = frontend_seconds(forwards([1, 9], [0.0, 0.020]), 10)
+    assert seconds is None and "at most 2.22 ms" in note
+    # an idle scheduler that woke late took two: the windows after its poll count all the same, 20 ms for 4
+    assert frontend_seconds(forwards([2, 4, 4], [0.0, 0.020, 0.040]), 10)[0] == pytest.approx(0.005)
+    # bench's length check, a request of its own, ran first: the burst is the forwards after it
+    probe = forwards([1], [-0.5])
+    assert frontend_seconds(probe + forwards([1, 4, 4, 1], [0.0, 0.020, 0.041, 0.060]), 10)[0] == \
+        pytest.approx(0.041 / 8)
+    # rows that are not this burst's requests alone (one missing) prove nothing
+    seconds, note = frontend_seconds(forwards([1, 4, 4], [0.0, 0.020, 0.040]), 10)
+    assert seconds is None and "not this burst's alone" in note
+    assert frontend_seconds(forwards([3, 9], [0.0, 0.020]), 10)[0] is None
 
 
 def test_closed_loop_users_send_when_their_last_request_ends():
@@ -251,24 +285,25 @@ def test_profile_fit_finds_the_knee_below_which_tokens_ride_on_the_weight_read()
 
 
 def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot():
-    # "Measured" tables made by the simulator with a known model (4 ms front end per request, 256-token
-    # prefill budget): a batch of 16 prompts of 384 tokens is 24 chunked forwards whose rows and tokens
-    # only the scheduler knows, and a burst reaches the queue over 16 overheads. Fitting by replay must
-    # find every coefficient again; the closed form, which reads a batch as one decode forward and a
-    # prompt as its chunks alone, does not.
+    # "Measured" tables made by the simulator with a known model (4 ms request overhead, 2 ms of it the front
+    # end's one request at a time, 256-token prefill budget): a batch of 16 prompts of 384 tokens is 24 chunked
+    # forwards whose rows and tokens only the scheduler knows, and a burst reaches the queue over 15 front-end
+    # times. Fitting by replay (the front end measured apart, as the profile times it from bursts) must find
+    # every coefficient again; the closed form, which reads a batch as one decode forward and a prompt as its
+    # chunks alone, does not.
     from tgi_toolkit import simulate
     from tgi_toolkit.simulate.calibrate import fit_samples, replay_rows
 
     server = {"max_input_tokens": 1024, "max_total_tokens": 1100, "max_batch_prefill_tokens": 256,
               "max_batch_total_tokens": 60_000, "attention": "flashinfer", "prefix_caching": True, "chunking": True}
     truth = LinearCostModel(forward_s=0.05, token_s=8e-4, row_s=5e-4, context_token_s=3e-6, attention_pair_s=1e-6,
-                            request_overhead_s=0.004, source={"server": server})
+                            request_overhead_s=0.004, frontend_s=0.002, source={"server": server})
     ing = simulate.measure_ingestion(truth, prompt_tokens=[16, 256, 768], repeats=2)
     batches = [simulate.run_batch(truth, batch_sizes=[1, 4, 16], sequence_length=ctx, decode_length=12, runs=2,
                                   warmups=1) for ctx in (32, 384)]
-    model = LinearCostModel(forward_s=0.01, token_s=1e-3, source={"server": server})  # a poor start
+    model = LinearCostModel(forward_s=0.01, token_s=1e-3, frontend_s=0.002, source={"server": server})  # a poor start
     for _ in range(3):
-        model = fit_samples(replay_rows(model, ing, batches, repeats=2), source={"server": server})
+        model = fit_samples(replay_rows(model, ing, batches, repeats=2), source={"server": server}, frontend_s=0.002)
     for term in ("forward_s", "token_s", "row_s", "context_token_s", "attention_pair_s", "request_overhead_s"):
         assert getattr(model, term) == pytest.approx(getattr(truth, term), rel=1e-3), term
     assert {p["kind"] for p in model.points} == {"ttft", "prefill", "decode"}
@@ -287,14 +322,15 @@ def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot():
 
 
 def test_cost_model_json_round_trip_and_bad_values(tmp_path):
-    model = LinearCostModel(forward_s=0.01, token_s=1e-4, request_overhead_s=0.002)
+    model = LinearCostModel(forward_s=0.01, token_s=1e-4, request_overhead_s=0.002, frontend_s=0.001)
     path = model.save(tmp_path / "cost.json")
     again = load_cost_model(path)
     assert again.seconds(uniform_shape(3, 100, 0)) == pytest.approx(model.seconds(uniform_shape(3, 100, 0)))
+    assert (again.request_overhead_s, again.frontend_s) == (0.002, 0.001)
     data = json.loads(path.read_text())
-    data["token_s"] = -1
-    with pytest.raises(ValueError, match="token_s must be a number of seconds >= 0"):
-        load_cost_model(data)
+    for term in ("token_s", "frontend_s"):
+        with pytest.raises(ValueError, match=f"{term} must be a number of seconds >= 0"):
+            load_cost_model({**data, term: -1})
 
 
 def test_roofline_decode_is_memory_bound_as_worked_by_hand():
@@ -473,3 +509,6 @@ def test_profile_of_the_engine_fits_its_traced_forwards_after_the_warm_up(tmp_pa
     assert 0 < model.source["traced_forwards"] < written
     assert {p["kind"] for p in model.points} == {"ttft", "prefill", "decode"}
     assert model.forward_s > 0 and model.request_overhead_s >= 0
+    # bursts of one-token requests timed the front end: 18 at a time (a 300-token budget / 16)
+    assert "of a burst of 18" in model.source["frontend"] or "all 18 requests" in model.source["frontend"]
+    assert 0 <= model.frontend_s < 0.1

@@ -22,7 +22,8 @@ forward the profile ran, its exact shape and seconds (`read_trace`), one more sa
 requests, which alone still pin the request overhead. Fitted to a full profile's timed requests only, the
 model underpriced the served workloads' prefills of up to 100 tokens by 30 % (mean log error -0.36) and of
 100-400 tokens by 19 %; fitted with its trace as well, -2 % and +1 % (the same profile and workloads,
-`simulate_accuracy.py --local`).
+`simulate_accuracy.py --local`). The trace also times the front end (`frontend_s`): bursts of one-token
+requests, where each forward holds what reached the queue during the one before (`frontend_seconds`).
 
 The model remembers the server's limits and scheduling mode (`source.server`), so a simulation with it
 stands for that server unless told otherwise; the measured points and the fit's error on each are in
@@ -65,18 +66,53 @@ def prefill_forwards(length: int, budget: int | None) -> np.ndarray:
                      for start in range(0, length, step)])
 
 
-def read_trace(path: str, offset: int = 0) -> tuple[list[tuple[Shape, float]], int]:
-    """The forwards an embedded engine started with TGI_TOOLKIT_FORWARD_TRACE=path wrote after byte `offset`:
-    (features, measured seconds) each, as `costs.fit_linear` takes them; and the offset to read on from."""
+def read_trace_lines(path: str, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The lines (one JSON object per forward: its end `t` on the wall clock, `seconds`, and its Shape's
+    fields) an embedded engine started with TGI_TOOLKIT_FORWARD_TRACE=path wrote after byte `offset`, and
+    the offset to read on from."""
     import json
 
     with open(path, "rb") as f:
         f.seek(offset)
         data = f.read()
     end = data.rfind(b"\n") + 1  # a line the engine is still writing waits for the next read
+    return [json.loads(line) for line in data[:end].splitlines()], offset + end
+
+
+def read_trace(path: str, offset: int = 0) -> tuple[list[tuple[Shape, float]], int]:
+    """The traced forwards after byte `offset` as (features, measured seconds), as `costs.fit_linear` takes
+    them; and the offset to read on from."""
+    rows, offset = read_trace_lines(path, offset)
     names = [field.name for field in dataclasses.fields(Shape)]
-    rows = [json.loads(line) for line in data[:end].splitlines()]
-    return [(Shape(**{n: row[n] for n in names}), float(row["seconds"])) for row in rows], offset + end
+    return [(Shape(**{n: row[n] for n in names}), float(row["seconds"])) for row in rows], offset
+
+
+def frontend_seconds(forwards: Sequence[Mapping[str, Any]], requests: int) -> tuple[float | None, str]:
+    """The front end's seconds per request, one request at a time, from the traced forwards (`read_trace_lines`)
+    of one burst: `requests` one-token requests sent at once to an idle server, none of them capped by the
+    batch's size or token budget. Returns (seconds or None, how it was found).
+
+    Each forward then holds exactly the requests that reached the queue between the scheduler's two polls,
+    its own start and the previous forward's: the idle scheduler takes what is there (the first, or a few when
+    its thread wakes late), and each forward after what came in meanwhile. While more are still to come the
+    front end was busy all along, so those windows' seconds over the requests they let in is the front end's
+    time per request; the last window, in which the burst ran out, only bounds it. When the whole burst was in
+    after the first forward, that bound is all there is (None)."""
+    # the burst's own forwards: those at the end whose rows add up to it (bench checks a prompt length with a
+    # request of its own first)
+    rows = [int(f["rows"]) for f in forwards]
+    tail = next((k for k in range(len(rows) - 1, -1, -1) if sum(rows[k:]) >= requests), None)
+    if tail is None or sum(rows[tail:]) != requests:
+        return None, f"the burst's {requests} requests ran as forwards of {rows} rows: not this burst's alone"
+    rows, starts = rows[tail:], [float(f["t"]) - float(f["seconds"]) for f in forwards[tail:]]
+    if len(rows) < 3:
+        bound = (starts[1] - starts[0]) / rows[1] if len(rows) == 2 else float("nan")
+        return None, (f"all {requests} requests were in after the first forward: at most {bound * 1e3:.3g} ms "
+                      "a request")
+    seconds = starts[-2] - starts[0]  # the windows before the last, when more were still to come
+    admitted = sum(rows[1:-1])
+    return seconds / admitted, (f"{admitted} of a burst of {requests} requests reached the queue in "
+                                f"{seconds * 1e3:.4g} ms while more were still to come")
 
 
 def _server_facts(server: Any) -> dict[str, Any]:
@@ -164,9 +200,10 @@ def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[S
 
 
 def fit_samples(samples: Sequence[Sample], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
-                source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS) -> LinearCostModel:
+                source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
+                frontend_s: float = 0.0) -> LinearCostModel:
     """Non-negative coefficients of `terms` and the request overhead minimising relative error, at the knee
-    of `free_tokens` that fits best."""
+    of `free_tokens` that fits best; `frontend_s`, measured apart (`frontend_seconds`), goes into the model."""
     keep = [TERMS.index(t) for t in terms]
     y = np.array([s.seconds for s in samples], dtype=float)
     if not len(y) or np.any(~np.isfinite(y)) or np.any(y <= 0):
@@ -182,8 +219,8 @@ def fit_samples(samples: Sequence[Sample], *, terms: Sequence[str] = PROFILE_TER
             best = (err, knee, coef, x)
     assert best is not None
     _, knee, coef, x = best
-    model = LinearCostModel(request_overhead_s=float(coef[-1]), name=name, source=dict(source or {}),
-                            free_tokens=int(knee) if coef[keep.index(TOKENS)] > 0 else 0)
+    model = LinearCostModel(request_overhead_s=float(coef[-1]), frontend_s=frontend_s, name=name,
+                            source=dict(source or {}), free_tokens=int(knee) if coef[keep.index(TOKENS)] > 0 else 0)
     for i, term in zip(keep, terms, strict=True):
         setattr(model, TERMS[i], float(coef[terms.index(term)]))
     fitted = x @ coef
@@ -279,6 +316,34 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
     return samples
 
 
+# Bursts of one-token requests of BURST_PROMPT tokens that time the front end (frontend_seconds): as many as one
+# forward can take whole, at most BURST, so that no forward is capped by the batch's size or token budget.
+BURST, BURST_PROMPT, BURSTS = 64, 8, 3
+
+
+def _measure_frontend(server: Any, trace: str, facts: Mapping[str, Any], progress: bool) -> tuple[float, str]:
+    """The front end's seconds per request (`frontend_seconds`, the mean over BURSTS bursts), and a note of how
+    it was found; 0 when every burst was in after its first forward."""
+    from tgi_toolkit.bench.api import run_batch
+
+    size = min(BURST, (facts.get("max_batch_prefill_tokens") or 4096) // (2 * BURST_PROMPT),
+               facts.get("max_batch_size") or BURST)
+    found, notes = [], []
+    for _ in range(BURSTS if size >= 3 else 0):
+        offset = os.path.getsize(trace) if os.path.exists(trace) else 0
+        run_batch(server, batch_sizes=[size], sequence_length=BURST_PROMPT, decode_length=1, runs=1, warmups=0,
+                  progress=progress)
+        seconds, note = frontend_seconds(read_trace_lines(trace, offset)[0], size)
+        notes.append(note)
+        if seconds is not None:
+            found.append(seconds)
+    if not notes:
+        return 0.0, "no burst fits the server's limits"
+    value = float(np.mean(found)) if found else 0.0
+    return value, (f"{value * 1e3:.3g} ms a request, the mean of {len(found)} of {len(notes)} bursts: "
+                   + "; ".join(notes))
+
+
 def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | None = None,
             batch_sizes: Sequence[int] | None = None, contexts: Sequence[int] | None = None,
             decode_length: int | None = None, repeats: int | None = None, environ: Mapping[str, str] | None = None,
@@ -291,7 +356,7 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
     server started from here inherits). free_tokens: the knees to try (FREE_TOKENS, the small ones, by
     default; KNEES tries more; (0,) fits a straight line). trace: the forward trace the server writes
     (TGI_TOOLKIT_FORWARD_TRACE; default: the one an embedded Server was started with), whose forwards join
-    the fit. output: also save the model as JSON there.
+    the fit and time the front end (`frontend_s`; 0 without a trace). output: also save the model as JSON there.
     """
     from tgi_toolkit.bench.api import measure_ingestion, run_batch
 
@@ -314,6 +379,7 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
               runs=1, warmups=1, progress=progress)
     measure_ingestion(server, prompt_tokens=lengths[-2:] if len(lengths) > 1 else lengths * 2, repeats=1,
                       progress=progress)
+    frontend, frontend_note = _measure_frontend(server, trace, facts, progress) if trace else (0.0, None)
     # the trace from here on: the warm-up's forwards (a cache growth among them) are not the machine's speed
     offset = os.path.getsize(trace) if trace and os.path.exists(trace) else 0
     ing = measure_ingestion(server, prompt_tokens=lengths, repeats=int(grid["repeats"]), progress=progress)
@@ -341,10 +407,13 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
     traced = forward_samples(read_trace(trace, offset)[0]) if trace else []
     if traced:
         source["traced_forwards"] = len(traced)
+    if frontend_note:
+        source["frontend"] = frontend_note
     model = fit_profile(ingestion, decode, prefill_budget=budget, name=name, source=source, free_tokens=free_tokens)
+    model.frontend_s = frontend  # before the replays: it decides which forward each request of a burst joins
     for _ in range(REPLAYS):
         model = fit_samples(replay_rows(model, ing, batches, repeats=int(grid["repeats"])) + traced, name=name,
-                            source=source, free_tokens=free_tokens)
+                            source=source, free_tokens=free_tokens, frontend_s=frontend)
     if output:
         model.save(output)
     return model

@@ -165,7 +165,8 @@ def profile_main(rest: list[str]) -> int:
         return 2
     print(model.formula())
     traced = model.source.get("traced_forwards")
-    print(f"request overhead {model.request_overhead_s * 1e3:.3g} ms; fitted to {len(model.points)} measurements"
+    print(f"request overhead {model.request_overhead_s * 1e3:.3g} ms (front end {model.frontend_s * 1e3:.3g} ms a "
+          f"request, one at a time); fitted to {len(model.points)} measurements"
           f"{f' and {traced} traced forwards' if traced else ''}, "
           f"worst ratio {max(abs(p['ratio'] - 1) for p in model.points):.1%} off")
     print(f"saved: {args.output}")

@@ -6,7 +6,8 @@ server (chunked TGI 3 path or the non-chunking one, prefix cache, block allocato
 - keeps the virtual clock, which `SimBackend.forward` advances by the cost model's price of the forward;
 - emits tokens: a row that emits gives its request one token at the clock's time after the forward,
   and the request stops after its workload's output length;
-- delivers requests to the queue when the client sends them (plus the cost model's request overhead),
+- delivers requests to the queue when the client sends them (plus the cost model's request overhead, and
+  its front end's time per request one at a time),
   and tells the client when one ends, so closed-loop users send their next one at that moment;
 - samples what the server's /metrics would show (batch size, queue size, KV tokens in use).
 
@@ -295,25 +296,26 @@ class Simulator:
         self.samples: list[Sample] = []
         self._next_sample = 0.0
         self._arrivals: list[tuple[float, int, SimRequest]] = []
-        self._frontend_free = 0.0
+        self._frontend_free = -math.inf  # when the front end is done with the last request sent
         self._seq = itertools.count()
         self.max_forwards = max_forwards
 
     # -- arrivals ------------------------------------------------------------------------------------
     def _push(self, pairs: list[tuple[float, SimRequest]]) -> None:
-        """Requests the client sends. The server's front end (HTTP, validation, tokenization) takes
-        `request_overhead_s` for each, one request at a time in the order they came: a burst of N requests
-        reaches the queue spread over N overheads, as it does on the real server, instead of all at once
-        (which would keep identical requests in lockstep for ever)."""
+        """Requests the client sends. Each reaches the queue `request_overhead_s` after it was sent (requests sent
+        together pay it side by side), and after the one sent before it plus `frontend_s`, the part of the
+        overhead the server's front end spends on one request at a time: a burst of N requests reaches the queue
+        over N - 1 front-end times, in the order sent."""
         overhead = self.cost.request_overhead_s
+        frontend = float(getattr(self.cost, "frontend_s", 0.0) or 0.0)
         for t, request in sorted(pairs, key=lambda pair: pair[0]):
             request.record.sent_ns = int(round(t * 1e9))
-            # Strictly after it was sent, and after the one before it, whatever the overhead: a request a
-            # client sends when a token arrives cannot be in the queue when the scheduler polls it the instant
-            # that token's forward ends (the engine's next forward starts 0.3 ms later, its trace shows; the
-            # reply takes ms), and of a burst an idle scheduler sees only the first (so the engine's trace
-            # shows 4 users' first 512-token prompts as one forward of 512 tokens, then one of 1,100).
-            entry = math.nextafter(max(t, self._frontend_free) + overhead, math.inf)
+            # Strictly after it was sent, and after the one before it, whatever the times: a request a client
+            # sends when a token arrives cannot be in the queue when the scheduler polls it the instant that
+            # token's forward ends (the engine's next forward starts 0.3 ms later, its trace shows; the reply
+            # takes ms), and of a burst an idle scheduler sees only the first (so the engine's trace shows 4
+            # users' first 512-token prompts as one forward of 512 tokens, then one of 1,100).
+            entry = math.nextafter(max(t + overhead, self._frontend_free + frontend), math.inf)
             self._frontend_free = entry
             heapq.heappush(self._arrivals, (entry, next(self._seq), request))
 
