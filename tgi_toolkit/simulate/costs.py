@@ -83,8 +83,9 @@ class LinearCostModel:
     attention_pair_s: float = 0.0
     request_overhead_s: float = 0.0
     # The part of the overhead a front end spends on one request at a time (module docstring). On the embedded
-    # engine 2-4 ms of a 14 ms overhead (calibrate.frontend_seconds): a whole overhead each, a wave of 16 users'
-    # requests reached the simulated queue over 218 ms where the engine took all of them within one 170 ms forward.
+    # engine at most 1.8 ms of a 6-22 ms overhead: bursts of 64 were all queued within one forward
+    # (calibrate.frontend_seconds). Paying a whole 14 ms overhead each, a wave of 16 users' requests reached the
+    # simulated queue over 218 ms, where the engine's trace shows them all in within one forward of 160-210 ms.
     frontend_s: float = 0.0
     # Spread of a forward's time around the model (coefficient of variation). Real forwards vary; with none,
     # identical requests sent together stay in lockstep for ever, which no real server keeps.
