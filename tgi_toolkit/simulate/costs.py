@@ -87,8 +87,9 @@ class LinearCostModel:
     # (calibrate.frontend_seconds). Paying a whole 14 ms overhead each, a wave of 16 users' requests reached the
     # simulated queue over 218 ms, where the engine's trace shows them all in within one forward of 160-210 ms.
     frontend_s: float = 0.0
-    # Spread of a forward's time around the model (coefficient of variation). Real forwards vary; with none,
-    # identical requests sent together stay in lockstep for ever, which no real server keeps.
+    # Spread of a forward's time around the model (coefficient of variation). Real forwards vary, and the spread
+    # decides how soon identical requests sent together fall out of lockstep (with none, never); short ones may
+    # keep it: the engine ran 16 users of 64+16 tokens as 5 waves of 16 in lockstep.
     jitter_cv: float = 0.0
     free_tokens: int = 0  # tokens a forward computes within forward_s (module docstring)
     name: str = "linear"
