@@ -142,6 +142,9 @@ def test_front_end_time_from_a_traced_burst_as_worked_by_hand():
     # all nine others in by the second poll: only a bound, 20 ms / 9
     seconds, note = frontend_seconds(forwards([1, 9], [0.0, 0.020]), 10)
     assert seconds is None and "at most 2.22 ms" in note
+    # all ten taken by the first forward (its thread woke late): not even a bound
+    seconds, note = frontend_seconds(forwards([10], [0.0]), 10)
+    assert seconds is None and "all 10 requests were in before the first forward" in note
     # an idle scheduler that woke late took two: the windows after its poll count all the same, 20 ms for 4
     assert frontend_seconds(forwards([2, 4, 4], [0.0, 0.020, 0.040]), 10)[0] == pytest.approx(0.005)
     # bench's length check, a request of its own, ran first: the burst is the forwards after it

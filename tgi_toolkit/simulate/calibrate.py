@@ -87,6 +87,11 @@ def read_trace(path: str, offset: int = 0) -> tuple[list[tuple[Shape, float]], i
     return [(Shape(**{n: row[n] for n in names}), float(row["seconds"])) for row in rows], offset
 
 
+def _trace_end(path: str) -> int:
+    """The trace's size: the offset from which `read_trace` returns what the server writes next."""
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
 def frontend_seconds(forwards: Sequence[Mapping[str, Any]], requests: int) -> tuple[float | None, str]:
     """The front end's seconds per request, one request at a time, from the traced forwards (`read_trace_lines`)
     of one burst: `requests` one-token requests sent at once to an idle server, none of them capped by the
@@ -105,10 +110,11 @@ def frontend_seconds(forwards: Sequence[Mapping[str, Any]], requests: int) -> tu
     if tail is None or sum(rows[tail:]) != requests:
         return None, f"the burst's {requests} requests ran as forwards of {rows} rows: not this burst's alone"
     rows, starts = rows[tail:], [float(f["t"]) - float(f["seconds"]) for f in forwards[tail:]]
-    if len(rows) < 3:
-        bound = (starts[1] - starts[0]) / rows[1] if len(rows) == 2 else float("nan")
-        return None, (f"all {requests} requests were in after the first forward: at most {bound * 1e3:.3g} ms "
-                      "a request")
+    if len(rows) == 1:
+        return None, f"all {requests} requests were in before the first forward"
+    if len(rows) == 2:
+        return None, (f"all {requests} requests were in after the first forward: at most "
+                      f"{(starts[1] - starts[0]) / rows[1] * 1e3:.3g} ms a request")
     seconds = starts[-2] - starts[0]  # the windows before the last, when more were still to come
     admitted = sum(rows[1:-1])
     return seconds / admitted, (f"{admitted} of a burst of {requests} requests reached the queue in "
@@ -189,14 +195,16 @@ def forward_samples(forwards: Sequence[tuple[Shape, float]]) -> list[Sample]:
 
 def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[Shape, float]], *,
                 prefill_budget: int | None = None, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
-                source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS) -> LinearCostModel:
+                source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
+                frontend_s: float = 0.0) -> LinearCostModel:
     """The linear model from (prompt length, TTFT) and (decode forward shape, seconds) samples; the
     request overhead is fitted with it (it appears in every TTFT and in no decode step)."""
     samples = [Sample("ttft", prefill_forwards(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
                for length, ttft in ingestion]
     samples += [Sample("decode", np.array([shape.vector()]), 0.0, seconds,
                        {"rows": shape.rows, "context": shape.context}) for shape, seconds in decode]
-    return fit_samples(samples, terms=terms, name=name, source=source, free_tokens=free_tokens)
+    return fit_samples(samples, terms=terms, name=name, source=source, free_tokens=free_tokens,
+                       frontend_s=frontend_s)
 
 
 def fit_samples(samples: Sequence[Sample], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
@@ -330,7 +338,7 @@ def _measure_frontend(server: Any, trace: str, facts: Mapping[str, Any], progres
                facts.get("max_batch_size") or BURST)
     found, notes = [], []
     for _ in range(BURSTS if size >= 3 else 0):
-        offset = os.path.getsize(trace) if os.path.exists(trace) else 0
+        offset = _trace_end(trace)
         run_batch(server, batch_sizes=[size], sequence_length=BURST_PROMPT, decode_length=1, runs=1, warmups=0,
                   progress=progress)
         seconds, note = frontend_seconds(read_trace_lines(trace, offset)[0], size)
@@ -381,7 +389,7 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
                       progress=progress)
     frontend, frontend_note = _measure_frontend(server, trace, facts, progress) if trace else (0.0, None)
     # the trace from here on: the warm-up's forwards (a cache growth among them) are not the machine's speed
-    offset = os.path.getsize(trace) if trace and os.path.exists(trace) else 0
+    offset = _trace_end(trace) if trace else 0
     ing = measure_ingestion(server, prompt_tokens=lengths, repeats=int(grid["repeats"]), progress=progress)
     rows = ing.requests[~ing.requests[S.WARMUP] & ing.requests[S.ERROR].isna()]
     ingestion = [(int(p), float(t)) for p, t in zip(rows[S.PROMPT_TOKENS], rows[S.TTFT_S], strict=True)]
@@ -409,8 +417,9 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
         source["traced_forwards"] = len(traced)
     if frontend_note:
         source["frontend"] = frontend_note
-    model = fit_profile(ingestion, decode, prefill_budget=budget, name=name, source=source, free_tokens=free_tokens)
-    model.frontend_s = frontend  # before the replays: it decides which forward each request of a burst joins
+    # the front end goes in before the replays: it decides which forward each request of a burst joins
+    model = fit_profile(ingestion, decode, prefill_budget=budget, name=name, source=source, free_tokens=free_tokens,
+                        frontend_s=frontend)
     for _ in range(REPLAYS):
         model = fit_samples(replay_rows(model, ing, batches, repeats=int(grid["repeats"])) + traced, name=name,
                             source=source, free_tokens=free_tokens, frontend_s=frontend)
