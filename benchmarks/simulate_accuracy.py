@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/simulate_accuracy.py --published          # roofline against data/reference
     .venv/bin/python benchmarks/simulate_accuracy.py --refit              # fit the roofline's efficiencies again
     .venv/bin/python benchmarks/simulate_accuracy.py --speed              # 32 users, 1,000 requests
-    .venv/bin/python benchmarks/simulate_accuracy.py --local [--cost cost.json] [--quick] [--no-knee]
+    .venv/bin/python benchmarks/simulate_accuracy.py --local [--cost cost.json] [--quick] [--no-knee] [--pace 1.3]
         # profile the embedded engine (or read --cost), then simulate and measure the same points,
-        # chunked (TGI 3 default) and PREFILL_CHUNKING=0: TTFT p50, TPOT p50, output throughput
+        # chunked (TGI 3 default) and PREFILL_CHUNKING=0: TTFT p50, TPOT p50, output throughput;
+        # --pace holds each measured forward to 1.3 x its profiled price (the machine's drift taken out)
 
 Targets (issue 13): ±15 % on this machine for every point and metric; ±30 % of each published main
 metric with the roofline model; the 32-user 1,000-request simulation under 10 s. Each line prints
@@ -165,7 +166,8 @@ def _scaled(cost: object, factor: float) -> object:
     return dataclasses.replace(cost, **{t: getattr(cost, t) * factor for t in TERMS})  # type: ignore[arg-type]
 
 
-def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: bool = True) -> int:
+def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: bool = True,
+          pace: float | None = None) -> int:
     """Profile the embedded engine (TGI 3 default: chunked prefill), then measure and simulate the same
     points on it and on a second server with PREFILL_CHUNKING=0.
 
@@ -175,6 +177,12 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
     machine the same decode step moved from 85 to 67 ms within a minute). The ratio in brackets is the
     prediction again with every forward scaled by that factor: the simulator's error at the machine's speed
     of the moment, which is what the simulator (its scheduling and the model's shape) answers for.
+
+    pace: the control for that drift. The profile runs on a server of its own; the measured servers then
+    run with TGI_TOOLKIT_PACE, every forward held to the profile's price times `pace` (chosen above the
+    machine's slowest minutes, so that the model finishes first), and the simulator prices forwards the
+    same way. What is left between predicted and measured is the scheduling, the front end and the
+    machine's overruns of the pace (measured / priced above 1).
 
     threads: OMP_NUM_THREADS of the servers. On a machine shared with other torch processes, torch's
     default (a thread per core, spinning while it waits) made a SmolLM2 decode step take ~3 s instead of
@@ -193,23 +201,46 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
     rates = [1.0, 4.0] if quick else [0.5, 2.0, 4.0, 8.0]
     ratios: list[float] = []
     drifted: list[float] = []
+    threads_env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+    out = ROOT / "out"
+    out.mkdir(exist_ok=True)
+
+    def traced(name: str) -> Path:
+        trace = out / f"forwards-{name}.jsonl"
+        trace.unlink(missing_ok=True)
+        return trace
+
+    def calibrate(server: Server, env: dict[str, str]) -> object:
+        if cost_path:
+            return simulate.load_cost_model(cost_path)
+        cost = simulate.profile(server, quick=quick, environ=env, output=str(out / "cost.json"),
+                                **({} if knee else {"free_tokens": (0,)}))
+        print(cost.formula(), f"+ request overhead {cost.request_overhead_s * 1e3:.3g} ms (front end "  # type: ignore[attr-defined]
+              f"{cost.frontend_s * 1e3:.3g} ms a request, one at a time)")  # type: ignore[attr-defined]
+        return cost
+
+    cost = None
+    pace_env: dict[str, str] = {}
+    if pace:
+        if cost_path:
+            cost = simulate.load_cost_model(cost_path)
+        else:
+            with Server(launcher, backend="embedded", startup_progress=False,
+                        env={**threads_env, "TGI_TOOLKIT_FORWARD_TRACE": str(traced("profile"))}) as server:
+                cost = calibrate(server, {})
+        # a paced forward lasts its price exactly (unless the machine overruns it): no spread to simulate
+        cost = dataclasses.replace(_scaled(cost, pace), jitter_cv=0.0)  # type: ignore[type-var]
+        cost.name = f"{cost.name} x{pace:g} (the pace)"  # type: ignore[attr-defined]
+        pace_env = {"TGI_TOOLKIT_PACE": str(cost.save(out / "cost-paced.json"))}  # type: ignore[attr-defined]
+        print(f"paced: every forward of the measured servers lasts at least {pace:g} x its profiled price")
     print(f"{'path':9} {'point':45} " + "  ".join(f"{c[:-2]:>15}: pred / meas / ratio (at its speed)"
                                                   for c in COLUMNS))
-    threads_env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
     for label, env in (("chunked", {}), ("unchunked", {"PREFILL_CHUNKING": "0"})):
-        trace = ROOT / "out" / f"forwards-{label}.jsonl"
-        trace.parent.mkdir(exist_ok=True)
-        trace.unlink(missing_ok=True)
-        with Server(launcher, backend="embedded", env={**env, **threads_env, "TGI_TOOLKIT_FORWARD_TRACE": str(trace)},
-                    startup_progress=False) as server:
-            if cost_path:
-                cost = simulate.load_cost_model(cost_path)
-            else:
-                cost = simulate.profile(server, quick=quick, environ=env, output=str(ROOT / "out" / "cost.json"),
-                                        **({} if knee else {"free_tokens": (0,)}))
-                print(cost.formula(), f"+ request overhead {cost.request_overhead_s * 1e3:.3g} ms (front end "
-                      f"{cost.frontend_s * 1e3:.3g} ms a request, one at a time)")
-                cost_path = str(ROOT / "out" / "cost.json")
+        trace = traced(label)
+        with Server(launcher, backend="embedded", startup_progress=False,
+                    env={**env, **threads_env, **pace_env, "TGI_TOOLKIT_FORWARD_TRACE": str(trace)}) as server:
+            if cost is None:
+                cost = calibrate(server, env)
             # The engine's dense KV cache grows on first use (TGI allocates its cache at startup), and on this VM
             # a growth stalls the forward that needs it for seconds: from 32 to 64 rows, 4.8 s inside the first
             # point whose batch passed 32 (rate 4, 48 requests), which then ran x1.2-1.5 slower than profiled in
@@ -232,7 +263,8 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
                 ratios += raw
                 drifted += at_speed
                 print(f"{'':9} forwards: {line}; speed x{factor:.2f}")
-    for what, values in (("as profiled", ratios), ("at the machine's speed of each point", drifted)):
+    for what, values in (("as profiled" + (f", paced x{pace:g}" if pace else ""), ratios),
+                         ("at the machine's speed of each point", drifted)):
         inside = sum(abs(r - 1) <= 0.15 for r in values if r == r)
         worst = max(abs(math.log(r)) for r in values if r == r and r > 0)
         print(f"{what}: {inside} of {len(values)} ratios within ±15 %, worst |log ratio| {worst:.2f}")
@@ -249,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer points (with --local)")
     parser.add_argument("--no-knee", action="store_true", help="the profile fits a straight line (with --local)")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the servers (0: torch's default)")
+    parser.add_argument("--pace", type=float, help="hold every measured forward to this many times its profiled "
+                        "price (TGI_TOOLKIT_PACE; with --local): the control for a machine whose speed drifts")
     args = parser.parse_args(argv)
     rc = 0
     if args.refit:
@@ -258,7 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.speed:
         rc |= speed()
     if args.local:
-        rc |= local(args.cost, args.quick, args.threads, not args.no_knee)
+        if args.pace is not None and not args.pace >= 1:
+            parser.error(f"--pace must be a factor >= 1 (the profile's price or longer); got {args.pace}")
+        rc |= local(args.cost, args.quick, args.threads, not args.no_knee, args.pace)
     return rc
 
 

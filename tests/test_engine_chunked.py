@@ -124,3 +124,41 @@ def test_a_forward_that_fails_frees_its_blocks_and_rows_and_the_engine_goes_on(l
     assert engine.scheduler.allocator.trie.cached_blocks() == 0
     # ...and the engine serves the next request normally, with its full capacity.
     assert run(engine, [request(loaded, PROMPTS[2])]) == [alone[2]]
+
+
+def test_a_paced_forward_lasts_its_price_and_computes_the_same_tokens(loaded, alone, tmp_path):
+    """TGI_TOOLKIT_PACE: a forward's tokens leave no earlier than the cost model's price of it. With 0.2 s a
+    forward and 0.1 s more for one that computes prompt tokens: the first token 0.3 s after the step began
+    (one prefill of the whole prompt), then one every 0.2 s (decode steps); the tokens are the alone ones."""
+    import itertools
+    import json
+    import time
+
+    from tgi_toolkit.engine.serve import _pace
+
+    path = tmp_path / "pace.json"
+    path.write_text(json.dumps({"kind": "linear", "forward_s": 0.2, "prefill_forward_s": 0.1}))
+    engine = make_engine(loaded, prefix_caching=False)
+    engine.backend.pace = _pace(str(path))
+    stamps: list[float] = []
+    tokens: list[int] = []
+
+    def emit(event):
+        stamps.append(time.perf_counter())
+        tokens.append(event.token.id)
+
+    engine.submit(request(loaded, PROMPTS[0], n=4), emit)
+    began = time.perf_counter()
+    while engine.scheduler.step():
+        pass
+    assert tokens == alone[0][:4]
+    assert stamps[0] - began >= 0.3
+    assert all(b - a >= 0.2 for a, b in itertools.pairwise(stamps))
+    # unpaced, the same steps take the model's own time (well under 0.2 s a decode step here)
+    engine.backend.pace = None
+    stamps.clear()
+    tokens.clear()
+    engine.submit(request(loaded, PROMPTS[0], n=4), emit)
+    while engine.scheduler.step():
+        pass
+    assert tokens == alone[0][:4] and min(b - a for a, b in itertools.pairwise(stamps)) < 0.2

@@ -92,3 +92,15 @@ def test_a_forward_trace_the_engine_cannot_write_is_a_one_line_error(tmp_path):
     assert _open_trace(None) is None and _open_trace("") is None
     with pytest.raises(UnsupportedSetting, match=r"TGI_TOOLKIT_FORWARD_TRACE: cannot write '.*missing/t.jsonl' \("):
         _open_trace(str(tmp_path / "missing" / "t.jsonl"))
+
+
+def test_a_pace_the_engine_cannot_read_is_a_one_line_error(tmp_path):
+    from tgi_toolkit.engine.serve import UnsupportedSetting, _pace
+
+    assert _pace(None) is None and _pace("") is None
+    with pytest.raises(UnsupportedSetting, match=r"TGI_TOOLKIT_PACE: '.*nothing.json' is not a cost model .*no file"):
+        _pace(str(tmp_path / "nothing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "linear", "forward_s": -1}')
+    with pytest.raises(UnsupportedSetting, match=r"TGI_TOOLKIT_PACE: .* forward_s must be a number of seconds >= 0"):
+        _pace(str(bad))

@@ -89,8 +89,15 @@ class ModelBackend:
     """Runs the scheduler's batches on a `LlamaRunner` and turns logits into token events."""
 
     def __init__(self, runner: LlamaRunner, tokenizer: Any, eos_token_ids: set[int],
-                 deliver: Callable[[list[tuple[Callable[[Any], None], Any]]], None] | None = None) -> None:
+                 deliver: Callable[[list[tuple[Callable[[Any], None], Any]]], None] | None = None,
+                 pace: Callable[[Forward], float] | None = None) -> None:
         self.runner = runner
+        # pace (TGI_TOOLKIT_PACE): the seconds a forward must last at least; its tokens are held until then.
+        # A benchmark's control for a shared machine whose speed drifts: the model still computes every
+        # token, and each forward then takes the time a cost model gives it, not the machine's time of the
+        # moment.
+        self.pace = pace
+        self._deadline = 0.0
         # How a step's events reach their requests; the Engine hands them to the event loop.
         self.deliver = deliver or (lambda events: [emit(event) for emit, event in events])
         self.tokenizer = tokenizer
@@ -132,6 +139,8 @@ class ModelBackend:
     # -- scheduler Backend protocol ------------------------------------------------------
     def forward(self, forward: Forward) -> None:
         """Run one forward of the scheduler's batch: prompt chunks and decoding rows together."""
+        if self.pace is not None:
+            self._deadline = time.perf_counter() + self.pace(forward)
         runner = self.runner
         rows = sorted(forward.rows, key=self._row_order)  # the runner's tuned decode wants row order
         inputs, store, all_logits = [], [], []
@@ -177,6 +186,14 @@ class ModelBackend:
             all_last = runner.last_logits if getattr(runner, "last_logits", None) is not None else \
                 torch.cat([logits[i][-1:] for i in range(len(rows))])
             self._advance(emitting, all_last[torch.tensor(last)] if len(last) != len(rows) else all_last)
+        self._hold()
+
+    def _hold(self) -> None:
+        """Wait out the paced forward's deadline (nothing without a pace, or once it has passed)."""
+        if self.pace is not None:
+            left = self._deadline - time.perf_counter()
+            if left > 0:
+                time.sleep(left)
 
     @staticmethod
     def _row_order(row: Row) -> int:
@@ -234,6 +251,7 @@ class ModelBackend:
                 entry.finished = True
                 finish = self._finish(entry, state, reason, now)
             events.append((state.emit, Event(len(state.generated) - 1, token, top, finish)))
+        self._hold()  # a paced forward's tokens leave at its deadline, as the simulator stamps them
         self.deliver(events)
 
     def _stop_reason(self, state: _State, token_id: int) -> str | None:

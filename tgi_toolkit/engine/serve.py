@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -41,6 +41,7 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     if refused:
         raise UnsupportedSetting("\n".join(refused))
     trace = _open_trace(os.environ.get("TGI_TOOLKIT_FORWARD_TRACE"))
+    pace = _pace(os.environ.get("TGI_TOOLKIT_PACE"))
 
     from tgi_toolkit.engine.api import Api, ServerInfo
     from tgi_toolkit.engine.infer import ComputeThread, Engine, ModelBackend
@@ -61,7 +62,7 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
 
     metrics = Metrics(trace=trace)
     metrics.batch_max_total_tokens.set(batch_total)
-    backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids)
+    backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids, pace=pace)
     engine = Engine(backend, limits, metrics)
     engine.start(compute)
     api = Api(
@@ -90,6 +91,24 @@ def _open_trace(path: str | None) -> IO[str] | None:
         return open(path, "a", buffering=1)  # noqa: SIM115 (the engine writes to it until it exits)
     except OSError as exc:
         raise UnsupportedSetting(f"TGI_TOOLKIT_FORWARD_TRACE: cannot write {path!r} ({exc.strerror})") from None
+
+
+def _pace(path: str | None) -> Callable[[Any], float] | None:
+    """TGI_TOOLKIT_PACE's cost model (a `tgi-toolkit simulate profile` JSON): every forward then lasts at least
+    the seconds it prices (ModelBackend's `pace`), read before the model loads so that a bad file is a
+    one-line error at once."""
+    if not path:
+        return None
+    from tgi_toolkit.simulate.costs import load_cost_model, shape_of
+
+    try:
+        cost = load_cost_model(path)
+    except (OSError, ValueError) as exc:
+        raise UnsupportedSetting(f"TGI_TOOLKIT_PACE: {path!r} is not a cost model this engine can read ({exc})") \
+            from None
+    log.info("Every forward lasts at least its price in %s (TGI_TOOLKIT_PACE): %s", path,
+             getattr(cost, "name", "") or type(cost).__name__)
+    return lambda forward: cost.seconds(shape_of(forward))
 
 
 def _load(cfg: Any) -> tuple[Any, Any, Any, Any, Any]:
