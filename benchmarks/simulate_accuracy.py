@@ -244,8 +244,12 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
             # The engine's dense KV cache grows on first use (TGI allocates its cache at startup), and on this VM
             # a growth stalls the forward that needs it for seconds: from 32 to 64 rows, 4.8 s inside the first
             # point whose batch passed 32 (rate 4, 48 requests), which then ran x1.2-1.5 slower than profiled in
-            # both paths. A burst as wide as the widest batch ahead grows it first, unmeasured.
+            # both paths. A burst as wide as the widest batch ahead grows it first, unmeasured; then one request as long
+            # as the server allows (the first 512-token point grew it from 256 to 1101 positions inside a warm-up
+            # forward that took 1.4x its price, which then read as the machine's speed of that point).
             bench.run_concurrency(server, users=[64], prompt_tokens=16, max_new_tokens=2, requests=64, progress=False)
+            bench.run_concurrency(server, users=[1], prompt_tokens=launcher.max_input_tokens, requests=1,
+                                  max_new_tokens=launcher.max_total_tokens - launcher.max_input_tokens, progress=False)
             offset = trace.stat().st_size
             sim = {"config": launcher, "chunking": not env}
             # warm-up requests first (unmeasured): a fresh server's first requests are 2-3x slower
