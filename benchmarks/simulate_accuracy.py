@@ -7,6 +7,8 @@
         # profile the embedded engine (or read --cost), then simulate and measure the same points,
         # chunked (TGI 3 default) and PREFILL_CHUNKING=0: TTFT p50, TPOT p50, output throughput;
         # --pace holds each measured forward to 1.3 x its profiled price (the machine's drift taken out)
+    .venv/bin/python benchmarks/simulate_accuracy.py --spread run1.txt run2.txt run3.txt
+        # how far apart several --local runs measured the same points (the measurement's repeatability)
 
 Targets (issue 13): ±15 % on this machine for every point and metric; ±30 % of each published main
 metric with the roofline model; the 32-user 1,000-request simulation under 10 s. Each line prints
@@ -19,6 +21,7 @@ import argparse
 import dataclasses
 import itertools
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -275,6 +278,44 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
     return 0
 
 
+_LINE = re.compile(r"^(chunked|unchunked)\s+(\S+)\s+(.*)$")
+_CELL = re.compile(r"(\S+)\s+(\S+)\s+\S+\s+\(\S+\)")
+
+
+def spread(logs: list[str]) -> int:
+    """The measurement's own repeatability: the measured values of each point and metric across several
+    `--local` logs (runs of the same points on the same machine), their max / min, and how many metrics two of
+    those runs measured more than ±15 % of their mean apart (max / min above 1.15 / 0.85 = 1.35: no single
+    prediction can then be within ±15 % of both). A simulator is judged against a measurement no more
+    precisely than the measurement repeats."""
+    runs: list[dict[tuple[str, str], list[float]]] = []
+    for path in logs:
+        measured = {}
+        for line in Path(path).read_text().splitlines():
+            m = _LINE.match(line)
+            cells = _CELL.findall(m.group(3)) if m else []
+            if len(cells) == len(COLUMNS):
+                measured[(m.group(1), m.group(2))] = [float(v) for _, v in cells]  # type: ignore[union-attr]
+        if not measured:
+            print(f"--spread: {path} holds no point of a --local run", file=sys.stderr)
+            return 2
+        runs.append(measured)
+    points = [k for k in runs[0] if all(k in r for r in runs[1:])]
+    print(f"{'path':9} {'point':45} " + "  ".join(f"{c[:-2]:>22}: max / min" for c in COLUMNS))
+    apart = 0
+    for key in points:
+        cells = []
+        for i in range(len(COLUMNS)):
+            values = [r[key][i] for r in runs]
+            ratio = max(values) / min(values)
+            apart += ratio > 1.15 / 0.85
+            cells.append(f"{' '.join(f'{v:.3g}' for v in values):>22} {ratio:5.2f}")
+        print(f"{key[0]:9} {key[1]:45} " + "  ".join(cells))
+    print(f"{apart} of {len(points) * len(COLUMNS)} metrics measured more than ±15 % of their mean apart "
+          f"(max / min > 1.35) by {len(runs)} runs")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--published", action="store_true")
@@ -285,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer points (with --local)")
     parser.add_argument("--no-knee", action="store_true", help="the profile fits a straight line (with --local)")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the servers (0: torch's default)")
+    parser.add_argument("--spread", nargs="+", metavar="LOG", help="--local logs of the same points: how far apart "
+                        "the runs measured each metric (the measurement's own repeatability)")
     parser.add_argument("--pace", type=float, help="hold every measured forward to this many times its profiled "
                         "price (TGI_TOOLKIT_PACE; with --local): the control for a machine whose speed drifts")
     args = parser.parse_args(argv)
@@ -295,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         rc |= published()
     if args.speed:
         rc |= speed()
+    if args.spread:
+        rc |= spread(args.spread)
     if args.local:
         if args.pace is not None and not args.pace >= 1:
             parser.error(f"--pace must be a factor >= 1 (the profile's price or longer); got {args.pace}")
