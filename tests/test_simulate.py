@@ -263,6 +263,23 @@ def test_traced_forwards_pin_what_timed_requests_cannot_and_the_requests_still_p
     assert [p["kind"] for p in model.points] == ["ttft", "ttft"]  # the traced forwards are fitted, not listed
 
 
+def test_with_traced_forwards_a_prefilling_forwards_own_cost_is_no_longer_taken_for_request_overhead():
+    # 50 ms a forward, 18 ms more for one that computes prompt tokens, 1 ms a token (no knee), 3.5 ms a request.
+    # TTFT of 16 tokens 3.5 + 50 + 18 + 16 = 87.5 ms, of 64 tokens 135.5 ms: alone, any split of 21.5 ms between
+    # the prefill term and the overhead fits them. The trace's forwards carry no overhead: decode steps of 1 and
+    # 8 rows 51 and 58 ms, prompts of 32 and 1,000 tokens 100 and 1,068 ms.
+    from tgi_toolkit.simulate.calibrate import Sample, fit_samples, forward_samples, prefill_forwards
+    from tgi_toolkit.simulate.costs import TERMS
+
+    ttfts = [Sample("ttft", prefill_forwards(n, None), 1.0, t, {"prompt_tokens": n})
+             for n, t in ((16, 0.0875), (64, 0.1355))]
+    traced = forward_samples([(Shape(1, 1, 100, 0.0, False), 0.051), (Shape(8, 8, 800, 0.0, False), 0.058),
+                              (Shape(1, 32, 32, 0.0, True), 0.100), (Shape(1, 1000, 1000, 0.0, True), 1.068)])
+    model = fit_samples(ttfts + traced, terms=TERMS, free_tokens=(0,))
+    assert (model.forward_s, model.prefill_forward_s, model.token_s, model.request_overhead_s) == pytest.approx(
+        (0.05, 0.018, 0.001, 0.0035), rel=1e-6)
+
+
 def test_profile_fit_finds_the_knee_below_which_tokens_ride_on_the_weight_read():
     # A forward that reads its weights in 50 ms and computes 1 ms per token past the first 32 (what the
     # embedded engine showed: 48-52 ms for 1 to 32 tokens, ~0.7 ms per token beyond), 5 ms per request:
@@ -512,6 +529,9 @@ def test_profile_of_the_engine_fits_its_traced_forwards_after_the_warm_up(tmp_pa
     assert 0 < model.source["traced_forwards"] < written
     assert {p["kind"] for p in model.points} == {"ttft", "prefill", "decode"}
     assert model.forward_s > 0 and model.request_overhead_s >= 0
+    # with the trace the prefilling forward's own cost is a term of its own (about 18 ms on the 2-core machines
+    # here: one-row prefills of 6-16 tokens took 87-102 ms where a decode step took 70), not request overhead
+    assert model.prefill_forward_s > 0
     # bursts of one-token requests timed the front end: 18 at a time (a 300-token budget / 16)
     assert "of a burst of 18" in model.source["frontend"] or "all 18 requests" in model.source["frontend"]
     assert 0 <= model.frontend_s < 0.1
