@@ -535,3 +535,32 @@ def test_profile_of_the_engine_fits_its_traced_forwards_after_the_warm_up(tmp_pa
     # bursts of one-token requests timed the front end: 18 at a time (a 300-token budget / 16)
     assert "of a burst of 18" in model.source["frontend"] or "all 18 requests" in model.source["frontend"]
     assert 0 <= model.frontend_s < 0.1
+
+
+@pytest.mark.slow
+def test_an_engine_started_with_a_pace_holds_each_forward_to_its_price(tmp_path):
+    """TGI_TOOLKIT_PACE on the engine process, as `simulate_accuracy.py --pace` starts it: a cost model of 0.3 s a
+    forward and 0.1 s more for a prefilling one. A request of 3 new tokens runs one prefill (0.4 s) and two
+    decode steps (0.3 s each): at least 1.0 s end to end, and each traced forward at least its price."""
+    import httpx
+
+    from tests.conftest import engine_process
+    from tgi_toolkit.simulate.calibrate import read_trace
+
+    pace = LinearCostModel(forward_s=0.3, prefill_forward_s=0.1, name="pace").save(tmp_path / "pace.json")
+    trace = tmp_path / "forwards.jsonl"
+    args = ("--max-input-tokens", "256", "--max-total-tokens", "300", "--max-batch-prefill-tokens", "300")
+    env = {"TGI_TOOLKIT_PACE": str(pace), "TGI_TOOLKIT_FORWARD_TRACE": str(trace)}
+    with engine_process(*args, env=env, tmp=tmp_path) as server:
+        start = len(trace.read_text().splitlines()) if trace.exists() else 0  # the warm-up's forwards, if any
+        began = time.perf_counter()
+        reply = httpx.post(f"{server.url}/generate", timeout=60, json={
+            "inputs": "The capital of France is",
+            "parameters": {"max_new_tokens": 3, "details": True, "ignore_eos_token": True}})
+        took = time.perf_counter() - began
+        assert reply.status_code == 200 and reply.json()["details"]["generated_tokens"] == 3
+        assert "TGI_TOOLKIT_PACE" in server.log()
+    forwards = read_trace(str(trace))[0][start:]
+    assert [s.prefilling for s, _ in forwards] == [True, False, False]
+    assert [seconds >= price for (_, seconds), price in zip(forwards, (0.4, 0.3, 0.3), strict=True)] == [True] * 3
+    assert took >= 1.0
