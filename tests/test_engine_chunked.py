@@ -97,6 +97,23 @@ def test_prefix_cache_hits_reuse_kv_and_give_the_same_tokens(loaded, alone):
     assert shared[0] > 20 and shared[2] > 20
 
 
+def test_a_cache_that_holds_one_request_serves_prompts_that_share_part_of_a_cached_one(loaded, alone):
+    # The tuner's smallest KV cache holds exactly the longest request. The two story prompts share most
+    # tokens, and the second's unshared rest does not fit beside the whole of the first: it fits only if
+    # the unmatched part of the cached prompt may be evicted (before, the server waited forever).
+    seen = Prefixes()
+    ids = [loaded.tokenizer.encode(p) for p in PROMPTS[:2]]
+    n = 12
+    total = max(len(i) for i in ids) + n  # block 0 is reserved: input + n - 1 tokens fit
+    shared = next(i for i, (a, b) in enumerate(zip(*ids, strict=False)) if a != b)
+    assert len(ids[1]) + n - 1 - shared > total - 1 - len(ids[0])  # what TGI's rule would leave free
+    engine = make_engine(loaded, observer=seen, max_batch_total_tokens=total)
+    first = run(engine, [request(loaded, PROMPTS[0], n)])
+    second = run(engine, [request(loaded, PROMPTS[1], n)])
+    assert [first[0], second[0]] == alone[:2]
+    assert seen.found == [0, shared]
+
+
 def test_a_forward_that_fails_frees_its_blocks_and_rows_and_the_engine_goes_on(loaded, alone):
     engine = make_engine(loaded)
     runner = engine.backend.runner

@@ -398,3 +398,63 @@ def test_block_aligned_hits_with_block_size_16():
     assert alloc.trie.cached_blocks() == 2  # 32 tokens; the partial third block is not cached
     again = alloc.allocate(44, prompt)
     assert again.prefix_len == 32 and again.blocks[:2] == first.blocks[:2]
+
+
+def test_a_partial_prefix_hit_pins_only_what_it_reuses_so_a_one_request_cache_still_serves_it():
+    # 20 tokens: 19 free blocks, one request of 16 + 4 reserves 19. After A ends its 16 prompt tokens are
+    # cached and 3 blocks are free. B shares only A's first token: it reuses 1 block and needs 18 more, so
+    # 15 of A's 16 must be evicted. TGI pins the whole matched node (all 16), leaving 3: B never fits.
+    alloc = RadixAllocator(20)
+    a_ids, b_ids = list(range(100, 116)), [100, *range(200, 215)]
+    a = alloc.allocate(19, a_ids)
+    alloc.free(a, computed=16)
+    assert alloc.free_count == 3 and alloc.trie.cached_blocks() == 16
+    b = alloc.allocate(19, b_ids)
+    assert b is not None and b.prefix_len == 1 and b.blocks[0] == a.blocks[0]
+    assert alloc.free_count == 0 and alloc.trie.cached_blocks() == 1  # A's 15 unshared tokens went
+    alloc.free(b, computed=16)
+    assert alloc.trie.cached_blocks() == 16 and alloc.free_count == 3  # B's 15 joined the shared token
+
+
+def test_requests_sharing_a_first_token_run_one_after_another_in_a_one_request_cache():
+    # The tuner's smallest cache (max_total_tokens 20 = max_batch_total_tokens): closed-loop users whose
+    # prompts happen to start alike. Before, the second one waited forever behind a pinned node.
+    queue, sched, rec = make(SchedulerConfig(max_batch_prefill_tokens=20, max_batch_total_tokens=20))
+    a = add(queue, 16, 4, ids=list(range(100, 116)))
+    for _ in range(4):
+        sched.step()
+    assert a.finished and sched.running == []
+    b = add(queue, 16, 4, ids=[100, *range(200, 215)])
+    assert sched.step()
+    assert rows(rec.forwards[-1]) == [(b.id, 15)]  # its first token came from the cache
+    for _ in range(3):
+        sched.step()
+    assert b.finished and not sched.step()
+
+
+def test_a_request_no_empty_batch_can_hold_is_refused_with_the_reason_and_the_queue_moves_on():
+    # 20 tokens hold 19: a request of 20 + 6 needs 25. Validation refuses such a request (max_total_tokens
+    # above max_batch_total_tokens); if one ever reached the queue it must not stall those behind it.
+    refused: list[tuple[list[int], str]] = []
+    queue = Queue()
+    rec = Recorder()
+    sched = Scheduler(queue, rec, SchedulerConfig(max_batch_prefill_tokens=20, max_batch_total_tokens=20),
+                      on_failure=lambda entries, error: refused.append(([e.id for e in entries], str(error))))
+    big, small = add(queue, 20, 6), add(queue, 5, 2)
+    assert not sched.step()  # nothing ran: the head was refused
+    assert refused == [([big.id], "request cannot be scheduled: it needs 25 tokens of KV cache "
+                                  "(input + max_new_tokens - 1); the cache holds 19 (max_batch_total_tokens "
+                                  "less block 0) and 19 are free with nothing running")]
+    assert big.failed and len(queue) == 1
+    assert sched.step() and rec.calls == [("prefill", [small.id])]
+
+
+def test_without_chunking_a_prompt_over_the_prefill_budget_is_refused_not_left_at_the_head():
+    refused: list[str] = []
+    queue = Queue()
+    sched = Scheduler(queue, Recorder(), BatchingLimits(max_batch_prefill_tokens=8, max_batch_total_tokens=100),
+                      on_failure=lambda entries, error: refused.append(str(error)))
+    add(queue, 10, 2)
+    assert not sched.step() and len(queue) == 0
+    assert refused == ["request cannot be scheduled: its 10 prompt tokens exceed max_batch_prefill_tokens (8) "
+                       "and prefill chunking is off"]

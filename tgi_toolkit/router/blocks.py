@@ -16,6 +16,12 @@ ever being computed (an entry put back in the queue; TGI3 scheduling notes, flag
 hand later requests keys and values that were never written. Here `free` inserts only the tokens
 whose keys and values were computed (`computed`), so a cache hit always reuses real KV.
 
+A second one: when a prompt matches only part of a cached node, TGI pins that whole node, so the
+unmatched rest of it cannot be evicted while the new request runs. With a cache little larger than
+one request (max_batch_total_tokens near max_total_tokens), a prompt sharing its first token with
+the cached one then never fits, nothing runs to free blocks, and the server waits forever. Here the
+lookup splits the node at the match, as TGI's insert would, and pins only the matched part.
+
 Pure Python, no torch: the scheduler, its tests and the simulator use it as it is; the engine's
 runner keeps the keys and values at the slots an allocation names.
 """
@@ -169,9 +175,11 @@ class RadixTrie:
             self._touch(child)
             shared = self._shared(child.key, key)
             blocks.extend(child.blocks[: shared // self.block_size])
+            if shared < len(child.key):
+                # Matched part of this node: the node returned (and pinned by the caller) holds exactly
+                # the matched part, so the rest stays evictable (the second difference from TGI, above).
+                return blocks, self._split(child, shared)
             node = child
-            if shared < len(child.key):  # matched part of this node: no further descent
-                break
             key = key[shared:]
         return blocks, node
 

@@ -213,6 +213,9 @@ class Queue:
         self.allocator = allocator
         self.config = config
         self.notify = threading.Event()
+        # The head entry the last scan could not admit into an empty group, and why: with nothing running,
+        # nothing will ever free blocks or budget for it.
+        self.unfit: tuple[Entry, str] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -231,6 +234,15 @@ class Queue:
             self.observer.queued(len(self._entries))
         self.notify.set()
 
+    def remove(self, entry: Entry) -> bool:
+        with self._lock:
+            try:
+                self._entries.remove(entry)
+            except ValueError:
+                return False
+            self.observer.queued(len(self._entries))
+            return True
+
     def drain(self) -> list[Entry]:
         """Take every waiting entry (the engine failing them all when its compute side died)."""
         with self._lock:
@@ -248,6 +260,7 @@ class Queue:
         assert config is not None and allocator is not None, "Scheduler binds the queue to its config"
         bs = config.block_size
         budget = math.ceil(prefill_budget / bs) * bs  # Q3
+        self.unfit = None
         with self._lock:
             if not self._entries or (min_size is not None and len(self._entries) < min_size):
                 return None
@@ -289,6 +302,12 @@ class Queue:
             self.observer.allocation(prefix, tokens - prefix)  # TGI logs every attempt
             if allocation is None:  # head-of-line blocking: later, smaller entries are not tried
                 self._entries.appendleft(entry)
+                if not batch:
+                    capacity = (allocator.n_blocks - 1) * config.block_size  # block 0 is reserved
+                    free = allocator.free_count * config.block_size
+                    self.unfit = (entry, f"it needs {tokens} tokens of KV cache (input + max_new_tokens - 1); "
+                                         f"the cache holds {capacity} (max_batch_total_tokens less block 0) and "
+                                         f"{free} are free with nothing running")
                 break
             prefix_len = min(prefix, entry.input_length - 1)  # a full hit still computes one token
             postfix = entry.input_length - prefix_len
@@ -300,6 +319,9 @@ class Queue:
                     break
                 allocator.free(allocation)
                 self._entries.appendleft(entry)
+                if not batch:
+                    self.unfit = (entry, f"its {postfix} prompt tokens exceed max_batch_prefill_tokens "
+                                         f"({budget}) and prefill chunking is off")
                 break
             prefill_tokens += postfix
             self._admit(entry, allocation, prefix_len, postfix)
@@ -365,6 +387,8 @@ class Scheduler:
             group = self.queue.next_batch(None, config.max_batch_size, config.max_batch_prefill_tokens,
                                           config.max_batch_total_tokens)
             if not group:
+                if self.queue.unfit is not None:
+                    self._refuse(*self.queue.unfit)
                 self._publish()
                 return False
             self.running = group
@@ -491,6 +515,16 @@ class Scheduler:
         self.running = []
         self._failed(entries, error)
         return entries
+
+    def _refuse(self, entry: Entry, why: str) -> None:
+        """End an entry that no batch can ever hold: nothing runs, so nothing will free what it lacks, and
+        leaving it at the head would stall every request behind it (a server that hangs, silently)."""
+        if not self.queue.remove(entry):
+            return
+        error = RuntimeError(f"request cannot be scheduled: {why}")
+        log.error("%s", error)
+        entry.finished = entry.failed = True
+        self._failed([entry], error)
 
     def _failed(self, entries: list[Entry], error: BaseException) -> None:
         self.observer.failed(entries, error)
