@@ -254,13 +254,13 @@ class Queue:
     def next_batch(self, min_size: int | None, max_size: int | None, prefill_budget: int,
                    token_budget: int) -> list[Entry] | None:
         """Q2-Q5: the group to admit, or None."""
+        self.unfit = None
         if prefill_budget <= 0 or token_budget <= 0 or max_size == 0:
             return None
         config, allocator = self.config, self.allocator
         assert config is not None and allocator is not None, "Scheduler binds the queue to its config"
         bs = config.block_size
         budget = math.ceil(prefill_budget / bs) * bs  # Q3
-        self.unfit = None
         with self._lock:
             if not self._entries or (min_size is not None and len(self._entries) < min_size):
                 return None
