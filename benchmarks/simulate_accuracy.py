@@ -214,20 +214,16 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
         return trace
 
     def calibrate(server: Server, env: dict[str, str]) -> object:
-        if cost_path:
-            return simulate.load_cost_model(cost_path)
         cost = simulate.profile(server, quick=quick, environ=env, output=str(out / "cost.json"),
                                 **({} if knee else {"free_tokens": (0,)}))
         print(cost.formula(), f"+ request overhead {cost.request_overhead_s * 1e3:.3g} ms (front end "  # type: ignore[attr-defined]
               f"{cost.frontend_s * 1e3:.3g} ms a request, one at a time)")  # type: ignore[attr-defined]
         return cost
 
-    cost = None
+    cost = simulate.load_cost_model(cost_path) if cost_path else None
     pace_env: dict[str, str] = {}
     if pace:
-        if cost_path:
-            cost = simulate.load_cost_model(cost_path)
-        else:
+        if cost is None:
             with Server(launcher, backend="embedded", startup_progress=False,
                         env={**threads_env, "TGI_TOOLKIT_FORWARD_TRACE": str(traced("profile"))}) as server:
                 cost = calibrate(server, {})
