@@ -169,8 +169,16 @@ def _scaled(cost: object, factor: float) -> object:
     return dataclasses.replace(cost, **{t: getattr(cost, t) * factor for t in TERMS})  # type: ignore[arg-type]
 
 
+def _point_id(common: dict) -> str:
+    """The point's id as bench writes it in the points table (and this script prints it)."""
+    if "rates" in common:
+        return f"rate={common['rates'][0]:g},arrival={common['arrival']},prompt={common['prompt_tokens']}," \
+               f"output={common['max_new_tokens']}"
+    return f"users={common['users'][0]},prompt={common['prompt_tokens']},output={common['max_new_tokens']}"
+
+
 def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: bool = True,
-          pace: float | None = None) -> int:
+          pace: float | None = None, only: list[str] | None = None) -> int:
     """Profile the embedded engine (TGI 3 default: chunked prefill), then measure and simulate the same
     points on it and on a second server with PREFILL_CHUNKING=0.
 
@@ -190,7 +198,8 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
     threads: OMP_NUM_THREADS of the servers. On a machine shared with other torch processes, torch's
     default (a thread per core, spinning while it waits) made a SmolLM2 decode step take ~3 s instead of
     ~0.2 s with one thread, and vary by 2x from one run to the next: a profile then predicts nothing.
-    knee: let the profile choose a knee (calibrate.FREE_TOKENS, its default); False fits a straight line."""
+    knee: let the profile choose a knee (calibrate.FREE_TOKENS, its default); False fits a straight line.
+    only: run just these points, each `PATH:POINT` or `POINT` (as printed: `chunked:users=4,prompt=64,output=64`)."""
     import logging
 
     from tgi_toolkit import bench, simulate
@@ -220,6 +229,21 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
               f"{cost.frontend_s * 1e3:.3g} ms a request, one at a time)")  # type: ignore[attr-defined]
         return cost
 
+    # warm-up requests first (unmeasured): a fresh server's first requests are 2-3x slower
+    points = [(bench.run_concurrency, simulate.run_concurrency,
+               {"users": [n], "prompt_tokens": p, "max_new_tokens": o, "requests": None,
+                "warmup_requests": n}) for p, o in grid for n in users]
+    points += [(bench.run_rate, simulate.run_rate,
+                {"rates": [r], "arrival": "poisson", "prompt_tokens": 128, "max_new_tokens": 32,
+                 "requests": 16 if quick else 48}) for r in rates]
+    known = {_point_id(pt[2]) for pt in points}
+    unknown = [o for o in only or [] if o.split(":", 1)[-1] not in known
+               or ":" in o and o.split(":", 1)[0] not in ("chunked", "unchunked")]
+    if unknown:
+        print(f"--only: no such point {', '.join(unknown)}; the paths are chunked and unchunked, the points "
+              f"{', '.join(sorted(known))}",
+              file=sys.stderr)
+        return 2
     cost = simulate.load_cost_model(cost_path) if cost_path else None
     pace_env: dict[str, str] = {}
     if pace:
@@ -235,6 +259,9 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
     print(f"{'path':9} {'point':45} " + "  ".join(f"{c[:-2]:>15}: pred / meas / ratio (at its speed)"
                                                   for c in COLUMNS))
     for label, env in (("chunked", {}), ("unchunked", {"PREFILL_CHUNKING": "0"})):
+        chosen = [pt for pt in points if not only or {_point_id(pt[2]), f"{label}:{_point_id(pt[2])}"} & set(only)]
+        if not chosen:
+            continue
         trace = traced(label)
         with Server(launcher, backend="embedded", startup_progress=False,
                     env={**env, **threads_env, **pace_env, "TGI_TOOLKIT_FORWARD_TRACE": str(trace)}) as server:
@@ -251,14 +278,7 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
                                   max_new_tokens=launcher.max_total_tokens - launcher.max_input_tokens, progress=False)
             offset = trace.stat().st_size
             sim = {"config": launcher, "chunking": not env}
-            # warm-up requests first (unmeasured): a fresh server's first requests are 2-3x slower
-            points = [(bench.run_concurrency, simulate.run_concurrency,
-                       {"users": [n], "prompt_tokens": p, "max_new_tokens": o, "requests": None,
-                        "warmup_requests": n}) for p, o in grid for n in users]
-            points += [(bench.run_rate, simulate.run_rate,
-                        {"rates": [r], "arrival": "poisson", "prompt_tokens": 128, "max_new_tokens": 32,
-                         "requests": 16 if quick else 48}) for r in rates]
-            for measure, predict, common in points:
+            for measure, predict, common in chosen:
                 measured = measure(server, **common, progress=False)
                 factor, offset, line = _speed(cost, str(trace), offset)
                 raw, at_speed = _compare(label, measured, predict(cost, **common, **sim),
@@ -324,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the servers (0: torch's default)")
     parser.add_argument("--spread", nargs="+", metavar="LOG", help="--local logs of the same points: how far apart "
                         "the runs measured each metric (the measurement's own repeatability)")
+    parser.add_argument("--only", action="append", metavar="[PATH:]POINT", help="run just this point (repeat for "
+                        "several; with --local), as printed: chunked:users=4,prompt=64,output=64")
     parser.add_argument("--pace", type=float, help="hold every measured forward to this many times its profiled "
                         "price (TGI_TOOLKIT_PACE; with --local): the control for a machine whose speed drifts")
     args = parser.parse_args(argv)
@@ -339,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.local:
         if args.pace is not None and not args.pace >= 1:
             parser.error(f"--pace must be a factor >= 1 (the profile's price or longer); got {args.pace}")
-        rc |= local(args.cost, args.quick, args.threads, not args.no_knee, args.pace)
+        rc |= local(args.cost, args.quick, args.threads, not args.no_knee, args.pace, args.only)
     return rc
 
 

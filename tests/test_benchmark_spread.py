@@ -46,3 +46,29 @@ def test_spread_says_which_file_holds_no_local_run(tmp_path, capsys):
     empty.write_text("nothing measured here\n")
     assert bench.spread([str(empty)]) == 2
     assert "notes.txt holds no point of a --local run" in capsys.readouterr().err
+
+
+def test_local_only_names_the_points_it_knows_before_any_server_starts(capsys):
+    # A typo in the path or the point must fail at once, not after a profile, and list what is there.
+    bench = load_benchmark()
+    for bad in ("chonked:users=4,prompt=64,output=64", "users=3,prompt=64,output=64"):
+        assert bench.main(["--local", "--only", bad]) == 2
+        err = capsys.readouterr().err
+        assert f"--only: no such point {bad}; the paths are chunked and unchunked" in err
+        assert "users=4,prompt=64,output=64" in err and "rate=0.5,arrival=poisson,prompt=128,output=32" in err
+
+
+def test_point_ids_are_those_of_the_points_table():
+    # --only matches what the script prints, the points table's point_id: the simulator writes the same table
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.simulate import LinearCostModel, run_concurrency, run_rate
+
+    bench = load_benchmark()
+    cost = LinearCostModel(forward_s=0.01, token_s=1e-4)
+    config = LauncherConfig(max_input_tokens=1024, max_total_tokens=1100, max_batch_prefill_tokens=1100,
+                            max_batch_total_tokens=20_000)
+    for run, common in ((run_concurrency, {"users": [4], "prompt_tokens": 64, "max_new_tokens": 16}),
+                        (run_rate, {"rates": [0.5], "arrival": "poisson", "prompt_tokens": 128, "max_new_tokens": 8,
+                                    "requests": 4})):
+        table = run(cost, **common, config=config).points
+        assert list(table.point_id) == [bench._point_id(common)]

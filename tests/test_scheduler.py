@@ -15,6 +15,17 @@ from tgi_toolkit.router.blocks import RadixAllocator
 from tgi_toolkit.router.scheduler import SEGMENT_TOKENS, Entry, Forward, Queue, Scheduler, SchedulerConfig, segment
 
 
+class Ticks:
+    """A clock that moves one second per forward and stands still between them: a request a test queues
+    between two steps was queued by the instant the last forward ended, as if it arrived during it."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
 @dataclass
 class Recorder:
     """Stands in for the model: records each forward, finishes entries after their max_new_tokens."""
@@ -22,8 +33,10 @@ class Recorder:
     calls: list[tuple[str, list[int]]] = field(default_factory=list)
     forwards: list[Forward] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
+    clock: Ticks = field(default_factory=Ticks)
 
     def forward(self, forward: Forward) -> None:
+        self.clock.t += 1.0
         self.forwards.append(forward)
         self.calls.append((forward.rpc, [row.entry.id for row in forward.rows]))
         for row in forward.rows:
@@ -45,8 +58,8 @@ def BatchingLimits(**kw) -> SchedulerConfig:  # noqa: N802 (the old name, as tes
 
 
 def make(limits: SchedulerConfig) -> tuple[Queue, Scheduler, Recorder]:
-    queue = Queue()
     backend = Recorder()
+    queue = Queue(clock=backend.clock)
     return queue, Scheduler(queue, backend, limits), backend
 
 
@@ -263,6 +276,65 @@ def test_cold_start_polls_the_queue_right_after_the_first_prefill():
     assert rows(rec.forwards[1]) == [(r1.id, 952), (r2.id, 500), (r3.id, 500)] and rec.tokens(1) == 1952
     assert rec.forwards[1].rpc == "prefill" and all(row.emits for row in rec.forwards[1].rows)
     assert rec.calls[2] == ("decode", [r1.id, r2.id, r3.id]) and rec.tokens(2) == 3
+
+
+def test_a_request_queued_after_a_forward_ended_waits_for_the_next_poll():
+    # B8: TGI polls its queue microseconds after a forward; the engine's bookkeeping takes milliseconds.
+    # A request that reached the queue 2 ms after the Decode ended missed TGI's poll: one Decode of A-D
+    # first, and it joins at the poll after that one.
+    queue, sched, rec, abcd = running_abcd()
+    rec.clock.t += 0.002
+    late = add(queue, 100, 10)
+    sched.step()
+    assert rec.calls == [("decode", [e.id for e in abcd])] and late.batched_at is None
+    sched.step()
+    assert rows(rec.forwards[1]) == [(e.id, 1) for e in abcd] + [(late.id, 100)]
+    assert rec.calls[2] == ("decode", [e.id for e in abcd + [late]])
+
+
+def test_after_the_last_request_ends_a_later_one_is_admitted_from_idle():
+    queue, sched, rec = make(TGI3)
+    a = add(queue, 10, 1)
+    assert sched.step() and a.finished and sched.running == []
+    rec.clock.t += 0.002  # sent when A's token arrived: after the forward ended
+    b = add(queue, 10, 1)
+    assert not sched.step()  # the poll at the instant A's forward ended found nothing (the engine then
+    assert sched.step()      # waits on the queue's notify, which b's append set) and the next poll admits it
+    assert rec.calls == [("prefill", [a.id]), ("prefill", [b.id])]
+
+
+def test_without_chunking_only_requests_queued_by_the_poll_count_toward_the_minimum_group():
+    limits = BatchingLimits(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000,
+                            waiting_served_ratio=1.0, max_waiting_tokens=100)
+    queue, sched, rec = make(limits)
+    first = [add(queue, 4, 50) for _ in range(2)]
+    sched.step()
+    early = add(queue, 4, 50)  # queued while the prefill ran
+    rec.clock.t += 0.002
+    late = add(queue, 4, 50)  # queued after it ended: 1 waiting < floor(2 * 1.0), no join yet
+    sched.step()
+    assert rec.calls[1:] == [("decode", [e.id for e in first])]
+    sched.step()  # both count now: 2 >= 2
+    assert rec.calls[2:] == [("prefill", [early.id, late.id]), ("decode", [e.id for e in first + [early, late]])]
+
+
+def test_a_continued_segment_queues_as_its_forward_ended_whatever_the_bookkeeping_takes():
+    class SlowRelease(Recorder):
+        def release(self, entry: Entry) -> None:
+            self.clock.t += 0.002
+            super().release(entry)
+
+    rec = SlowRelease()
+    queue = Queue(clock=rec.clock)
+    sched = Scheduler(queue, rec, TGI3)
+    entry = segment([next(_next_token) for _ in range(10)], SEGMENT_TOKENS + 2)
+    queue.append(entry)
+    while entry.generated < SEGMENT_TOKENS:
+        sched.step()
+    # L6: TGI queues the continuation before its next poll, so it is admitted at once, from idle
+    assert sched.step()
+    follow = sched.running[0]
+    assert follow is not entry and follow.prefix_len == 10 and rows(rec.forwards[-1]) == [(follow.id, 1024)]
 
 
 def test_flashdecoding_rounds_the_budget_up_to_a_block():
