@@ -143,12 +143,18 @@ def test_waiting_served_ratio_sets_min_size_until_max_waiting_tokens_forces_it()
     assert sched.waiting_tokens == 2
 
 
-def test_enough_waiting_requests_join_before_max_waiting_tokens():
+def two_prefilled_joining_at_two() -> tuple[Queue, Scheduler, Recorder, list[Entry]]:
+    """The older path with two requests just prefilled and min_size floor(2 * 1.0) = 2 for a while."""
     limits = BatchingLimits(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000,
                             waiting_served_ratio=1.0, max_waiting_tokens=100)
     queue, sched, rec = make(limits)
     first = [add(queue, 4, 50) for _ in range(2)]
     sched.step()
+    return queue, sched, rec, first
+
+
+def test_enough_waiting_requests_join_before_max_waiting_tokens():
+    queue, sched, rec, first = two_prefilled_joining_at_two()
     joiners = [add(queue, 4, 50) for _ in range(2)]  # 2 waiting >= floor(2 * 1.0)
     sched.step()
     assert rec.calls[1] == ("prefill", [e.id for e in joiners])
@@ -304,11 +310,7 @@ def test_after_the_last_request_ends_a_later_one_is_admitted_from_idle():
 
 
 def test_without_chunking_only_requests_queued_by_the_poll_count_toward_the_minimum_group():
-    limits = BatchingLimits(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000,
-                            waiting_served_ratio=1.0, max_waiting_tokens=100)
-    queue, sched, rec = make(limits)
-    first = [add(queue, 4, 50) for _ in range(2)]
-    sched.step()
+    queue, sched, rec, first = two_prefilled_joining_at_two()
     early = add(queue, 4, 50)  # queued while the prefill ran
     rec.clock.t += 0.002
     late = add(queue, 4, 50)  # queued after it ended: 1 waiting < floor(2 * 1.0), no join yet
