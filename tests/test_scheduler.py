@@ -218,13 +218,14 @@ def test_queue_reports_its_length_on_append_and_when_entries_leave_it():
         def __getattr__(self, name):  # every other hook: nothing
             return lambda *args: None
 
-    queue = Queue(Sizes())
-    scheduler = Scheduler(queue, Recorder(), BatchingLimits(max_batch_prefill_tokens=20, max_batch_total_tokens=10_000))
+    rec = Recorder()
+    queue = Queue(Sizes(), clock=rec.clock)  # the three arrive at one instant
+    scheduler = Scheduler(queue, rec, BatchingLimits(max_batch_prefill_tokens=20, max_batch_total_tokens=10_000))
     first, second, third = add(queue, 10, 5), add(queue, 10, 5), add(queue, 10, 5)
     assert sizes == [1, 2, 3]  # at once, before any step
     second.cancelled = True
     scheduler.step()  # prefill budget 20: the first and the third (the cancelled second is dropped)
-    assert sizes[-1] == 0 and first.batched_at and third.batched_at
+    assert sizes[-1] == 0 and first.batched_at is not None and third.batched_at is not None
 
 
 # -- TGI 3: chunked prefill, blocks, prefix cache -------------------------------------------------------
@@ -298,15 +299,33 @@ def test_a_request_queued_after_a_forward_ended_waits_for_the_next_poll():
     assert rec.calls[2] == ("decode", [e.id for e in abcd + [late]])
 
 
-def test_after_the_last_request_ends_a_later_one_is_admitted_from_idle():
+def test_after_the_last_request_ends_later_ones_are_admitted_from_idle_one_arrival_at_a_time():
     queue, sched, rec = make(TGI3)
     a = add(queue, 10, 1)
     assert sched.step() and a.finished and sched.running == []
     rec.clock.t += 0.002  # sent when A's token arrived: after the forward ended
-    b = add(queue, 10, 1)
+    b = add(queue, 10, 2)
+    rec.clock.t += 0.001  # the front end's next request, 1 ms later, before the engine's loop polled
+    c = add(queue, 10, 2)
     assert not sched.step()  # the poll at the instant A's forward ended found nothing (the engine then
-    assert sched.step()      # waits on the queue's notify, which b's append set) and the next poll admits it
+    assert sched.step()      # waits on the queue's notify, which b's append set), and TGI's loop would
+    # have woken when B arrived and polled before C did: B alone, then C joins it (B2, then B3)
     assert rec.calls == [("prefill", [a.id]), ("prefill", [b.id])]
+    sched.step()
+    assert rows(rec.forwards[2]) == [(b.id, 1), (c.id, 10)]
+
+
+def test_from_idle_a_burst_spread_over_the_front_end_starts_with_its_first_request():
+    # The same rule for a cold start: requests queued 1 ms apart (the front end handles one at a time)
+    queue, sched, rec = make(TGI3)
+    burst = []
+    for _ in range(3):
+        burst.append(add(queue, 10, 5))
+        rec.clock.t += 0.001
+    sched.step()
+    assert rec.calls == [("prefill", [burst[0].id])]
+    sched.step()
+    assert rows(rec.forwards[1]) == [(burst[0].id, 1), (burst[1].id, 10), (burst[2].id, 10)]
 
 
 def test_without_chunking_only_requests_queued_by_the_poll_count_toward_the_minimum_group():

@@ -22,10 +22,11 @@ Chunked prefill (the default, TGI 3 with flashinfer or flashdecoding attention):
   and handed out from the last row to the first.
 - B1/B5: `max_batch_size` caps only a batch started from idle; `waiting_served_ratio` and
   `max_waiting_tokens` are ignored.
-- B8: the poll right after a forward admits only entries queued by the instant that forward ended.
-  TGI's router polls microseconds after a forward; the engine's Python bookkeeping between forwards
-  (about 1.4 ms for each request that ended, 26 ms once for 18) would otherwise let a closed-loop
-  user's next request, sent when its last token arrived, win a race TGI never runs.
+- B8: a poll admits only entries queued by its instant, which is TGI's: the instant the last forward
+  ended (the router polls microseconds later), or from idle the instant the first waiting entry
+  arrived (the router wakes on it). The engine's Python bookkeeping between forwards (about 1.4 ms
+  for each request that ended, 26 ms once for 18) would otherwise let closed-loop users' next
+  requests, sent when their last tokens arrived, win a race TGI never runs, or pile up for one poll.
 
 Without chunking (`PREFILL_CHUNKING=0`, paged attention, speculation: TGI's older path, N1-N4):
 `min_size = floor(running * waiting_served_ratio)` until `waiting_tokens >= max_waiting_tokens`,
@@ -239,6 +240,11 @@ class Queue:
             self.observer.queued(len(self._entries))
         self.notify.set()
 
+    def first_arrival(self) -> float | None:
+        """When the first waiting entry (whose client is still there) was queued."""
+        with self._lock:
+            return next((entry.queued_at for entry in self._entries if not entry.cancelled), None)
+
     def remove(self, entry: Entry) -> bool:
         with self._lock:
             try:
@@ -397,6 +403,8 @@ class Scheduler:
         config = self.config
         arrived_by, self._ended = self._ended, None  # B8: only the first poll after a forward is held to its end
         if not self.running:  # B2
+            if arrived_by is None:  # B8: idle, TGI's loop wakes when the first request arrives
+                arrived_by = self.queue.first_arrival()
             group = self.queue.next_batch(None, config.max_batch_size, config.max_batch_prefill_tokens,
                                           config.max_batch_total_tokens, arrived_by)
             if not group:
