@@ -350,6 +350,32 @@ def test_interpreter_exit_stops_a_forgotten_server(tmp_path):
         httpx.get(url + "/health", timeout=1)
 
 
+def test_a_script_killed_with_sigterm_stops_its_server_and_still_dies_of_sigterm(tmp_path):
+    # `kill`, `timeout` and CI cancellations send SIGTERM, whose default ends Python with no finally and no
+    # atexit: a server in its own process group outlived the script (found when a killed
+    # benchmarks/simulate_accuracy.py left its engine serving). The script must still end as SIGTERM ends it.
+    script = textwrap.dedent("""
+        import time
+        from tgi_toolkit.config import LauncherConfig
+        from tgi_toolkit.server import Server
+        with Server(LauncherConfig(model_id="m"), backend="tgi", startup_progress=False) as server:
+            print(server.pid, server.url, flush=True)
+            time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pid, url = proc.stdout.readline().split()
+        assert httpx.get(url + "/health", timeout=5).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.stdout.close()
+    assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url + "/health", timeout=1)
+
+
 def test_default_log_folder_cannot_shadow_the_package(tmp_path, monkeypatch):
     # A folder named tgi_toolkit in the temp dir became a namespace package for a server started there.
     monkeypatch.setenv("TMPDIR", str(tmp_path))

@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -50,7 +51,7 @@ PASS_THROUGH = {"HUGGINGFACE_HUB_CACHE"}
 POLL_SECONDS = 0.25
 
 _running: set[Server] = set()
-_running_lock = threading.Lock()
+_running_lock = threading.RLock()  # re-entered when SIGTERM's handler (below) interrupts its holder
 
 
 class Server:
@@ -183,6 +184,7 @@ class Server:
             raise
         with _running_lock:
             _running.add(self)
+        _stop_on_sigterm()
         try:
             self._wait_healthy()
         except BaseException:
@@ -438,6 +440,24 @@ def _default_log_path(backend: str, port: int) -> Path:
     # Not "tgi_toolkit/": run from the temp dir, Python would import that folder as a namespace
     # package ahead of the installed toolkit.
     return Path(tempfile.gettempdir()) / "tgi-toolkit-logs" / f"{backend}-{port}-{stamp}.log"
+
+
+def _stop_on_sigterm() -> None:
+    """Make SIGTERM stop this process's servers before it ends the process, where nobody else handles it.
+
+    SIGTERM's default action (`kill`, `timeout`, a CI cancellation) ends Python with no `finally` and no
+    atexit, and each server runs in a process group of its own: it would outlive the script. Only the
+    main thread may install a handler; a handler someone else installed (the `serve` CLI's) is theirs.
+    """
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _stop_all()
+    signal.signal(signum, signal.SIG_DFL)  # then die of it, as the sender expects
+    os.kill(os.getpid(), signum)
 
 
 @atexit.register
