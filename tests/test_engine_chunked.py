@@ -3,6 +3,8 @@ token is computed, never which token (greedy, float32), and a forward that fails
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tgi_toolkit.engine.infer import Engine, Event, GenerationError, ModelBackend
@@ -112,6 +114,57 @@ def test_a_cache_that_holds_one_request_serves_prompts_that_share_part_of_a_cach
     second = run(engine, [request(loaded, PROMPTS[1], n)])
     assert [first[0], second[0]] == alone[:2]
     assert seen.found == [0, shared]
+
+
+class Forwards(Observer):
+    """Each forward's rows as (request prompt, tokens computed); `after_first` runs once the first one ended."""
+
+    def __init__(self, after_first=None) -> None:
+        self.rows: list[list[tuple[str, int]]] = []
+        self.after_first = after_first
+
+    def ran(self, forward, seconds: float) -> None:
+        self.rows.append([(row.entry.request.request.inputs, row.length) for row in forward.rows])
+        if len(self.rows) == 1 and self.after_first is not None:
+            self.after_first()
+
+
+def test_a_request_queued_after_a_forward_ended_joins_one_forward_later_with_its_alone_tokens(loaded, alone):
+    # B8 on the real engine: a request that reaches the queue during the bookkeeping after a forward (here
+    # from the forward hook, where a closed-loop user's next request lands) missed TGI's poll at the
+    # forward's end. A decodes alone once, then B's prompt joins A's decoding row.
+    a, b = PROMPTS[2], PROMPTS[0]
+    outputs: dict[str, list[int]] = {a: [], b: []}
+
+    def sink(prompt: str):
+        return lambda event: outputs[prompt].append(event.token.id)
+
+    seen = Forwards(lambda: engine.submit(request(loaded, b), sink(b)))
+    engine = make_engine(loaded, observer=seen)
+    engine.submit(request(loaded, a), sink(a))
+    for _ in range(100):
+        if not engine.scheduler.step():
+            break
+    n_a, n_b = len(loaded.tokenizer.encode(a)), len(loaded.tokenizer.encode(b))
+    assert seen.rows[:3] == [[(a, n_a)], [(a, 1)], [(a, 1), (b, n_b)]]
+    assert [outputs[a], outputs[b]] == [alone[2], alone[0]]
+
+
+def test_from_idle_requests_queued_apart_start_with_the_first_alone(loaded, alone):
+    # B8 from idle: TGI's loop wakes at the first arrival and polls before a front end's next request.
+    seen = Forwards()
+    engine = make_engine(loaded, observer=seen)
+    outputs: list[list[int]] = [[], [], []]
+    for i, prompt in enumerate(PROMPTS[:3]):  # queued 2 ms apart while the scheduler waits
+        engine.submit(request(loaded, prompt), lambda event, i=i: outputs[i].append(event.token.id))
+        time.sleep(0.002)
+    for _ in range(100):
+        if not engine.scheduler.step():
+            break
+    first, second, third = (len(loaded.tokenizer.encode(p)) for p in PROMPTS[:3])
+    assert seen.rows[0] == [(PROMPTS[0], first)]
+    assert seen.rows[1] == [(PROMPTS[0], 1), (PROMPTS[1], second), (PROMPTS[2], third)]
+    assert outputs == alone[:3]
 
 
 def test_a_forward_that_fails_frees_its_blocks_and_rows_and_the_engine_goes_on(loaded, alone):
