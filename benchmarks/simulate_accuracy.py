@@ -177,6 +177,21 @@ def _point_id(common: dict) -> str:
     return f"users={common['users'][0]},prompt={common['prompt_tokens']},output={common['max_new_tokens']}"
 
 
+PATHS = ("chunked", "unchunked")
+
+
+def _selected(only: list[str], known: set[str]) -> tuple[set[tuple[str, str]], list[str]]:
+    """`--only` as (path, point) pairs, a bare POINT on both paths; and the entries that name no point."""
+    wanted: set[tuple[str, str]] = set()
+    unknown = []
+    for o in only:
+        path, _, point = o.rpartition(":")
+        if point not in known or path not in ("", *PATHS):
+            unknown.append(o)
+        wanted |= {(p, point) for p in ([path] if path else PATHS)}
+    return wanted, unknown
+
+
 def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: bool = True,
           pace: float | None = None, only: list[str] | None = None) -> int:
     """Profile the embedded engine (TGI 3 default: chunked prefill), then measure and simulate the same
@@ -237,8 +252,7 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
                 {"rates": [r], "arrival": "poisson", "prompt_tokens": 128, "max_new_tokens": 32,
                  "requests": 16 if quick else 48}) for r in rates]
     known = {_point_id(pt[2]) for pt in points}
-    unknown = [o for o in only or [] if o.split(":", 1)[-1] not in known
-               or ":" in o and o.split(":", 1)[0] not in ("chunked", "unchunked")]
+    wanted, unknown = _selected(only or [], known)
     if unknown:
         print(f"--only: no such point {', '.join(unknown)}; the paths are chunked and unchunked, the points "
               f"{', '.join(sorted(known))}",
@@ -259,7 +273,7 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
     print(f"{'path':9} {'point':45} " + "  ".join(f"{c[:-2]:>15}: pred / meas / ratio (at its speed)"
                                                   for c in COLUMNS))
     for label, env in (("chunked", {}), ("unchunked", {"PREFILL_CHUNKING": "0"})):
-        chosen = [pt for pt in points if not only or {_point_id(pt[2]), f"{label}:{_point_id(pt[2])}"} & set(only)]
+        chosen = [pt for pt in points if not only or (label, _point_id(pt[2])) in wanted]
         if not chosen:
             continue
         trace = traced(label)

@@ -58,6 +58,15 @@ def test_local_only_names_the_points_it_knows_before_any_server_starts(capsys):
         assert "users=4,prompt=64,output=64" in err and "rate=0.5,arrival=poisson,prompt=128,output=32" in err
 
 
+def test_only_picks_a_point_on_one_path_or_on_both():
+    bench = load_benchmark()
+    known = {"users=4,prompt=64,output=64", "users=8,prompt=512,output=16"}
+    wanted, unknown = bench._selected(["chunked:users=4,prompt=64,output=64", "users=8,prompt=512,output=16"], known)
+    assert unknown == []
+    assert wanted == {("chunked", "users=4,prompt=64,output=64"), ("chunked", "users=8,prompt=512,output=16"),
+                      ("unchunked", "users=8,prompt=512,output=16")}
+
+
 def test_point_ids_are_those_of_the_points_table():
     # --only matches what the script prints, the points table's point_id: the simulator writes the same table
     from tgi_toolkit.config import LauncherConfig

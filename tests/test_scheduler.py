@@ -57,8 +57,8 @@ def BatchingLimits(**kw) -> SchedulerConfig:  # noqa: N802 (the old name, as tes
     return SchedulerConfig(**{"chunking": False, "prefix_caching": False, **kw})
 
 
-def make(limits: SchedulerConfig) -> tuple[Queue, Scheduler, Recorder]:
-    backend = Recorder()
+def make(limits: SchedulerConfig, backend: Recorder | None = None) -> tuple[Queue, Scheduler, Recorder]:
+    backend = backend or Recorder()
     queue = Queue(clock=backend.clock)
     return queue, Scheduler(queue, backend, limits), backend
 
@@ -345,9 +345,7 @@ def test_a_continued_segment_queues_as_its_forward_ended_whatever_the_bookkeepin
             self.clock.t += 0.002
             super().release(entry)
 
-    rec = SlowRelease()
-    queue = Queue(clock=rec.clock)
-    sched = Scheduler(queue, rec, TGI3)
+    queue, sched, rec = make(TGI3, SlowRelease())
     entry = segment([next(_next_token) for _ in range(10)], SEGMENT_TOKENS + 2)
     queue.append(entry)
     while entry.generated < SEGMENT_TOKENS:

@@ -498,9 +498,7 @@ class Scheduler:
                 self._release(entry)
             elif entry.generated >= entry.max_new_tokens and self._continues(entry):
                 self._release(entry)
-                continuation = self._continuation(entry)
-                continuation.queued_at = self._ended or self.clock.now()  # queued as its forward ended (B8)
-                self.queue.append(continuation)
+                self.queue.append(self._continuation(entry))
             else:
                 kept.append(entry)
         self.running = kept
@@ -515,8 +513,9 @@ class Scheduler:
         ids = entry.output_ids[-entry.generated:] if len(entry.output_ids) >= entry.generated else \
             [-entry.id] * entry.generated  # a backend that records no ids (a simulator): unique stand-ins
         left = entry.max_total_new_tokens - entry.generated
+        queued_at = self._ended if self._ended is not None else self.clock.now()  # as its forward ended (B8)
         return Entry(entry.input_ids + ids, min(left, SEGMENT_TOKENS), request=entry.request,
-                     lookup=entry.lookup, max_total_new_tokens=left)
+                     lookup=entry.lookup, max_total_new_tokens=left, queued_at=queued_at)
 
     def _release(self, entry: Entry) -> None:
         self.backend.release(entry)
