@@ -1,41 +1,23 @@
-"""The roofline cost model: a forward's time from the GPU's datasheet and the model's shape.
+"""The roofline cost model: a forward's time from the GPU's datasheet, the model's shape and the server.
 
-    t = max(compute, memory) + forward_overhead_s + host_token_s x tokens + interconnect
+    t = max(compute, memory) + interconnect + host
 
 - compute = weight FLOPs / (peak x matmul_efficiency) + attention FLOPs / (peak x attention_efficiency),
   weight FLOPs = 2 x (active parameters outside the embeddings and lm_head) x tokens
-                 + 2 x lm_head parameters x emitting rows (TGI computes logits only for a row's last token),
+                 + 2 x lm_head parameters x emitting rows (logits only for a row's last token),
   attention FLOPs = 4 x layers x query heads x head dim x query-key pairs (QK^T and PV);
-- memory = (weight bytes + KV bytes read) / (HBM bandwidth x bandwidth_efficiency), KV bytes read =
-  the KV of every row's whole context (planner.kv_bytes_per_token), so decode is memory-bound and a
-  long prefill compute-bound, as on the GPU;
-- with `num_shard` N, compute and memory are divided by N (tensor parallel) and each layer adds two
-  all-reduces of tokens x hidden activations: 2 x layers x (allreduce_latency_s + 2 (N-1)/N x bytes /
-  (link bandwidth x link_efficiency));
-- forward_overhead_s: kernel launches, the router's bookkeeping and sampling, the same for every forward;
-- host_token_s: host (CPU) time per token the forward computes, serial with the GPU, neither scaled by the
-  GPU's datasheet nor divided by N. The fitted cards ran vLLM 0.4.3 and 0.6.3, before its V1 engine, where
-  such time exists: the API server tokenizes each prompt before queueing it (CodeLlama's and Phi-3's
-  Llama-style fast tokenizers run their normalizer and BPE over the whole prompt as one piece; the Hugging
-  Face tokenizers issue #1449 measures the Llama-2 tokenizer at ~19 ms per 10,000 characters, some 8 us
-  per token, and superlinear beyond), and the model runner builds each step's inputs in Python, per token
-  (lists of input tokens, positions and KV slots, then tensors made from them). In 0.4.3 the API server and
-  the engine share one process, so this time delays the GPU's next step. The term is priced per forward
-  token, so the tokenizer's share, which is per prompt, lands on the prompt's prefill forwards. The fit
-  cannot tell this host time from the H100's kernels reaching a smaller share of their datasheet peak than
-  the A100's; the fitted value absorbs both.
+- memory = (weight bytes + KV bytes read) / (HBM bandwidth x bandwidth_efficiency), the KV of every row's
+  whole context, so decode is memory-bound and a long prefill compute-bound;
+- with `num_shard` N, compute and memory are divided by N and each layer adds two all-reduces of
+  tokens x hidden activations: 2 x layers x (allreduce_latency_s + 2 (N-1)/N x bytes / (link x link_efficiency));
+- host = forward_overhead_s + row_overhead_s x rows + host_token_s x tokens: the server's own loop (a
+  `servers.ServerProfile`), serial with the GPU, neither scaled by the datasheet nor divided by N.
 
-The efficiency factors (EFFICIENCY) were fitted by `benchmarks/simulate_accuracy.py --refit` (which prints
-the fit) to three published happy_vllm cards of data/reference: seed 001 (CodeLlama-7b-Instruct, A100
-80GB, vLLM 0.4.3: ~13,500 prompt tokens/s, ~41 tokens/s per request at 10 parallel requests of 1,024 in /
-128 out) and the authors' two clean reruns of seed 003's Phi-3-vision-128k-instruct benchmark (vLLM
-0.6.3.post1; France-Travail/results_benchmark_llm_serving commits 9649d93 on an A100-80g: ~20,000 and ~54,
-and 81b1eb3 on an H100: ~41,500 and ~77). Seed 003 itself is left out: its authors relabelled it A100-80g
-and replaced it, calling it a debug-mode run (3x slower per request than 9649d93 on the same GPU).
-The interconnect constants are not fitted (no published sharded figure of a decoder model here): NCCL's
-typical small-message all-reduce latency inside an NVLink node and 70 % of the link's bandwidth.
-Datasheet figures (GPU_SPECS) are dense 16-bit tensor FLOPs without sparsity, HBM bandwidth and the
-per-GPU NVLink (or PCIe 4.0 x16) bandwidth, from NVIDIA's and AMD's product pages.
+The kernel factors are shared by every GPU and server; the host terms belong to the server generation. Both are
+fitted to published figures by benchmarks/gpu_accuracy.py, leaving one publication out at a time to measure
+the error (tgi_toolkit.simulate.uncertainty); the fit over all figures is data/reference/gpu_fit.json, read here.
+Datasheet figures (GPU_SPECS) are dense 16-bit tensor FLOPs without sparsity, HBM bandwidth and the per-GPU
+NVLink (or PCIe) bandwidth, from the vendors' product pages.
 """
 
 from __future__ import annotations
@@ -47,6 +29,7 @@ from typing import Any
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, resolve_gpu
 from tgi_toolkit.planner.shape import ModelShape
 from tgi_toolkit.simulate.features import Shape
+from tgi_toolkit.simulate.servers import DEFAULT_SERVER, HOST_HELP, server_profile
 
 
 @dataclass(frozen=True)
@@ -66,37 +49,41 @@ GPU_SPECS: dict[str, GpuSpec] = {
     "RTX-4090": GpuSpec(165, 1008, 64), "RTX-3090": GpuSpec(71, 936, 64), "MI300X": GpuSpec(1307, 5300, 896),
 }
 
-# Fitted to seed 001 and seed 003's reruns 9649d93 (A100) and 81b1eb3 (H100) by
-# benchmarks/simulate_accuracy.py --refit (see the module docstring; tgi_toolkit.simulate.published says how
-# each card metric is simulated):
-# - matmul efficiency, attention efficiency and host_token_s to the three prompt ingestion speeds (least
-#   squares on log ratios over a grid; prompts of 32 to 4,096 tokens as the cards'): 0.74, 0.50 and 12.1 us,
-#   each card within 3 %. The host term absorbs why the H100 card ingests only ~2x faster than the A100 rerun
-#   for ~3.2x the FLOP/s: ~12 us per token is ~25 % of the A100 rerun's time per prompt token and ~50 % of the
-#   H100's. Without it the best fit (matmul at its cap, attention 0.08) still misses by 15-21 % (0.79, 0.83,
-#   1.15). The cards do not separate matmul from attention: any matmul from 0.74 to 1.0, with attention from
-#   0.5 down to 0.2, fits within 3 % (MATMUL_CAP in the benchmark keeps matmul below the datasheet's peak);
-# - bandwidth efficiency (0.386) to the three generation speeds, benchmark_llm_serving's metric (median over
-#   requests of output tokens / e2e, time to first token included), with the host term in. The cards cannot
-#   tell a per-forward overhead from a lower bandwidth, so forward_overhead_s stays 0 and the bandwidth factor
-#   carries vLLM's per-step CPU time; seed 001's generation is still 18 % slow and 81b1eb3's 17 % fast.
-# host_token_s is vLLM's host path as these three cards show it, not TGI's, which no card here measures: TGI
-# tokenizes in its Rust router's validation workers (the same tokenizers library, so likely a similar cost per
-# prompt, but beside the loop that drives the GPU) and its Python server still handles some inputs per token
-# (the KV slots). A TGI deployment's ingestion may thus differ from this model's, likely faster, by at most
-# the host term's share: ~25 % of an A100's time per prompt token here, ~50 % of an H100's.
-EFFICIENCY = {"matmul_efficiency": 0.74, "attention_efficiency": 0.501, "bandwidth_efficiency": 0.386,
-              "forward_overhead_s": 0.0, "host_token_s": 12.1e-6}
+# Kernel factors and their physical range: no kernel beats the datasheet, and none that a serving stack ships
+# falls below these floors (decode kernels stream weights at 50-95 % of HBM bandwidth; GEMMs reach 30-90 % of
+# dense peak; all-reduces inside a node take 5-200 us whatever their size).
+KERNEL_BOUNDS = {"matmul_efficiency": (0.3, 0.9), "attention_efficiency": (0.15, 0.9),
+                 "bandwidth_efficiency": (0.45, 0.95), "quantized_bandwidth_efficiency": (0.3, 1.0),
+                 "allreduce_latency_s": (5e-6, 200e-6), "link_efficiency": (0.3, 0.9)}
+# The starting point of the fit, and the model's factors where no fit file is found.
+KERNEL_PRIOR = {"matmul_efficiency": 0.6, "attention_efficiency": 0.4, "bandwidth_efficiency": 0.75,
+                "quantized_bandwidth_efficiency": 0.7, "allreduce_latency_s": 25e-6, "link_efficiency": 0.6}
 EFFICIENCY_HELP = {
     "matmul_efficiency": "fraction of the datasheet's dense FLOP/s the weight matmuls reach",
     "attention_efficiency": "fraction of the datasheet's dense FLOP/s attention reaches (flash-attention kernels)",
     "bandwidth_efficiency": "fraction of the datasheet's HBM bandwidth a forward's reads reach",
-    "forward_overhead_s": "seconds every forward costs beyond its kernels (launches, router, sampling)",
-    "host_token_s": "seconds of host (CPU) time per token a forward computes, serial with the GPU: the "
-                    "fitted cards' vLLM tokenizing the prompt and building per-token inputs in Python",
-    "allreduce_latency_s": "seconds per all-reduce whatever its size (NCCL inside an NVLink node)",
+    "quantized_bandwidth_efficiency": "the same for 4-bit weights (AWQ, GPTQ, Marlin), relative to 16-bit",
+    "allreduce_latency_s": "seconds per all-reduce whatever its size (NCCL or a custom all-reduce in a node)",
     "link_efficiency": "fraction of the interconnect's bandwidth an all-reduce reaches",
+    **HOST_HELP,
 }
+INT4 = ("awq", "gptq", "marlin", "compressed-tensors")
+
+
+def fitted_factors() -> dict[str, float]:
+    """The kernel factors of the fit over every published figure (gpu_fit.json), else the prior."""
+    from tgi_toolkit.simulate.uncertainty import load_fit
+
+    return {**KERNEL_PRIOR, **(load_fit().get("factors") or {})}
+
+
+def fitted_host(server: str) -> dict[str, float]:
+    """The server's fitted host terms (gpu_fit.json), else its profile's prior."""
+    from tgi_toolkit.simulate.uncertainty import load_fit
+
+    profile = server_profile(server)
+    return {**profile.host(), **((load_fit().get("servers") or {}).get(server) or {})}
+
 
 # config.json fields of the published cards' models (their Hugging Face repositories), so the
 # comparison with data/reference needs no download.
@@ -114,6 +101,15 @@ PUBLISHED_MODELS: dict[str, dict[str, Any]] = {
 }
 
 
+def fit_provenance() -> str:
+    from tgi_toolkit.simulate.uncertainty import FIT_FILE, load_fit
+
+    fit = load_fit()
+    if not fit:
+        return "the prior factors (no " + FIT_FILE + " found)"
+    return f"{FIT_FILE}: {fit.get('figures')} published figures, corpus sha256 {str(fit.get('corpus_sha256'))[:12]}"
+
+
 def gpu_spec(gpu: str) -> tuple[str, GpuSpec]:
     card = resolve_gpu(gpu)
     if card.name not in GPU_SPECS:
@@ -123,19 +119,25 @@ def gpu_spec(gpu: str) -> tuple[str, GpuSpec]:
 
 @dataclass
 class RooflineCostModel:
+    """A forward's seconds on `num_shard` x `gpu` serving `model` with `server`'s loop. Factors left as None
+    take the fit's (kernel factors: `fitted_factors`; host terms: the server's, `fitted_host`)."""
+
     gpu: str
     model: dict[str, Any]  # config.json fields
     num_shard: int = 1
     dtype: str = "bfloat16"
     quantize: str | None = None
     memory_fraction: float = 1.0
-    matmul_efficiency: float = EFFICIENCY["matmul_efficiency"]
-    attention_efficiency: float = EFFICIENCY["attention_efficiency"]
-    bandwidth_efficiency: float = EFFICIENCY["bandwidth_efficiency"]
-    forward_overhead_s: float = EFFICIENCY["forward_overhead_s"]
-    host_token_s: float = EFFICIENCY["host_token_s"]
-    allreduce_latency_s: float = 10e-6
-    link_efficiency: float = 0.7
+    server: str = DEFAULT_SERVER
+    matmul_efficiency: float | None = None
+    attention_efficiency: float | None = None
+    bandwidth_efficiency: float | None = None
+    quantized_bandwidth_efficiency: float | None = None
+    allreduce_latency_s: float | None = None
+    link_efficiency: float | None = None
+    forward_overhead_s: float | None = None
+    row_overhead_s: float | None = None
+    host_token_s: float | None = None
     request_overhead_s: float = 0.0
     name: str = ""
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -146,6 +148,11 @@ class RooflineCostModel:
         self.gpu, self.spec = gpu_spec(self.gpu)
         if self.num_shard < 1:
             raise ValueError(f"num_shard must be >= 1; got {self.num_shard}")
+        self.profile = server_profile(self.server)
+        defaults = {**fitted_factors(), **fitted_host(self.server)}
+        for key in EFFICIENCY_HELP:
+            if getattr(self, key) is None:
+                setattr(self, key, float(defaults[key]))
         shape = ModelShape.from_config(self.model)
         self.shape = shape
         parts = shape.parameter_breakdown()
@@ -158,26 +165,36 @@ class RooflineCostModel:
         if not self.name:
             model = shape.name.rsplit("/", 1)[-1] or shape.model_type
             shards = f" x{self.num_shard}" if self.num_shard > 1 else ""
-            self.name = f"roofline {model} on {self.gpu}{shards}" + (f" ({self.quantize})" if self.quantize else "")
+            quant = f" ({self.quantize})" if self.quantize else ""
+            self.name = f"roofline {model} on {self.gpu}{shards}{quant}, {self.profile.label}"
 
-    def seconds(self, s: Shape) -> float:
-        peak = self.spec.tflops * 1e12 * self.num_shard
+    def kernel_seconds(self, s: Shape) -> float:
+        """The GPU's part of a forward: what a datasheet ratio rescales to another card."""
+        n = self.num_shard
+        peak = self.spec.tflops * 1e12 * n
         if self.quantize == "fp8" and KNOWN_GPUS[self.gpu].fp8:
             peak *= 2
         emitting = s.rows  # an upper bound: rows mid-prefill skip the lm_head; small next to the body
         matmul = 2 * (self.body_params * s.tokens + self.lm_head_params * emitting)
         compute = matmul / (peak * self.matmul_efficiency) + \
             self.attn_flops_per_pair * s.pairs / (peak * self.attention_efficiency)
-        reads = self.weight_bytes + self.kv_token_bytes * s.context
-        memory = reads / (self.spec.bandwidth_gbs * 1e9 * self.num_shard * self.bandwidth_efficiency)
-        # the host's per-token work runs on one CPU thread whatever the GPU and however many shards
-        t = max(compute, memory) + self.forward_overhead_s + self.host_token_s * s.tokens
-        n = self.num_shard
+        bandwidth = self.spec.bandwidth_gbs * 1e9 * n * self.bandwidth_efficiency
+        weights = self.weight_bytes / (bandwidth * (self.quantized_bandwidth_efficiency
+                                                    if self.quantize in INT4 else 1.0))
+        memory = weights + self.kv_token_bytes * s.context / bandwidth
+        t = max(compute, memory)
         if n > 1:
             payload = s.tokens * self.shape.hidden_size * 2
             t += 2 * self.shape.num_layers * (self.allreduce_latency_s + 2 * (n - 1) / n * payload
                                               / (self.spec.link_gbs * 1e9 * self.link_efficiency))
         return t
+
+    def host_seconds(self, s: Shape) -> float:
+        """The server's loop: one CPU thread whatever the GPU and however many shards."""
+        return self.forward_overhead_s + self.row_overhead_s * s.rows + self.host_token_s * s.tokens
+
+    def seconds(self, s: Shape) -> float:
+        return self.kernel_seconds(s) + self.host_seconds(s)
 
     # -- the server it stands for ---------------------------------------------------------------
     def plan(self) -> Any:
@@ -219,10 +236,9 @@ class RooflineCostModel:
     def describe(self) -> dict[str, Any]:
         return {"kind": "roofline", "name": self.name, "gpu": self.gpu, "datasheet": asdict(self.spec),
                 "model": self.shape.name or self.shape.model_type, "num_shard": self.num_shard, "dtype": self.dtype,
-                "quantize": self.quantize, **{k: getattr(self, k) for k in EFFICIENCY_HELP},
-                "request_overhead_s": self.request_overhead_s,
-                "source": {"fitted_to": "seed 001 and seed 003's reruns 9649d93, 81b1eb3 (data/reference), "
-                                        "benchmarks/simulate_accuracy.py"}}
+                "quantize": self.quantize, "server": self.server, "server_label": self.profile.label,
+                **{k: getattr(self, k) for k in EFFICIENCY_HELP}, "request_overhead_s": self.request_overhead_s,
+                "source": {"fitted_to": fit_provenance()}}
 
     def to_dict(self) -> dict[str, Any]:
         out = self.describe()
@@ -233,8 +249,8 @@ class RooflineCostModel:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RooflineCostModel:
-        keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "request_overhead_s", "name",
-                *EFFICIENCY_HELP)
+        keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "server", "request_overhead_s",
+                "name", *EFFICIENCY_HELP)
         return cls(**{k: data[k] for k in keys if k in data})
 
     def save(self, path: Any) -> Any:
@@ -247,9 +263,10 @@ class RooflineCostModel:
 
 
 def roofline(gpu: str, model: Any, *, num_shard: int = 1, dtype: str = "bfloat16", quantize: str | None = None,
-             memory_fraction: float = 1.0, **efficiency: float) -> RooflineCostModel:
+             memory_fraction: float = 1.0, server: str = DEFAULT_SERVER, **efficiency: float) -> RooflineCostModel:
     """The roofline cost model of `model` (config.json path, model directory, dict, or a name in
-    PUBLISHED_MODELS) on `num_shard` x `gpu`; `efficiency` overrides a fitted factor by name."""
+    PUBLISHED_MODELS) on `num_shard` x `gpu` served by `server` (a servers.SERVERS profile); `efficiency`
+    overrides a fitted factor by name."""
     from tgi_toolkit.planner.shape import load_config
 
     unknown = sorted(set(efficiency) - set(EFFICIENCY_HELP))
@@ -257,4 +274,4 @@ def roofline(gpu: str, model: Any, *, num_shard: int = 1, dtype: str = "bfloat16
         raise ValueError(f"{unknown[0]} is not an efficiency factor (allowed: {', '.join(EFFICIENCY_HELP)})")
     config = PUBLISHED_MODELS[model] if isinstance(model, str) and model in PUBLISHED_MODELS else load_config(model)
     return RooflineCostModel(gpu, config, num_shard=num_shard, dtype=dtype, quantize=quantize,
-                             memory_fraction=memory_fraction, **efficiency)
+                             memory_fraction=memory_fraction, server=server, **efficiency)

@@ -1,0 +1,84 @@
+"""Which server a GPU prediction stands for: the host (CPU) time each server generation adds to a forward,
+and how it schedules (TGI 3 and vLLM V1 chunk prompts into the running batch; the older ones prefill a
+newcomer in a forward of its own).
+
+A forward's kernel time transfers across servers (the same GPU reads the same weights); the host time does
+not: it is the Python or Rust loop around the kernels, which each generation rewrote. So each profile has
+its own three host terms, fitted to the published figures of that server (benchmarks/gpu_accuracy.py) and
+bounded by HOST_BOUNDS so a server with few figures cannot wander off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HOST_TERMS = ("forward_overhead_s", "row_overhead_s", "host_token_s")
+HOST_HELP = {
+    "forward_overhead_s": "host seconds every forward costs beyond its kernels (scheduling, launches, sampling)",
+    "row_overhead_s": "host seconds per sequence in a forward (per-row bookkeeping and input preparation)",
+    "host_token_s": "host seconds per token a forward computes (prompt tokenization and per-token inputs)",
+}
+# A forward's host time is at least microseconds and at most tens of milliseconds on any server measured.
+HOST_BOUNDS = {"forward_overhead_s": (1e-4, 30e-3), "row_overhead_s": (1e-6, 300e-6),
+               "host_token_s": (1e-7, 30e-6)}
+
+
+@dataclass(frozen=True)
+class ServerProfile:
+    name: str  # the --server value
+    label: str
+    chunking: bool  # prompts join the running batch's forward (TGI 3, vLLM V1) or run alone (older)
+    versions: str  # which releases the profile stands for
+    forward_overhead_s: float  # starting point of the fit (the prior), replaced by the fitted value
+    row_overhead_s: float
+    host_token_s: float
+
+    def environ(self) -> dict[str, str]:
+        """The scheduler's environment for this server's batching rule (PREFILL_CHUNKING, as TGI reads it)."""
+        return {} if self.chunking else {"PREFILL_CHUNKING": "0"}
+
+    def host(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in HOST_TERMS}
+
+
+# Priors: a few milliseconds a forward for a Python engine loop, less with CUDA graphs and a Rust router.
+SERVERS: dict[str, ServerProfile] = {p.name: p for p in (
+    ServerProfile("tgi-3", "TGI 3", True, ">= 3.0", 2e-3, 20e-6, 2e-6),
+    ServerProfile("tgi-2", "TGI 2", False, "2.x", 3e-3, 20e-6, 2e-6),
+    ServerProfile("tgi-1", "TGI 1", False, "1.x and 0.9", 5e-3, 30e-6, 3e-6),
+    ServerProfile("vllm-v0", "vLLM V0", False, "< 0.8, or VLLM_USE_V1=0", 4e-3, 40e-6, 5e-6),
+    ServerProfile("vllm-v1", "vLLM V1", True, ">= 0.8", 2e-3, 15e-6, 2e-6),
+    ServerProfile("tensorrt-llm", "TensorRT-LLM", True, "any (C++ runtime)", 1e-3, 5e-6, 1e-6),
+)}
+DEFAULT_SERVER = "tgi-3"
+
+
+def server_profile(name: str) -> ServerProfile:
+    """The profile called `name`; a ValueError naming the allowed values otherwise."""
+    if name not in SERVERS:
+        raise ValueError(f"server {name!r} is not a server profile; use one of {', '.join(SERVERS)}")
+    return SERVERS[name]
+
+
+def server_of(server: str, version: str) -> str:
+    """The profile a published figure's server and version stand for (corpus rows say e.g. 'vllm', '0.6.0')."""
+    server = server.strip().lower()
+    major, minor = _version(version)
+    if server == "tgi":
+        return "tgi-3" if major is None or major >= 3 else ("tgi-2" if major == 2 else "tgi-1")
+    if server == "vllm":
+        if version and "v1" in version.lower():
+            return "vllm-v1"
+        return "vllm-v1" if major is not None and (major, minor or 0) >= (0, 8) else "vllm-v0"
+    if server in ("tensorrt-llm", "trt-llm", "tensorrt_llm"):
+        return "tensorrt-llm"
+    raise ValueError(f"server {server!r} has no profile; use one of tgi, vllm, tensorrt-llm")
+
+
+def _version(text: str) -> tuple[int | None, int | None]:
+    import re
+
+    m = re.search(r"(\d+)(?:\.(\d+))?", text or "")
+    if not m:
+        return None, None
+    return int(m.group(1)), int(m.group(2)) if m.group(2) else None

@@ -1,0 +1,106 @@
+"""How far to trust a GPU prediction: the error the roofline made on published figures it was not fitted to.
+
+benchmarks/gpu_accuracy.py fits the roofline's factors leaving one publication out at a time and writes, per
+regime, how far its held-out predictions fell from the published figures (data/reference/gpu_fit.json). A
+prediction carries its regime's error, and says so when it lies outside what the corpus covers (a GPU,
+server, model size or shard count no published figure measured): there the error is a guess.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REGIMES = ("batch1_decode", "batched_decode", "prefill", "tensor_parallel")
+REGIME_LABELS = {"batch1_decode": "batch-1 decode", "batched_decode": "batched decode",
+                 "prefill": "prefill / TTFT", "tensor_parallel": "tensor parallel"}
+METRICS = ("ttft", "tpot", "e2e", "throughput")
+FIT_FILE = "gpu_fit.json"
+
+
+def regime_of(metric: str, *, rows: int = 1, num_shard: int = 1) -> str:
+    """The corpus regime a predicted metric falls in: anything on several GPUs is tensor parallel; time to
+    first token is prefill; per-token time and throughput are decode, batch-1 or batched by `rows`."""
+    if metric not in METRICS:
+        raise ValueError(f"metric {metric!r} is not one of {', '.join(METRICS)}")
+    if num_shard > 1:
+        return "tensor_parallel"
+    if metric == "ttft":
+        return "prefill"
+    return "batch1_decode" if rows <= 1 else "batched_decode"
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    regime: str
+    error: float | None  # 80th percentile of |predicted / published - 1| over held-out figures of the regime
+    median_error: float | None
+    figures: int  # how many published figures that error comes from
+    covered: bool  # the prediction lies inside what the corpus measured
+    note: str = ""  # why not covered, or why no error is known
+
+    def label(self) -> str:
+        """'±20 % (80 % of 24 published figures, held out)', plus the coverage note."""
+        if self.error is None:
+            text = "error unknown"
+        else:
+            text = (f"±{100 * self.error:.0f} % (80 % of {self.figures} held-out published "
+                    f"{REGIME_LABELS.get(self.regime, self.regime)} figures)")
+        return f"{text}; {self.note}" if self.note else text
+
+    def band(self, value: float) -> tuple[float, float]:
+        """(low, high) around `value`; NaNs when no error is known."""
+        if self.error is None:
+            return math.nan, math.nan
+        return value * (1 - self.error), value * (1 + self.error)
+
+
+def fit_path() -> Path:
+    from tgi_toolkit.reference import REFERENCE_SUBDIR, default_data_dir
+
+    return default_data_dir() / REFERENCE_SUBDIR / FIT_FILE
+
+
+@functools.lru_cache(maxsize=4)
+def load_fit(path: str | None = None) -> dict[str, Any]:
+    """The fit benchmarks/gpu_accuracy.py wrote; {} when there is none."""
+    p = Path(path) if path else fit_path()
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def coverage_notes(cost: Any, fit: dict[str, Any]) -> list[str]:
+    """Why a roofline lies outside the corpus: a GPU, server, shard count, size or quantization never measured."""
+    cov = fit.get("coverage") or {}
+    notes = []
+    if cov.get("gpus") and cost.gpu not in cov["gpus"]:
+        notes.append(f"no published figure on {cost.gpu}")
+    if cov.get("servers") and cost.server not in cov["servers"]:
+        notes.append(f"no published figure of {cost.server}")
+    if cov.get("num_gpus") and cost.num_shard > max(cov["num_gpus"]):
+        notes.append(f"no published figure on more than {max(cov['num_gpus'])} GPUs")
+    low, high = cov.get("params_b") or (0, math.inf)
+    size = cost.shape.parameters() / 1e9
+    if not (low / 1.5 <= size <= high * 1.5):
+        notes.append(f"a {size:.1f}B-parameter model, outside the {low:.1f}B-{high:.0f}B the corpus measured")
+    if cost.quantize and cov.get("quantize") is not None and cost.quantize not in cov["quantize"]:
+        notes.append(f"no published figure quantized with {cost.quantize}")
+    return notes
+
+
+def uncertainty(cost: Any, metric: str, *, rows: int = 1, fit: dict[str, Any] | None = None) -> Uncertainty:
+    """The cross-validated error of `cost` (a RooflineCostModel) predicting `metric` ('ttft', 'tpot', 'e2e',
+    'throughput') with `rows` sequences decoding together."""
+    fit = load_fit() if fit is None else fit
+    regime = regime_of(metric, rows=rows, num_shard=getattr(cost, "num_shard", 1))
+    stats = ((fit.get("cross_validated") or {}).get("by_regime") or {}).get(regime)
+    if not stats:
+        return Uncertainty(regime, None, None, 0, False,
+                           "no cross-validated error: run benchmarks/gpu_accuracy.py to write " + FIT_FILE)
+    notes = coverage_notes(cost, fit) if hasattr(cost, "shape") else []
+    outside = "outside the published corpus: " + ", ".join(notes) if notes else ""
+    return Uncertainty(regime, float(stats["p80_error"]), float(stats["median_error"]), int(stats["figures"]),
+                       not notes, outside)
