@@ -131,6 +131,11 @@ STALL_MAX_GAP_S = "stall_max_gap_s"  # the largest such gap (over the point's me
 STALL_P99_GAP_S = "stall_p99_gap_s"  # p99 of those gaps, pooled
 STALL_BASELINE_GAP_S = "stall_baseline_gap_s"  # median gap of the same streams before the long prompt was sent
 LONG_PROMPT_TTFT_S = "long_prompt_ttft_s"  # the long prompt's TTFT, median over repeats
+# Simulated on a GPU roofline: how far such predictions fell from published figures they were not fitted to
+# (80th percentile of |predicted / published - 1|, leave-one-source-out; tgi_toolkit.simulate.uncertainty).
+# NaN for measured points and for cost models without a published corpus (a calibrated profile).
+PREDICTION_ERRORS = {"ttft": "ttft_prediction_error", "tpot": "tpot_prediction_error",
+                     OUTPUT_THROUGHPUT: "throughput_prediction_error"}
 
 POINT_COLUMNS = (
     *IDENTITY_COLUMNS, *WORKLOAD_COLUMNS, REQUESTS, ERRORS, SHORT_OUTPUTS, TOTAL_INPUT_TOKENS,
@@ -140,7 +145,7 @@ POINT_COLUMNS = (
     MACHINE_BUSY, CLIENT_LOOP_CPU, CLIENT_LOOP_WAIT, CLIENT_LOOP_BLOCKS, OTHER_CPU_CORES,
     SERVER_BATCH_SIZE_MAX, SERVER_QUEUE_SIZE_MAX, KV_CAPACITY_TOKENS, KV_USAGE_MAX,
     PREFIX_HIT_RATE, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, STALL_MAX_GAP_S, STALL_P99_GAP_S, STALL_BASELINE_GAP_S,
-    LONG_PROMPT_TTFT_S,
+    LONG_PROMPT_TTFT_S, *PREDICTION_ERRORS.values(),
 )
 
 # -- batch.parquet: text-generation-benchmark parity, one row per (batch size, run) ---------------

@@ -79,6 +79,7 @@ def metrics_vs_users(points: pd.DataFrame, metrics: Sequence[str] = (S.OUTPUT_TH
                 continue
             _add_line(fig, stats, x, (line_col, low_col, high_col), unit, label, colors[label], spread,
                       spread_name, row, show_legend=label not in drawn)
+            _add_prediction_band(fig, part, stats, x, metrics[row - 1], line_col, unit, colors[label], row)
             drawn.add(label)
         fig.update_yaxes(title_text=axis_title(line_col, unit), row=row, col=1)
     fig.update_xaxes(title_text=axis_title(x), row=len(cols), col=1)
@@ -128,6 +129,25 @@ def _add_line(fig: go.Figure, stats: pd.DataFrame, x: str, columns: tuple[str, s
             x=[*band[x], *band[x][::-1]], y=[*band["_hi"], *band["_lo"][::-1]], fill="toself", fillcolor=color,
             opacity=0.18, line={"width": 0}, mode="lines", hoverinfo="skip", name=f"{label} {spread_name}",
             legendgroup=label, showlegend=False), row=row, col=1)
+
+
+def _add_prediction_band(fig: go.Figure, part: pd.DataFrame, stats: pd.DataFrame, x: str, metric: str,
+                         line_col: str, unit: str, color: str, row: int) -> None:
+    """A simulated GPU line's cross-validated error (S.PREDICTION_ERRORS) as a dotted band around it."""
+    column = S.PREDICTION_ERRORS.get(metric)
+    if column is None or column not in part.columns:
+        return
+    err = pd.to_numeric(part.groupby(x)[column].median(), errors="coerce").reindex(stats[x]).to_numpy()
+    if not (err == err).any():  # NaN everywhere: measured, or no published corpus behind it
+        return
+    y = scaled(stats, line_col, unit)[0].to_numpy()
+    keep = err == err
+    xs, hi, lo = stats[x].to_numpy()[keep], (y * (1 + err))[keep], (y * (1 - err))[keep]
+    fig.add_trace(go.Scatter(
+        x=[*xs, *xs[::-1]], y=[*hi, *lo[::-1]], fill="toself", fillcolor=color, opacity=0.10,
+        line={"width": 1, "dash": "dot", "color": color}, mode="lines", hoverinfo="skip",
+        name=f"±{100 * float(err[keep].max()):.0f} % cross-validated on published figures", showlegend=False),
+        row=row, col=1)
 
 
 def throughput_vs_users(points: pd.DataFrame, *, x: str = S.USERS, y: str = S.OUTPUT_THROUGHPUT,

@@ -9,7 +9,10 @@
 SCENARIO is one of bench's (batch, concurrency, rate, ingestion, shared-prefix, multi-turn, decode-stall)
 with bench's flags for it (`tgi-toolkit bench SCENARIO --help`); the server is a cost model instead:
 `--cost-model cost.json` (calibrated by `simulate profile`, or a saved roofline) or `--gpu NAME --model
-CONFIG_JSON [--num-shard N] [--quantize Q]` (the roofline model). Launcher flags after `--` set the
+CONFIG_JSON [--num-shard N] [--quantize Q] [--server tgi-3]` (the roofline model, fitted to published figures;
+each prediction's cross-validated error is printed with it), or both: `--cost-model cost.json --measured-on A100
+--gpu H100 --model CONFIG_JSON`, a profile measured on one card carried to another (tgi_toolkit.simulate.transfer).
+Launcher flags after `--` set the
 scheduler (max_batch_prefill_tokens, max_batch_size, ...); ATTENTION, PREFIX_CACHING and PREFILL_CHUNKING
 are read from the environment as TGI reads them, or given with --attention / --[no-]prefix-caching /
 --[no-]chunking. It prints bench's tables; `--output` writes bench's results folder, marked simulated.
@@ -23,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from tgi_toolkit.simulate.servers import DEFAULT_SERVER, SERVERS
 
 SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")
 
@@ -45,6 +50,11 @@ def _model_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-shard", type=int, default=1, help="roofline model: tensor-parallel GPUs (default 1)")
     g.add_argument("--quantize", help="roofline model: quantization (bitsandbytes, gptq, awq, fp8, ...)")
     g.add_argument("--dtype", default="bfloat16", help="roofline model: weights' dtype (default bfloat16)")
+    g.add_argument("--server", default=DEFAULT_SERVER, metavar="PROFILE",
+                   help=f"roofline model: the server it stands for, one of {', '.join(SERVERS)} "
+                        f"(default {DEFAULT_SERVER})")
+    g.add_argument("--measured-on", metavar="GPU",
+                   help="with --cost-model and --gpu: the card the profile was measured on")
     m = p.add_argument_group("scheduling mode (default: $ATTENTION, $PREFIX_CACHING, $PREFILL_CHUNKING)")
     m.add_argument("--attention", choices=("flashinfer", "flashdecoding", "paged"))
     m.add_argument("--prefix-caching", dest="prefix_caching", action="store_true", default=None)
@@ -69,9 +79,23 @@ def _profile_parser() -> argparse.ArgumentParser:
 def _cost_model(ns: argparse.Namespace) -> Any:
     from tgi_toolkit.bench.errors import BenchError
 
+    if ns.server not in SERVERS:
+        raise BenchError("--server", f"{ns.server!r} is not a server profile", ", ".join(SERVERS))
+    roof = {"num_shard": ns.num_shard, "dtype": ns.dtype, "quantize": ns.quantize, "server": ns.server}
     if ns.cost_model and (ns.gpu or ns.model):
-        raise BenchError("--cost-model/--gpu", "give a cost model or a GPU and a model, not both",
-                         "--cost-model COST_JSON, or --gpu NAME --model CONFIG_JSON")
+        if not (ns.gpu and ns.model and ns.measured_on):
+            raise BenchError("--cost-model/--gpu", "a profile carried to another card needs the card it was "
+                             "measured on, the card to predict and the model", "--cost-model COST_JSON "
+                             "--measured-on GPU --gpu GPU --model CONFIG_JSON, or --cost-model alone")
+        from tgi_toolkit.simulate.transfer import transfer
+
+        try:
+            return transfer(ns.cost_model, measured_on=ns.measured_on, gpu=ns.gpu, model=ns.model, **roof)
+        except ValueError as exc:
+            raise BenchError("--cost-model/--measured-on/--gpu", str(exc).removeprefix("cost_model: ")) from None
+    if ns.measured_on:
+        raise BenchError("--measured-on", "only with --cost-model and --gpu", "--cost-model COST_JSON "
+                         "--measured-on GPU --gpu GPU --model CONFIG_JSON")
     if ns.cost_model:
         from tgi_toolkit.simulate.costs import load_cost_model
 
@@ -85,7 +109,7 @@ def _cost_model(ns: argparse.Namespace) -> Any:
     from tgi_toolkit.simulate.gpu import roofline
 
     try:
-        return roofline(ns.gpu, ns.model, num_shard=ns.num_shard, dtype=ns.dtype, quantize=ns.quantize)
+        return roofline(ns.gpu, ns.model, **roof)
     except ValueError as exc:
         raise BenchError("--gpu/--model", str(exc)) from None
 
@@ -123,16 +147,32 @@ def simulate_main(scenario: str, rest: list[str]) -> int:
         for key in ("attention", "prefix_caching", "chunking"):
             if getattr(own, key) is not None:
                 sim_options[key] = getattr(own, key)
-        results = run_scenario(scenario, _cost_model(own), **bench_cli._scenario_params(args), **sim_options)
+        cost = _cost_model(own)
+        results = run_scenario(scenario, cost, **bench_cli._scenario_params(args), **sim_options)
     except (BenchError, ConfigError, SimulationError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(bench_cli._summary(results, scenario))
     run = results.runs[-1] if results.runs else {}
     print(f"\nsimulated: {run.get('cost_model', {}).get('name', '')}; scheduler {run.get('scheduler')}")
+    for line in uncertainty_lines(cost, results):
+        print(line)
     if sim_options.get("output"):
         print(f"results: {sim_options['output']} (tgi_toolkit.bench.load_results)")
     return 0
+
+
+def uncertainty_lines(cost: Any, results: Any) -> list[str]:
+    """How far to trust a GPU prediction: each metric's cross-validated error on published figures."""
+    from tgi_toolkit.simulate.uncertainty import uncertainty
+
+    if not hasattr(cost, "kernel_seconds"):
+        return []
+    rows = max([int(p.get("users") or p.get("batch_size") or 1) for p in results.point_rows or [{}]] or [1])
+    lines = ["predicted for a GPU; how far such predictions fell from published figures they were not fitted to:"]
+    for metric, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("throughput", "throughput")):
+        lines.append(f"  {label}: {uncertainty(cost, metric, rows=rows).label()}")
+    return lines
 
 
 def profile_main(rest: list[str]) -> int:

@@ -51,19 +51,18 @@ GPU_SPECS: dict[str, GpuSpec] = {
 
 # Kernel factors and their physical range: no kernel beats the datasheet, and none that a serving stack ships
 # falls below these floors (decode kernels stream weights at 50-95 % of HBM bandwidth; GEMMs reach 30-90 % of
-# dense peak; all-reduces inside a node take 5-200 us whatever their size).
+# dense peak; an all-reduce moves its bytes at 30-90 % of the link).
 KERNEL_BOUNDS = {"matmul_efficiency": (0.3, 0.9), "attention_efficiency": (0.15, 0.9),
                  "bandwidth_efficiency": (0.45, 0.95), "quantized_bandwidth_efficiency": (0.3, 1.0),
-                 "allreduce_latency_s": (5e-6, 200e-6), "link_efficiency": (0.3, 0.9)}
+                 "link_efficiency": (0.3, 0.9)}
 # The starting point of the fit, and the model's factors where no fit file is found.
 KERNEL_PRIOR = {"matmul_efficiency": 0.6, "attention_efficiency": 0.4, "bandwidth_efficiency": 0.75,
-                "quantized_bandwidth_efficiency": 0.7, "allreduce_latency_s": 25e-6, "link_efficiency": 0.6}
+                "quantized_bandwidth_efficiency": 0.7, "link_efficiency": 0.6}
 EFFICIENCY_HELP = {
     "matmul_efficiency": "fraction of the datasheet's dense FLOP/s the weight matmuls reach",
     "attention_efficiency": "fraction of the datasheet's dense FLOP/s attention reaches (flash-attention kernels)",
     "bandwidth_efficiency": "fraction of the datasheet's HBM bandwidth a forward's reads reach",
     "quantized_bandwidth_efficiency": "the same for 4-bit weights (AWQ, GPTQ, Marlin), relative to 16-bit",
-    "allreduce_latency_s": "seconds per all-reduce whatever its size (NCCL or a custom all-reduce in a node)",
     "link_efficiency": "fraction of the interconnect's bandwidth an all-reduce reaches",
     **HOST_HELP,
 }
@@ -133,12 +132,12 @@ class RooflineCostModel:
     attention_efficiency: float | None = None
     bandwidth_efficiency: float | None = None
     quantized_bandwidth_efficiency: float | None = None
-    allreduce_latency_s: float | None = None
     link_efficiency: float | None = None
     forward_overhead_s: float | None = None
+    allreduce_latency_s: float | None = None
     row_overhead_s: float | None = None
     host_token_s: float | None = None
-    request_overhead_s: float = 0.0
+    request_overhead_s: float | None = None
     name: str = ""
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -207,10 +206,10 @@ class RooflineCostModel:
         return self._cache["plan"]
 
     def server_defaults(self) -> dict[str, Any]:
-        """What TGI 3 would find on this card: the KV capacity after warm-up (the capacity planner), the
-        launcher's FLOPs-based max_batch_prefill_tokens (L1) and, with chunking, max_total_tokens =
-        min(KV capacity, the model's context) (L3). The scheduling mode is left to the caller (TGI 3's
-        CUDA default unless ATTENTION / PREFIX_CACHING / PREFILL_CHUNKING say otherwise)."""
+        """What the server would find on this card: the KV capacity after warm-up (the capacity planner), the
+        launcher's FLOPs-based max_batch_prefill_tokens (L1), max_total_tokens = min(KV capacity, the model's
+        context) with chunking (L3), and the server profile's batching rule (chunking or not), which
+        ATTENTION / PREFIX_CACHING / PREFILL_CHUNKING in the environment still override."""
         from tgi_toolkit.config.scheduling import (
             GPU_FP16_FLOPS,
             default_max_input_tokens,
@@ -227,7 +226,7 @@ class RooflineCostModel:
                                          max_position_embeddings=self.shape.max_position_embeddings)
         return {"max_batch_total_tokens": capacity, "max_batch_prefill_tokens": int(prefill),
                 "max_total_tokens": int(total), "max_input_tokens": int(default_max_input_tokens(total)),
-                "model_id": self.shape.name}
+                "model_id": self.shape.name, "chunking": self.profile.chunking}
 
     def hardware(self) -> dict[str, Any]:
         return {"gpus": [{"name": self.gpu, "memory_bytes": KNOWN_GPUS[self.gpu].memory_bytes}] * self.num_shard,
@@ -237,7 +236,7 @@ class RooflineCostModel:
         return {"kind": "roofline", "name": self.name, "gpu": self.gpu, "datasheet": asdict(self.spec),
                 "model": self.shape.name or self.shape.model_type, "num_shard": self.num_shard, "dtype": self.dtype,
                 "quantize": self.quantize, "server": self.server, "server_label": self.profile.label,
-                **{k: getattr(self, k) for k in EFFICIENCY_HELP}, "request_overhead_s": self.request_overhead_s,
+                **{k: getattr(self, k) for k in EFFICIENCY_HELP},
                 "source": {"fitted_to": fit_provenance()}}
 
     def to_dict(self) -> dict[str, Any]:
@@ -249,8 +248,8 @@ class RooflineCostModel:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RooflineCostModel:
-        keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "server", "request_overhead_s",
-                "name", *EFFICIENCY_HELP)
+        keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "server", "name",
+                *EFFICIENCY_HELP)
         return cls(**{k: data[k] for k in keys if k in data})
 
     def save(self, path: Any) -> Any:

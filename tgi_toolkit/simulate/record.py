@@ -35,6 +35,20 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
+def prediction_errors(cost: Any, workload: dict[str, Any]) -> dict[str, float]:
+    """A GPU roofline's cross-validated error for this point's TTFT, TPOT and throughput (NaN otherwise)."""
+    out = dict.fromkeys(S.PREDICTION_ERRORS.values(), float("nan"))
+    if not hasattr(cost, "kernel_seconds"):  # only the roofline is judged against published figures
+        return out
+    from tgi_toolkit.simulate.uncertainty import uncertainty
+
+    rows = int(workload.get(S.USERS) or workload.get(S.BATCH_SIZE) or 2)  # a rate's batch is more than one
+    for metric, column in S.PREDICTION_ERRORS.items():
+        err = uncertainty(cost, "throughput" if metric == S.OUTPUT_THROUGHPUT else metric, rows=rows).error
+        out[column] = float("nan") if err is None else err
+    return out
+
+
 class SimRun(RunTables):
     """Provenance and saving for one simulated scenario call (saved as bench's RunTables saves)."""
 
@@ -135,7 +149,8 @@ class SimRun(RunTables):
                   S.KV_USAGE_MAX: max((s.kv_tokens for s in inside), default=float("nan")) / capacity}
         if hasattr(S, "MACHINE_BUSY"):
             server[S.MACHINE_BUSY] = False  # nothing else shared a virtual clock
-        point_row = {**ident, **base, **summary, **server, **point.columns}
+        point_row = {**ident, **base, **summary, **server, **prediction_errors(self.target.cost, base),
+                     **point.columns}
         if self.light:
             self.point_rows.append(point_row)
             self.request_rows.extend(rows)

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-HOST_TERMS = ("forward_overhead_s", "row_overhead_s", "host_token_s")
+HOST_TERMS = ("forward_overhead_s", "row_overhead_s", "host_token_s", "request_overhead_s", "allreduce_latency_s")
 HOST_HELP = {
     "forward_overhead_s": "host seconds every forward costs beyond its kernels (scheduling, launches, sampling)",
     "row_overhead_s": "host seconds per sequence in a forward (per-row bookkeeping and input preparation)",
     "host_token_s": "host seconds per token a forward computes (prompt tokenization and per-token inputs)",
+    "request_overhead_s": "seconds from a request's arrival to its joining the queue (HTTP, validation, tokenizer)",
+    "allreduce_latency_s": "seconds per tensor-parallel all-reduce whatever its size (the runtime's collective: "
+                           "NCCL launched eagerly, or a custom all-reduce in a CUDA graph)",
 }
-# A forward's host time is at least microseconds and at most tens of milliseconds on any server measured.
+# Host time is at least microseconds and at most tens of milliseconds on any server measured; an all-reduce
+# inside a node takes from a few microseconds (custom, graphed) to a few hundred (eager NCCL).
 HOST_BOUNDS = {"forward_overhead_s": (1e-4, 30e-3), "row_overhead_s": (1e-6, 300e-6),
-               "host_token_s": (1e-7, 30e-6)}
+               "host_token_s": (1e-7, 30e-6), "request_overhead_s": (1e-4, 0.2),
+               "allreduce_latency_s": (5e-6, 500e-6)}
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,8 @@ class ServerProfile:
     forward_overhead_s: float  # starting point of the fit (the prior), replaced by the fitted value
     row_overhead_s: float
     host_token_s: float
+    request_overhead_s: float
+    allreduce_latency_s: float
 
     def environ(self) -> dict[str, str]:
         """The scheduler's environment for this server's batching rule (PREFILL_CHUNKING, as TGI reads it)."""
@@ -43,12 +50,14 @@ class ServerProfile:
 
 # Priors: a few milliseconds a forward for a Python engine loop, less with CUDA graphs and a Rust router.
 SERVERS: dict[str, ServerProfile] = {p.name: p for p in (
-    ServerProfile("tgi-3", "TGI 3", True, ">= 3.0", 2e-3, 20e-6, 2e-6),
-    ServerProfile("tgi-2", "TGI 2", False, "2.x", 3e-3, 20e-6, 2e-6),
-    ServerProfile("tgi-1", "TGI 1", False, "1.x and 0.9", 5e-3, 30e-6, 3e-6),
-    ServerProfile("vllm-v0", "vLLM V0", False, "< 0.8, or VLLM_USE_V1=0", 4e-3, 40e-6, 5e-6),
-    ServerProfile("vllm-v1", "vLLM V1", True, ">= 0.8", 2e-3, 15e-6, 2e-6),
-    ServerProfile("tensorrt-llm", "TensorRT-LLM", True, "any (C++ runtime)", 1e-3, 5e-6, 1e-6),
+    ServerProfile("tgi-3", "TGI 3", True, ">= 3.0", 2e-3, 20e-6, 2e-6, 5e-3, 25e-6),
+    ServerProfile("tgi-2", "TGI 2", False, "2.x", 3e-3, 20e-6, 2e-6, 5e-3, 25e-6),
+    ServerProfile("tgi-1", "TGI 1", False, "1.x and 0.9", 5e-3, 30e-6, 3e-6, 5e-3, 50e-6),
+    ServerProfile("vllm-v0", "vLLM V0", False, "< 0.8, or VLLM_USE_V1=0", 4e-3, 40e-6, 5e-6, 10e-3, 25e-6),
+    ServerProfile("vllm-v1", "vLLM V1", True, ">= 0.8", 2e-3, 15e-6, 2e-6, 5e-3, 25e-6),
+    ServerProfile("tensorrt-llm", "TensorRT-LLM", True, "any (C++ runtime)", 1e-3, 5e-6, 1e-6, 2e-3, 15e-6),
+    ServerProfile("sglang", "SGLang", True, "any", 2e-3, 15e-6, 2e-6, 5e-3, 25e-6),
+    ServerProfile("lmdeploy", "LMDeploy (TurboMind)", True, "any", 1e-3, 5e-6, 1e-6, 2e-3, 15e-6),
 )}
 DEFAULT_SERVER = "tgi-3"
 
@@ -60,25 +69,33 @@ def server_profile(name: str) -> ServerProfile:
     return SERVERS[name]
 
 
-def server_of(server: str, version: str) -> str:
-    """The profile a published figure's server and version stand for (corpus rows say e.g. 'vllm', '0.6.0')."""
-    server = server.strip().lower()
-    major, minor = _version(version)
-    if server == "tgi":
-        return "tgi-3" if major is None or major >= 3 else ("tgi-2" if major == 2 else "tgi-1")
-    if server == "vllm":
-        if version and "v1" in version.lower():
-            return "vllm-v1"
-        return "vllm-v1" if major is not None and (major, minor or 0) >= (0, 8) else "vllm-v0"
+# When a version is not stated (or is a build of a main branch), the source's date says which generation ran:
+# TGI 2.0 was released on 2024-04-12 and 3.0 on 2024-12-10; vLLM made V1 its default in 0.8.0 (2025-03-18).
+RELEASES = {"tgi": (("2024-12-10", "tgi-3"), ("2024-04-12", "tgi-2"), ("", "tgi-1")),
+            "vllm": (("2025-03-18", "vllm-v1"), ("", "vllm-v0"))}
+
+
+def server_of(server: str, version: str, date: str = "") -> str:
+    """The profile a published figure's server, version and date stand for (e.g. 'vllm', '0.6.0')."""
+    server = server.strip().lower().removeprefix("other:")
     if server in ("tensorrt-llm", "trt-llm", "tensorrt_llm"):
         return "tensorrt-llm"
-    raise ValueError(f"server {server!r} has no profile; use one of tgi, vllm, tensorrt-llm")
+    if server in ("sglang", "lmdeploy"):
+        return server
+    if server not in RELEASES:
+        raise ValueError(f"server {server!r} has no profile; use one of tgi, vllm, tensorrt-llm, sglang, lmdeploy")
+    major, minor = _version(version)
+    if major is None or major > 100:  # not stated, a commit or a nightly: the date decides
+        return next(name for since, name in RELEASES[server] if (date or version or "") >= since)
+    if server == "tgi":
+        return "tgi-3" if major >= 3 else ("tgi-2" if major == 2 else "tgi-1")
+    return "vllm-v1" if (major, minor or 0) >= (0, 8) else "vllm-v0"
 
 
 def _version(text: str) -> tuple[int | None, int | None]:
     import re
 
-    m = re.search(r"(\d+)(?:\.(\d+))?", text or "")
+    m = re.match(r"\s*v?(\d+)(?:\.(\d+))?", text or "")  # a release number, not a commit or a nightly
     if not m:
         return None, None
     return int(m.group(1)), int(m.group(2)) if m.group(2) else None

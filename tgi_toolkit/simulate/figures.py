@@ -1,0 +1,143 @@
+"""A published figure predicted two ways: in closed form from the roofline's forward times (`steady`, cheap
+enough for a fit to call thousands of times), and by the simulator itself (`simulated`, TGI's scheduler on a
+virtual clock), which is what the accuracy benchmark reports.
+
+The closed form follows the simulator's workloads: a batch (or closed-loop users, who send in waves) prefills
+its prompts together and then decodes them side by side; an open-loop rate settles where the requests in
+flight equal rate x latency (Little's law), each newcomer's prefill stalling the decoding rows once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tgi_toolkit.simulate.corpus import METRICS, Figure
+from tgi_toolkit.simulate.features import Shape, row_pairs
+
+INGESTION_SHORTEST = 32  # benchmark_llm_serving's shortest ingestion prompt, about
+
+
+def decode_step(cost: Any, rows: int, context: float) -> float:
+    """One forward of `rows` sequences emitting a token each, every row `context` tokens long."""
+    return cost.seconds(Shape(rows, rows, int(rows * context), rows * context, False))
+
+
+def prefill(cost: Any, rows: int, prompt: int) -> float:
+    """One forward prefilling `rows` prompts of `prompt` tokens."""
+    return cost.seconds(Shape(rows, rows * prompt, rows * prompt, rows * row_pairs(0, prompt), True))
+
+
+def _metrics(ttft: float, tpot: float, streams: float, figure: Figure, compute: float) -> dict[str, float]:
+    out = figure.output_tokens
+    e2e = ttft + max(out - 1, 0) * tpot
+    return {"ttft_ms": 1e3 * ttft, "prefill_ms": 1e3 * ttft, "tpot_ms": 1e3 * tpot,
+            "decode_tok_s_per_user": 1 / tpot, "e2e_s": e2e, "output_tok_s": streams * out / e2e,
+            "total_tok_s": streams * (out + figure.input_tokens) / e2e, "requests_s": streams / e2e,
+            "tgi_time_per_token_ms": 1e3 * (compute + max(out - 1, 0) * tpot) / out}
+
+
+def steady(figure: Figure, cost: Any) -> float:
+    """The figure's metric in closed form (NaN when an open-loop rate saturates the server).
+
+    A batch prefills together and decodes side by side. Users and rates are out of phase, as real clients
+    are: each newcomer's prompt stalls the decoding rows once, in a forward of its own (the older servers) or
+    merged into theirs (chunking servers), and the requests in flight settle at rate x latency."""
+    p, o = figure.input_tokens, figure.output_tokens
+    mid = p + o / 2
+    front = cost.request_overhead_s
+    if figure.metric == "ingestion_tok_s":
+        low = min(INGESTION_SHORTEST, p // 2)
+        return (p - low) / (prefill(cost, 1, p) - prefill(cost, 1, low))
+    if figure.batch_size is not None:
+        b = figure.batch_size
+        first = prefill(cost, b, p)
+        return _metrics(front + first, decode_step(cost, b, mid), b, figure, first)[figure.metric]
+    closed = figure.request_rate is None
+    inflight = float(figure.users or 1)  # closed loop: fixed; open loop: found with the latency
+    rate = figure.request_rate or 0.0
+    e2e = math.inf
+    for _ in range(200):
+        step = decode_step(cost, inflight, mid)
+        if cost.profile.chunking:  # the prompt rides in a decoding forward: only its own work is extra
+            first = cost.seconds(Shape(inflight + 1, inflight + p, int(inflight * mid + p),
+                                       inflight * mid + row_pairs(0, p), True))
+            extra = first - step
+        else:
+            extra = first = prefill(cost, 1, p)
+        ttft = front + step / 2 + first
+        if closed:  # the users' own pace: rate = users / latency
+            rate = inflight / (e2e if e2e < math.inf else ttft + (o - 1) * step)
+        busy = rate * extra  # the share of time newcomers' prompts hold the decoding rows
+        if busy >= 1:
+            return math.nan
+        tpot = step / (1 - busy)
+        new_e2e = ttft + (o - 1) * tpot
+        converged = abs(new_e2e - e2e) < 1e-6 * new_e2e
+        e2e = new_e2e if closed else e2e
+        if not closed:
+            new = max(1.0, rate * new_e2e)
+            converged = abs(new - inflight) < 1e-4
+            inflight = 0.5 * (inflight + new)
+        if converged:
+            break
+    rate = inflight / (ttft + (o - 1) * tpot) if closed else rate
+    m = _metrics(ttft, tpot, inflight, figure, first)
+    m["output_tok_s"], m["requests_s"], m["total_tok_s"] = rate * o, rate, rate * (o + p)
+    return m[figure.metric]
+
+
+def simulated(figure: Figure, cost: Any, *, waves: int = 3) -> float:
+    """The figure's metric from the simulator: TGI's scheduler (the server profile's batching rule) on a
+    virtual clock; medians over requests, as the corpus's figures mostly are."""
+    from tgi_toolkit.bench import schema as S
+    from tgi_toolkit.simulate.api import run_concurrency, run_rate
+    from tgi_toolkit.simulate.target import make_target
+
+    p, o = figure.input_tokens, figure.output_tokens
+    if figure.metric == "ingestion_tok_s":
+        return _ingestion(figure, cost)
+    limits = ["--max-input-tokens", str(p + 1), "--max-total-tokens", str(p + o + 2),
+              "--max-batch-prefill-tokens", str(max(4096, p + 1))]
+    target = make_target(cost, limits, environ={})
+    if figure.request_rate is None:
+        b = figure.streams  # a batch is sent once; users keep sending, `waves` requests each
+        run = run_concurrency(target, users=[b], prompt_tokens=p, max_new_tokens=o,
+                              requests=b if figure.batch_size else b * waves, light=True)
+    else:
+        run = run_rate(target, rates=[figure.request_rate], arrival="poisson", prompt_tokens=p, max_new_tokens=o,
+                       requests=200, light=True)
+    point = run.point_rows[0]
+    if figure.metric == "tgi_time_per_token_ms":  # TGI's log: (prefill + decode) / tokens, queue excluded
+        return 1e3 * (point["ttft_p50_s"] + (o - 1) * point["tpot_p50_s"]) / o
+    pick = {"ttft_ms": (S.TTFT_S, 1e3), "prefill_ms": (S.TTFT_S, 1e3), "tpot_ms": (S.TPOT_S, 1e3),
+            "e2e_s": (S.E2E_S, 1.0)}
+    if figure.metric in pick:
+        column, scale = pick[figure.metric]
+        return scale * point[column.removesuffix("_s") + "_p50_s"]
+    if figure.metric == "decode_tok_s_per_user":
+        return 1 / point["tpot_p50_s"]
+    per_s = {"output_tok_s": S.OUTPUT_THROUGHPUT, "requests_s": S.REQUEST_THROUGHPUT}
+    if figure.metric in per_s:
+        return point[per_s[figure.metric]]
+    return point[S.OUTPUT_THROUGHPUT] + point[S.INPUT_THROUGHPUT]
+
+
+def _ingestion(figure: Figure, cost: Any) -> float:
+    """benchmark_llm_serving's prompt ingestion speed: prompts up to `input_tokens` one at a time, one output
+    token each, 1 / slope of TTFT against length."""
+    from tgi_toolkit.bench.api import spread_lengths
+    from tgi_toolkit.bench.stats import ingestion_fit
+    from tgi_toolkit.simulate.api import measure_ingestion
+    from tgi_toolkit.simulate.target import make_target
+
+    p = figure.input_tokens
+    lengths = spread_lengths(min(INGESTION_SHORTEST, p // 2), p, 8)
+    target = make_target(cost, ["--max-input-tokens", str(p + 1), "--max-total-tokens", str(p + 2),
+                                "--max-batch-prefill-tokens", str(p + 1)], environ={})
+    rows = measure_ingestion(target, prompt_tokens=lengths, repeats=1, light=True).request_rows
+    return ingestion_fit([r["input_tokens"] for r in rows], [r["ttft_s"] for r in rows])["speed_tok_s"]
+
+
+def faster_is_larger(metric: str) -> bool:
+    return METRICS[metric][1]
