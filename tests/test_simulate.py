@@ -358,7 +358,7 @@ def test_roofline_decode_is_memory_bound_as_worked_by_hand():
     # bf16 weights 13,476,831,232 B; KV 2 x 32 layers x 32 heads x 128 x 2 B = 524,288 B per token.
     model = roofline("A100-80GB", "tests/data/configs/llama-2-7b.json", matmul_efficiency=0.5,
                      attention_efficiency=0.25, bandwidth_efficiency=0.5, forward_overhead_s=0.001,
-                     host_token_s=20e-6)
+                     host_token_s=20e-6, row_overhead_s=0.0)
     decode = uniform_shape(1, 1, 999, prefilling=False)  # one row, 1000 tokens of context
     memory = (13_476_831_232 + 524_288 * 1000) / (2039e9 * 0.5)
     # the host adds 20 us for the forward's one token
@@ -378,11 +378,11 @@ def test_roofline_host_time_per_token_as_worked_by_hand():
     #   memory: 13,476,831,232 B / 1,675e9 = 8.0459 ms, below the 13.5507 ms of compute;
     #   host: 512 x 12 us = 6.144 ms, on top of the max, whatever the GPU: 19.6947 ms in all.
     model = roofline("H100", "tests/data/configs/llama-2-7b.json", matmul_efficiency=0.5, attention_efficiency=0.5,
-                     bandwidth_efficiency=0.5, forward_overhead_s=0.0, host_token_s=12e-6)
+                     bandwidth_efficiency=0.5, forward_overhead_s=0.0, host_token_s=12e-6, row_overhead_s=0.0)
     assert model.seconds(uniform_shape(1, 512, 0)) == pytest.approx(0.0196947, abs=1e-7)
     # decode of 8 rows: 8 tokens of host time (96 us) beside the memory-bound step
     without = roofline("H100", "tests/data/configs/llama-2-7b.json", matmul_efficiency=0.5, attention_efficiency=0.5,
-                       bandwidth_efficiency=0.5, forward_overhead_s=0.0, host_token_s=0.0)
+                       bandwidth_efficiency=0.5, forward_overhead_s=0.0, host_token_s=0.0, row_overhead_s=0.0)
     decode = uniform_shape(8, 1, 500, prefilling=False)
     assert model.seconds(decode) - without.seconds(decode) == pytest.approx(96e-6, rel=1e-9)
     again = type(model).from_dict(model.to_dict())
@@ -390,9 +390,11 @@ def test_roofline_host_time_per_token_as_worked_by_hand():
 
 
 def test_roofline_shards_add_the_allreduce_term():
-    one = roofline("H100", "tests/data/configs/llama-2-7b.json", forward_overhead_s=0.0, host_token_s=10e-6)
-    two = roofline("H100", "tests/data/configs/llama-2-7b.json", num_shard=2, forward_overhead_s=0.0,
-                   host_token_s=10e-6)
+    # the host terms as given, the interconnect's: 10 us an all-reduce, 70 % of NVLink's bandwidth
+    host = {"forward_overhead_s": 0.0, "host_token_s": 10e-6, "row_overhead_s": 0.0, "allreduce_latency_s": 10e-6,
+            "link_efficiency": 0.7}
+    one = roofline("H100", "tests/data/configs/llama-2-7b.json", **host)
+    two = roofline("H100", "tests/data/configs/llama-2-7b.json", num_shard=2, **host)
     shape = uniform_shape(8, 1, 500, prefilling=False)
     # half the reads on each card; 2 all-reduces per layer of 8 tokens x 4096 x 2 B over NVLink (900 GB/s x 0.7);
     # the host's 8 tokens x 10 us = 80 us are not halved

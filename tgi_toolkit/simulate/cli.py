@@ -168,7 +168,12 @@ def uncertainty_lines(cost: Any, results: Any) -> list[str]:
 
     if not hasattr(cost, "kernel_seconds"):
         return []
-    rows = max([int(p.get("users") or p.get("batch_size") or 1) for p in results.point_rows or [{}]] or [1])
+    points = getattr(results, "points", None)
+    rows = 1
+    if points is not None and len(points):
+        for column in ("users", "batch_size"):
+            if column in points:
+                rows = max(rows, int(points[column].fillna(1).max()))
     lines = ["predicted for a GPU; how far such predictions fell from published figures they were not fitted to:"]
     for metric, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("throughput", "throughput")):
         lines.append(f"  {label}: {uncertainty(cost, metric, rows=rows).label()}")

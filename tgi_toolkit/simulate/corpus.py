@@ -49,6 +49,8 @@ class Figure:
     regime: str
     caveats: str = ""
     quote: str = ""
+    scheduler_steps: int = 1  # vLLM's --num-scheduler-steps (multi-step scheduling)
+    max_batch_size: int | None = None  # the server's cap on sequences at once (vLLM's --max-num-seqs), if stated
 
     @property
     def streams(self) -> int:
@@ -87,7 +89,9 @@ def figure_from_row(row: dict[str, str]) -> Figure:
             quantize=(row.get("quantize") or "").strip() or None, batch_size=_int(row.get("batch_size", "")),
             users=_int(row.get("users", "")), request_rate=_float(row.get("request_rate", "")),
             input_tokens=_int(row["input_tokens"]) or 1, output_tokens=_int(row["output_tokens"]) or 1,
-            metric=metric, value=value, regime=regime, caveats=row.get("caveats", ""), quote=row.get("quote", ""))
+            metric=metric, value=value, regime=regime, caveats=row.get("caveats", ""), quote=row.get("quote", ""),
+            scheduler_steps=_int(row.get("scheduler_steps", "")) or 1,
+            max_batch_size=_int(row.get("max_num_seqs", "")))
     except (KeyError, ValueError) as exc:
         raise ValueError(f"{FIGURES_FILE} row {name}: {exc}") from None
 
@@ -99,9 +103,19 @@ def corpus_dir() -> Path:
 
 
 def load_figures(path: str | Path | None = None) -> list[Figure]:
-    path = Path(path) if path else corpus_dir() / FIGURES_FILE
-    with open(path, newline="", encoding="utf-8") as fh:
-        return [figure_from_row(row) for row in csv.DictReader(fh)]
+    """The figures the roofline is fitted to and judged on: every row but those `excluded` says why not."""
+    return [figure_from_row(row) for row in _rows(path) if not (row.get("excluded") or "").strip()]
+
+
+def excluded_figures(path: str | Path | None = None) -> list[tuple[str, str]]:
+    """(id, why) of the rows kept in the corpus but left out of fit and judgement: a set-up its own source
+    contradicts or leaves open (decided from the source, whatever the model predicts for it)."""
+    return [(row["id"], row["excluded"].strip()) for row in _rows(path) if (row.get("excluded") or "").strip()]
+
+
+def _rows(path: str | Path | None) -> list[dict[str, str]]:
+    with open(Path(path) if path else corpus_dir() / FIGURES_FILE, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
 
 
 def load_models(path: str | Path | None = None) -> dict[str, dict[str, Any]]:

@@ -12,15 +12,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from scipy.optimize import brentq
+
 from tgi_toolkit.simulate.corpus import METRICS, Figure
 from tgi_toolkit.simulate.features import Shape, row_pairs
 
+VLLM_MAX_NUM_SEQS = 256  # vLLM's default --max-num-seqs
 INGESTION_SHORTEST = 32  # benchmark_llm_serving's shortest ingestion prompt, about
 
 
-def decode_step(cost: Any, rows: int, context: float) -> float:
+def decode_step(cost: Any, rows: float, context: float) -> float:
     """One forward of `rows` sequences emitting a token each, every row `context` tokens long."""
-    return cost.seconds(Shape(rows, rows, int(rows * context), rows * context, False))
+    return cost.seconds(Shape(rows, rows, rows * context, rows * context, False))  # rows: a mean, may be fractional
 
 
 def prefill(cost: Any, rows: int, prompt: int) -> float:
@@ -53,38 +56,77 @@ def steady(figure: Figure, cost: Any) -> float:
         b = figure.batch_size
         first = prefill(cost, b, p)
         return _metrics(front + first, decode_step(cost, b, mid), b, figure, first)[figure.metric]
-    closed = figure.request_rate is None
-    inflight = float(figure.users or 1)  # closed loop: fixed; open loop: found with the latency
-    rate = figure.request_rate or 0.0
-    e2e = math.inf
-    for _ in range(200):
-        step = decode_step(cost, inflight, mid)
-        if cost.profile.chunking:  # the prompt rides in a decoding forward: only its own work is extra
-            first = cost.seconds(Shape(inflight + 1, inflight + p, int(inflight * mid + p),
-                                       inflight * mid + row_pairs(0, p), True))
-            extra = first - step
+    if figure.request_rate is None:  # closed loop: the users are the requests in flight
+        n = float(figure.users or 1)
+        return _loaded(figure, cost, n, None)[figure.metric]
+    rate = figure.request_rate
+    # open loop: the requests in flight n settle where n = rate x latency(n); latency grows with n
+    def excess(n: float) -> float:
+        e2e = _loaded(figure, cost, n, rate)["e2e_s"]
+        return rate * e2e - n if e2e == e2e else math.inf
+    if excess(1.0) <= 0:
+        return _loaded(figure, cost, 1.0, rate)[figure.metric]
+    cap = batch_cap(figure, cost)
+    low = 1.0
+    while low < cap:  # the first (stable) balance: double until the latency no longer keeps up
+        high = min(2 * low, cap)
+        if excess(high) < 0:
+            return _loaded(figure, cost, brentq(excess, low, high, xtol=1e-9), rate)[figure.metric]
+        low = high
+    # beyond the server: it runs full, at its own pace, and the queue (so TTFT and e2e) grows without bound
+    if figure.metric in ("ttft_ms", "prefill_ms", "e2e_s"):
+        return math.nan
+    return _loaded(figure, cost, cap, None)[figure.metric]
+
+
+def _loaded(figure: Figure, cost: Any, n: float, rate: float | None) -> dict[str, float]:
+    """The metrics with `n` requests in flight, out of phase: users (`rate` None: they pace themselves) or an
+    open-loop `rate`. The prompts arriving during a decode step are prefilled together and stall the decoding
+    rows once, in a forward of their own (the older servers) or merged into theirs (chunking servers); a
+    closed-loop user's own prompt stalls neither its decoding nor its wait, only the other users' do. With
+    multi-step scheduling (vLLM's --num-scheduler-steps) the host's per-forward time is paid once per steps
+    and a newcomer waits for the steps under way."""
+    p, o = figure.input_tokens, figure.output_tokens
+    mid, steps = p + o / 2, figure.scheduler_steps
+    step = decode_step(cost, n, mid) - getattr(cost, "forward_overhead_s", 0.0) * (1 - 1 / steps)
+    others = (n - 1) / n if rate is None else 1.0
+    arriving = 1.0  # prompts prefilled together: found with the rate, below
+    for _ in range(3):
+        if cost.profile.chunking:
+            first = cost.seconds(Shape(n + arriving, n + arriving * p, n * mid + arriving * p,
+                                       n * mid + arriving * row_pairs(0, p), True))
+            extra = (first - step) / arriving
         else:
-            extra = first = prefill(cost, 1, p)
-        ttft = front + step / 2 + first
-        if closed:  # the users' own pace: rate = users / latency
-            rate = inflight / (e2e if e2e < math.inf else ttft + (o - 1) * step)
-        busy = rate * extra  # the share of time newcomers' prompts hold the decoding rows
-        if busy >= 1:
-            return math.nan
-        tpot = step / (1 - busy)
-        new_e2e = ttft + (o - 1) * tpot
-        converged = abs(new_e2e - e2e) < 1e-6 * new_e2e
-        e2e = new_e2e if closed else e2e
-        if not closed:
-            new = max(1.0, rate * new_e2e)
-            converged = abs(new - inflight) < 1e-4
-            inflight = 0.5 * (inflight + new)
-        if converged:
-            break
-    rate = inflight / (ttft + (o - 1) * tpot) if closed else rate
-    m = _metrics(ttft, tpot, inflight, figure, first)
-    m["output_tok_s"], m["requests_s"], m["total_tok_s"] = rate * o, rate, rate * (o + p)
-    return m[figure.metric]
+            first = prefill(cost, arriving, p)
+            extra = first / arriving
+        ttft = cost.request_overhead_s + others * steps * step / 2 + first
+        if rate is None:
+            # e2e = ttft + (o - 1) step / (1 - c / e2e), c = the others' prompt time per request cycle:
+            # e2e^2 - (ttft + c + (o - 1) step) e2e + ttft c = 0
+            c = others * n * extra
+            b = ttft + c + (o - 1) * step
+            per_s = n / ((b + math.sqrt(b * b - 4 * ttft * c)) / 2)
+        else:
+            per_s = rate
+        arriving = max(1.0, others * per_s * step * steps)
+    busy = others * per_s * extra  # the share of time newcomers' prompts hold the decoding rows
+    if busy >= 1:
+        return dict.fromkeys(METRICS, math.nan)
+    tpot = step / (1 - busy)
+    m = _metrics(ttft, tpot, n, figure, first)
+    m["output_tok_s"], m["requests_s"], m["total_tok_s"] = per_s * o, per_s, per_s * (o + p)
+    return m
+
+
+def batch_cap(figure: Figure, cost: Any) -> float:
+    """The most requests the server runs at once: its KV capacity over a request's tokens, and vLLM's
+    max_num_seqs (256 unless the figure's set-up says otherwise)."""
+    cap = float(figure.max_batch_size or (VLLM_MAX_NUM_SEQS if getattr(cost.profile, "name", "").startswith("vllm")
+                                                  else math.inf))
+    plan = getattr(cost, "plan", None)
+    if callable(plan):
+        cap = min(cap, plan().max_batch_total_tokens / (figure.input_tokens + figure.output_tokens))
+    return max(1.0, cap)
 
 
 def simulated(figure: Figure, cost: Any, *, waves: int = 3) -> float:

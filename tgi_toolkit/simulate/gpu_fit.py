@@ -29,6 +29,8 @@ from tgi_toolkit.simulate.servers import HOST_BOUNDS, HOST_TERMS, SERVERS
 KERNEL_SIGMA = math.log(1.5)
 HOST_SIGMA = math.log(3.0)
 PRIOR_WEIGHT = 0.2  # the prior counts as a twenty-fifth of one source per parameter and standard deviation
+ROBUST_SCALE = 0.3  # past a log error of 0.3 (35 %) a figure pulls linearly, not quadratically: outliers
+# (a saturated rate, a chart misread) must not drag the factors every other figure agrees on
 SATURATED = math.log(10.0)  # the residual of a rate the model cannot sustain
 
 
@@ -90,7 +92,16 @@ def fit(figures: Sequence[Figure], models: dict[str, dict[str, Any]],
         return np.concatenate([weights * logs, PRIOR_WEIGHT * (x - params.prior) / params.sigma])
 
     x0 = np.clip(params.prior, params.low + 1e-9, params.high - 1e-9)
-    result = least_squares(residuals, x0, bounds=(params.low, params.high), x_scale=1.0, diff_step=1e-3)
+    # a server's host terms move only its own figures: finite differences perturb every server's at once
+    kernels = len(KERNEL_BOUNDS)
+    sparsity = np.zeros((len(figures) + len(x0), len(x0)), dtype=bool)
+    sparsity[: len(figures), :kernels] = True
+    for i, f in enumerate(figures):
+        first = kernels + params.servers.index(f.server) * len(HOST_TERMS)
+        sparsity[i, first: first + len(HOST_TERMS)] = True
+    sparsity[len(figures):, :] = np.eye(len(x0), dtype=bool)
+    result = least_squares(residuals, x0, bounds=(params.low, params.high), x_scale=1.0, diff_step=1e-3,
+                           jac_sparsity=sparsity, loss="soft_l1", f_scale=ROBUST_SCALE)
     return params.as_dict(result.x)
 
 

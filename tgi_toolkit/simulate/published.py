@@ -1,4 +1,7 @@
-"""The roofline model against the published happy_vllm cards of data/reference.
+"""The roofline model against the published happy_vllm cards of data/reference: a fit check, not an accuracy
+figure. The clean cards' speeds are rows of the GPU corpus (data/reference/gpu_figures.csv) that the shipped fit
+saw; their error on data the fit never saw is benchmarks/gpu_accuracy.py's leave-one-source-out figure. The KV
+capacity is the planner's alone (nothing is fitted to it).
 
 Cards: seed 001 (CodeLlama-7b, A100-80GB), seed 003 (Phi-3-vision-128k, titled H100) and the two reruns of
 seed 003's benchmark its authors published (France-Travail/results_benchmark_llm_serving commits 9649d93 on
@@ -67,6 +70,7 @@ class Card:
     gpu: str  # the GPU it ran on (seed 003: not its title's, see the module's docstring)
     max_model_len: int  # the card's vLLM limit (launch parameters, or the model's context)
     seed: str  # short name: the seed's number, or the commit of a rerun
+    server: str = "vllm-v0.6"  # the reruns' vLLM 0.6.3.post1 (seed 001's 0.4.3 says so below)
     notes: tuple[tuple[str, str], ...] = ()  # (metric, why its published value is no roofline target)
 
     def note(self, metric: str) -> str:
@@ -74,7 +78,8 @@ class Card:
 
 
 CARDS = (
-    Card("happy-vllm-codellama-7b-a100", "codellama/CodeLlama-7b-Instruct-hf", "A100-80GB", 16384, "001"),
+    Card("happy-vllm-codellama-7b-a100", "codellama/CodeLlama-7b-Instruct-hf", "A100-80GB", 16384, "001",
+         server="vllm-v0"),
     Card("happy-vllm-phi-3-vision-h100", PHI3, "A100-80GB", 100000, "003",
          notes=(("prompt_ingestion_speed", DEBUG_MODE_INGESTION), ("generation_speed_per_request", DEBUG_MODE))),
     Card("happy-vllm-phi-3-vision-a100-rerun", PHI3, "A100-80GB", 100000, "9649d93"),
@@ -156,7 +161,7 @@ def generation_speed(card: Card, cost: RooflineCostModel, *, requests: int = 40)
 def predict(card: Card, cost: RooflineCostModel | None = None, *, ingestion_points: int = 8,
             requests: int = 40) -> dict[str, float]:
     """The card's three main metrics, simulated with `cost` (default: the fitted roofline)."""
-    cost = cost or roofline(card.gpu, card.model)
+    cost = cost or roofline(card.gpu, card.model, server=card.server)
     return {"prompt_ingestion_speed": ingestion_speed(card, cost, points=ingestion_points),
             "generation_speed_per_request": generation_speed(card, cost, requests=requests),
             "kv_cache_capacity": float(vllm_kv_capacity(cost, vllm_batched_tokens(card)))}
@@ -193,7 +198,7 @@ def compare(cost_overrides: dict[str, Any] | None = None, **kwargs: Any) -> list
     target for the roofline ('' for the rows that are)."""
     out = []
     for card in CARDS:
-        cost = roofline(card.gpu, card.model, **(cost_overrides or {}))
+        cost = roofline(card.gpu, card.model, server=card.server, **(cost_overrides or {}))
         got = predict(card, cost, **kwargs)
         ref = published(card)
         for name, value in got.items():

@@ -53,7 +53,11 @@ SERVERS: dict[str, ServerProfile] = {p.name: p for p in (
     ServerProfile("tgi-3", "TGI 3", True, ">= 3.0", 2e-3, 20e-6, 2e-6, 5e-3, 25e-6),
     ServerProfile("tgi-2", "TGI 2", False, "2.x", 3e-3, 20e-6, 2e-6, 5e-3, 25e-6),
     ServerProfile("tgi-1", "TGI 1", False, "1.x and 0.9", 5e-3, 30e-6, 3e-6, 5e-3, 50e-6),
-    ServerProfile("vllm-v0", "vLLM V0", False, "< 0.8, or VLLM_USE_V1=0", 4e-3, 40e-6, 5e-6, 10e-3, 25e-6),
+    ServerProfile("vllm-v0", "vLLM V0 (before 0.6)", False, "< 0.6", 4e-3, 40e-6, 5e-6, 10e-3, 25e-6),
+    # 0.6 moved the API server to its own process and overlapped output processing with the GPU: the vLLM
+    # team's own post on 0.6.0 puts most of its 2.7x throughput on the host's time
+    ServerProfile("vllm-v0.6", "vLLM V0 (0.6, 0.7)", False, ">= 0.6, < 0.8, or VLLM_USE_V1=0", 2e-3, 20e-6, 2e-6,
+                  5e-3, 25e-6),
     ServerProfile("vllm-v1", "vLLM V1", True, ">= 0.8", 2e-3, 15e-6, 2e-6, 5e-3, 25e-6),
     ServerProfile("tensorrt-llm", "TensorRT-LLM", True, "any (C++ runtime)", 1e-3, 5e-6, 1e-6, 2e-3, 15e-6),
     ServerProfile("sglang", "SGLang", True, "any", 2e-3, 15e-6, 2e-6, 5e-3, 25e-6),
@@ -70,9 +74,10 @@ def server_profile(name: str) -> ServerProfile:
 
 
 # When a version is not stated (or is a build of a main branch), the source's date says which generation ran:
-# TGI 2.0 was released on 2024-04-12 and 3.0 on 2024-12-10; vLLM made V1 its default in 0.8.0 (2025-03-18).
+# TGI 2.0 was released on 2024-04-12 and 3.0 on 2024-12-10; vLLM 0.6.0 on 2024-09-05, and it made V1 its
+# default in 0.8.0 (2025-03-18).
 RELEASES = {"tgi": (("2024-12-10", "tgi-3"), ("2024-04-12", "tgi-2"), ("", "tgi-1")),
-            "vllm": (("2025-03-18", "vllm-v1"), ("", "vllm-v0"))}
+            "vllm": (("2025-03-18", "vllm-v1"), ("2024-09-05", "vllm-v0.6"), ("", "vllm-v0"))}
 
 
 def server_of(server: str, version: str, date: str = "") -> str:
@@ -89,7 +94,8 @@ def server_of(server: str, version: str, date: str = "") -> str:
         return next(name for since, name in RELEASES[server] if (date or version or "") >= since)
     if server == "tgi":
         return "tgi-3" if major >= 3 else ("tgi-2" if major == 2 else "tgi-1")
-    return "vllm-v1" if (major, minor or 0) >= (0, 8) else "vllm-v0"
+    version_ = (major, minor or 0)
+    return "vllm-v1" if version_ >= (0, 8) else ("vllm-v0.6" if version_ >= (0, 6) else "vllm-v0")
 
 
 def _version(text: str) -> tuple[int | None, int | None]:

@@ -1,0 +1,111 @@
+"""The published GPU figures (data/reference/gpu_figures.csv), the fit written from them (gpu_fit.json), and
+the uncertainty every GPU prediction reads from it."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+
+import pytest
+
+from tgi_toolkit.simulate.corpus import (
+    FIGURES_FILE,
+    corpus_dir,
+    corpus_sha256,
+    figure_from_row,
+    load_figures,
+    load_models,
+)
+from tgi_toolkit.simulate.gpu import KERNEL_BOUNDS, roofline
+from tgi_toolkit.simulate.servers import HOST_BOUNDS
+from tgi_toolkit.simulate.uncertainty import REGIMES, Uncertainty, load_fit, regime_of, uncertainty
+
+LLAMA3_8B = "tests/data/configs/llama-3-8b.json"
+
+
+@pytest.fixture(scope="module")
+def figures():
+    return load_figures()
+
+
+def test_the_corpus_covers_what_the_issue_asks(figures):
+    assert len(figures) >= 40
+    assert len({f.source_id for f in figures}) >= 8
+    assert len({f.gpu for f in figures}) >= 4
+    servers = {f.server.split("-")[0] for f in figures}
+    assert {"tgi", "vllm"} <= servers
+    regimes = Counter(f.regime for f in figures)
+    assert all(regimes[r] >= 2 for r in REGIMES), regimes
+    assert any(f.num_gpus >= 8 for f in figures)
+    assert any(f.quantize for f in figures)
+    assert any(f.input_tokens >= 2048 and f.metric in ("ttft_ms", "prefill_ms") for f in figures)
+
+
+def test_every_figure_says_where_it_came_from_and_every_model_has_its_shape(figures):
+    with open(corpus_dir() / FIGURES_FILE, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len({r["id"] for r in rows}) == len(rows)
+    for r in rows:
+        assert r["source_url"].startswith("http") and r["quote"] and r["source_date"][:2] == "20", r["id"]
+    models = load_models()
+    for f in figures:
+        assert f.model_id in models, f.id
+        roofline(f.gpu, models[f.model_id], num_shard=f.num_gpus, quantize=f.quantize, server=f.server)
+
+
+def test_a_row_with_a_bad_field_is_refused_naming_the_row_and_the_allowed_values():
+    with open(corpus_dir() / FIGURES_FILE, newline="", encoding="utf-8") as fh:
+        row = next(csv.DictReader(fh))
+    with pytest.raises(ValueError, match=rf"{row['id']}: metric 'tokens_per_watt' is not one of .*tpot_ms"):
+        figure_from_row({**row, "metric": "tokens_per_watt"})
+    with pytest.raises(ValueError, match="value must be a positive number"):
+        figure_from_row({**row, "value": "-3"})
+    with pytest.raises(ValueError, match="server 'llama.cpp' has no profile"):
+        figure_from_row({**row, "server": "llama.cpp"})
+
+
+def test_the_fit_file_is_the_fit_of_this_corpus_and_stays_inside_the_physical_bounds():
+    fit = load_fit()
+    assert fit["corpus_sha256"] == corpus_sha256(), "re-run benchmarks/gpu_accuracy.py: the corpus changed"
+    for name, (low, high) in KERNEL_BOUNDS.items():
+        assert low * 0.999 <= fit["factors"][name] <= high * 1.001, name
+    for server, terms in fit["servers"].items():
+        for name, (low, high) in HOST_BOUNDS.items():
+            assert low * 0.999 <= terms[name] <= high * 1.001, (server, name)
+    by_regime = fit["cross_validated"]["by_regime"]
+    assert set(REGIMES) <= set(by_regime)
+    assert fit["cross_validated"]["method"].startswith("leave one source out")
+
+
+def test_a_prediction_carries_its_regimes_held_out_error():
+    fit = load_fit()
+    h100 = roofline("H100-80GB", LLAMA3_8B)
+    tpot = uncertainty(h100, "tpot", rows=16)
+    stats = fit["cross_validated"]["by_regime"]["batched_decode"]
+    assert tpot.regime == "batched_decode" and tpot.covered
+    assert tpot.error == stats["p80_error"] and tpot.figures == stats["figures"]
+    assert tpot.label().startswith(f"±{100 * stats['p80_error']:.0f} % (80 % of {stats['figures']} held-out")
+    assert uncertainty(roofline("H100-80GB", LLAMA3_8B, num_shard=2), "ttft").regime == "tensor_parallel"
+    low, high = tpot.band(10.0)
+    assert low == pytest.approx(10 * (1 - tpot.error)) and high == pytest.approx(10 * (1 + tpot.error))
+
+
+def test_a_prediction_outside_the_corpus_says_so():
+    t4 = uncertainty(roofline("T4", LLAMA3_8B, dtype="float16"), "tpot")
+    assert not t4.covered and "no published figure on T4" in t4.note
+    assert "outside the published corpus" in t4.label()
+    tiny = uncertainty(roofline("H100-80GB", "tests/data/configs/smollm2-135m.json"), "ttft")
+    assert not tiny.covered and "0.1B-parameter model" in tiny.note
+
+
+def test_without_a_fit_file_the_error_is_unknown_and_says_how_to_get_one():
+    u = uncertainty(roofline("H100-80GB", LLAMA3_8B), "tpot", fit={})
+    assert u == Uncertainty("batch1_decode", None, None, 0, False, u.note)
+    assert "benchmarks/gpu_accuracy.py" in u.label()
+
+
+@pytest.mark.parametrize(("metric", "rows", "shards", "regime"), [
+    ("ttft", 8, 1, "prefill"), ("tpot", 1, 1, "batch1_decode"), ("tpot", 2, 1, "batched_decode"),
+    ("throughput", 32, 1, "batched_decode"), ("tpot", 1, 4, "tensor_parallel")])
+def test_the_regime_of_a_prediction(metric, rows, shards, regime):
+    assert regime_of(metric, rows=rows, num_shard=shards) == regime
