@@ -118,6 +118,21 @@ def _loaded(figure: Figure, cost: Any, n: float, rate: float | None) -> dict[str
     return m
 
 
+class MultiStep:
+    """`cost` under vLLM's multi-step scheduling: a decode-only forward pays the host's per-forward time once per
+    `steps` forwards. (The wait of a newcomer for the steps under way is not simulated.)"""
+
+    def __init__(self, cost: Any, steps: int) -> None:
+        self.cost, self.steps = cost, steps
+
+    def seconds(self, shape: Shape) -> float:
+        saved = 0.0 if shape.prefilling else self.cost.forward_overhead_s * (1 - 1 / self.steps)
+        return self.cost.seconds(shape) - saved
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cost, name)
+
+
 def batch_cap(figure: Figure, cost: Any) -> float:
     """The most requests the server runs at once: its KV capacity over a request's tokens, and vLLM's
     max_num_seqs (256 unless the figure's set-up says otherwise)."""
@@ -139,13 +154,17 @@ def simulated(figure: Figure, cost: Any, *, waves: int = 3) -> float:
     p, o = figure.input_tokens, figure.output_tokens
     if figure.metric == "ingestion_tok_s":
         return _ingestion(figure, cost)
+    if figure.batch_size is not None:
+        # an offline static batch (TensorRT-LLM's gptSessionBenchmark, vLLM's benchmark_latency) is no served
+        # workload: a router admits a burst in waves, the static batch prefills it whole; the closed form is exact
+        return steady(figure, cost)
     limits = ["--max-input-tokens", str(p + 1), "--max-total-tokens", str(p + o + 2),
               "--max-batch-prefill-tokens", str(max(4096, p + 1))]
-    target = make_target(cost, limits, environ={})
+    target = make_target(MultiStep(cost, figure.scheduler_steps) if figure.scheduler_steps > 1 else cost, limits,
+                         environ={})
     if figure.request_rate is None:
-        b = figure.streams  # a batch is sent once; users keep sending, `waves` requests each
-        run = run_concurrency(target, users=[b], prompt_tokens=p, max_new_tokens=o,
-                              requests=b if figure.batch_size else b * waves, light=True)
+        b = figure.streams  # users keep sending, `waves` requests each
+        run = run_concurrency(target, users=[b], prompt_tokens=p, max_new_tokens=o, requests=b * waves, light=True)
     else:
         run = run_rate(target, rates=[figure.request_rate], arrival="poisson", prompt_tokens=p, max_new_tokens=o,
                        requests=200, light=True)

@@ -224,9 +224,12 @@ class RooflineCostModel:
             cuda_memory_fraction=self.memory_fraction)
         total = default_max_total_tokens(chunking=True, kv_capacity_tokens=capacity,
                                          max_position_embeddings=self.shape.max_position_embeddings)
-        return {"max_batch_total_tokens": capacity, "max_batch_prefill_tokens": int(prefill),
-                "max_total_tokens": int(total), "max_input_tokens": int(default_max_input_tokens(total)),
-                "model_id": self.shape.name, "chunking": self.profile.chunking}
+        out = {"max_batch_total_tokens": capacity, "max_batch_prefill_tokens": int(prefill),
+               "max_total_tokens": int(total), "max_input_tokens": int(default_max_input_tokens(total)),
+               "model_id": self.shape.name, "chunking": self.profile.chunking}
+        if self.profile.waiting_served_ratio is not None:
+            out["waiting_served_ratio"] = self.profile.waiting_served_ratio
+        return out
 
     def hardware(self) -> dict[str, Any]:
         return {"gpus": [{"name": self.gpu, "memory_bytes": KNOWN_GPUS[self.gpu].memory_bytes}] * self.num_shard,

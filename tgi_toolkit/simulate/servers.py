@@ -39,6 +39,9 @@ class ServerProfile:
     host_token_s: float
     request_overhead_s: float
     allreduce_latency_s: float
+    # vLLM V0 prefills whatever waits before the next decode step ("prefill first"): TGI's older path does
+    # the same with waiting_served_ratio 0; None keeps TGI's own rule
+    waiting_served_ratio: float | None = None
 
     def environ(self) -> dict[str, str]:
         """The scheduler's environment for this server's batching rule (PREFILL_CHUNKING, as TGI reads it)."""
@@ -53,11 +56,11 @@ SERVERS: dict[str, ServerProfile] = {p.name: p for p in (
     ServerProfile("tgi-3", "TGI 3", True, ">= 3.0", 2e-3, 20e-6, 2e-6, 5e-3, 25e-6),
     ServerProfile("tgi-2", "TGI 2", False, "2.x", 3e-3, 20e-6, 2e-6, 5e-3, 25e-6),
     ServerProfile("tgi-1", "TGI 1", False, "1.x and 0.9", 5e-3, 30e-6, 3e-6, 5e-3, 50e-6),
-    ServerProfile("vllm-v0", "vLLM V0 (before 0.6)", False, "< 0.6", 4e-3, 40e-6, 5e-6, 10e-3, 25e-6),
+    ServerProfile("vllm-v0", "vLLM V0 (before 0.6)", False, "< 0.6", 4e-3, 40e-6, 5e-6, 10e-3, 25e-6, 0.0),
     # 0.6 moved the API server to its own process and overlapped output processing with the GPU: the vLLM
     # team's own post on 0.6.0 puts most of its 2.7x throughput on the host's time
     ServerProfile("vllm-v0.6", "vLLM V0 (0.6, 0.7)", False, ">= 0.6, < 0.8, or VLLM_USE_V1=0", 2e-3, 20e-6, 2e-6,
-                  5e-3, 25e-6),
+                  5e-3, 25e-6, 0.0),
     ServerProfile("vllm-v1", "vLLM V1", True, ">= 0.8", 2e-3, 15e-6, 2e-6, 5e-3, 25e-6),
     ServerProfile("tensorrt-llm", "TensorRT-LLM", True, "any (C++ runtime)", 1e-3, 5e-6, 1e-6, 2e-3, 15e-6),
     ServerProfile("sglang", "SGLang", True, "any", 2e-3, 15e-6, 2e-6, 5e-3, 25e-6),
