@@ -79,7 +79,7 @@ def test_the_fit_file_is_the_fit_of_this_corpus_and_stays_inside_the_physical_bo
 
 def test_a_prediction_carries_its_regimes_held_out_error():
     fit = load_fit()
-    h100 = roofline("H100-80GB", LLAMA3_8B)
+    h100 = roofline("H100-80GB", LLAMA3_8B, server="vllm-v1")
     tpot = uncertainty(h100, "tpot", rows=16)
     stats = fit["cross_validated"]["by_regime"]["batched_decode"]
     assert tpot.regime == "batched_decode" and tpot.covered
@@ -91,6 +91,10 @@ def test_a_prediction_carries_its_regimes_held_out_error():
 
 
 def test_a_prediction_outside_the_corpus_says_so():
+    # the default server: without a published TGI 3 figure its host terms are the prior's, and it says so
+    tgi3 = uncertainty(roofline("H100-80GB", LLAMA3_8B), "tpot")
+    measured = "tgi-3" in load_fit()["coverage"]["servers"]
+    assert tgi3.covered == measured and ("no published figure of tgi-3" in tgi3.note) != measured
     t4 = uncertainty(roofline("T4", LLAMA3_8B, dtype="float16"), "tpot")
     assert not t4.covered and "no published figure on T4" in t4.note
     assert "outside the published corpus" in t4.label()
