@@ -113,3 +113,33 @@ def test_without_a_fit_file_the_error_is_unknown_and_says_how_to_get_one():
     ("throughput", 32, 1, "batched_decode"), ("tpot", 1, 4, "tensor_parallel")])
 def test_the_regime_of_a_prediction(metric, rows, shards, regime):
     assert regime_of(metric, rows=rows, num_shard=shards) == regime
+
+
+def test_the_cli_prints_each_metrics_held_out_error_and_refuses_an_unknown_server(capsys):
+    from tgi_toolkit.cli import main
+
+    args = ["simulate", "concurrency", "--gpu", "H100", "--model", LLAMA3_8B, "-u", "8", "--prompt-tokens", "256",
+            "--max-new-tokens", "16", "--requests", "8"]
+    assert main([*args, "--server", "vllm-v1"]) == 0
+    out = capsys.readouterr().out
+    stats = load_fit()["cross_validated"]["by_regime"]
+    decode, prefill = stats["batched_decode"], stats["prefill"]
+    assert f"TPOT: ±{100 * decode['p80_error']:.0f} % (80 % of {decode['figures']} held-out" in out
+    assert f"TTFT: ±{100 * prefill['p80_error']:.0f} % (80 % of {prefill['figures']} held-out" in out
+    assert "vLLM V1" in out
+    assert main([*args, "--server", "tgi-9"]) == 2
+    assert "--server: 'tgi-9' is not a server profile (allowed: tgi-3" in capsys.readouterr().err
+
+
+def test_a_measured_profile_carried_to_another_card_through_the_cli(tmp_path, capsys):
+    from tgi_toolkit.cli import main
+    from tgi_toolkit.simulate.costs import LinearCostModel
+
+    profile = LinearCostModel(forward_s=0.012, token_s=2e-5, context_token_s=1e-8, request_overhead_s=0.01,
+                              name="measured on an A10G").save(tmp_path / "cost.json")
+    args = ["simulate", "concurrency", "--cost-model", str(profile), "-u", "4", "--prompt-tokens", "128",
+            "--max-new-tokens", "16", "--requests", "8"]
+    assert main([*args, "--gpu", "H100"]) == 2  # which card was it measured on?
+    assert "--measured-on GPU" in capsys.readouterr().err
+    assert main([*args, "--measured-on", "A10G", "--gpu", "H100", "--model", LLAMA3_8B]) == 0
+    assert "measured on an A10G on A10G, carried to H100-80GB" in capsys.readouterr().out
