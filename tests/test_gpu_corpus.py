@@ -143,3 +143,19 @@ def test_a_measured_profile_carried_to_another_card_through_the_cli(tmp_path, ca
     assert "--measured-on GPU" in capsys.readouterr().err
     assert main([*args, "--measured-on", "A10G", "--gpu", "H100", "--model", LLAMA3_8B]) == 0
     assert "measured on an A10G on A10G, carried to H100-80GB" in capsys.readouterr().out
+
+
+def test_a_simulated_gpu_run_carries_its_error_into_the_points_and_the_model_card():
+    from tgi_toolkit.bench.card_metrics import generation_speed
+    from tgi_toolkit.simulate import LinearCostModel, run_concurrency
+
+    gpu = run_concurrency(roofline("H100", LLAMA3_8B, server="vllm-v1"), users=[10], prompt_tokens=1024,
+                          max_new_tokens=128, requests=20)
+    decode = load_fit()["cross_validated"]["by_regime"]["batched_decode"]["p80_error"]
+    assert gpu.points["tpot_prediction_error"].iloc[0] == pytest.approx(decode)
+    assert f"±{100 * decode:.0f} % (cross-validated on published GPU figures" in generation_speed(gpu).basis
+    # a calibrated profile of this machine is judged on this machine, not against published GPU figures
+    cpu = run_concurrency(LinearCostModel(forward_s=0.02, token_s=1e-4, source={"server": {
+        "max_batch_total_tokens": 50_000}}), users=[10], prompt_tokens=1024, max_new_tokens=128, requests=20)
+    assert cpu.points["tpot_prediction_error"].isna().all()
+    assert "cross-validated" not in generation_speed(cpu).basis

@@ -182,6 +182,9 @@ def generation_speed(results: ResultTables, users: int = CARD_USERS, prompt_toke
                  f"({int(best[S.REQUESTS])} requests)")
         if simulated:
             basis = f"predicted by simulation: {basis}"
+    error = best.get(S.PREDICTION_ERRORS["tpot"]) if simulated else None
+    if error is not None and pd.notna(error):  # a GPU roofline: its regime's error on unseen published figures
+        basis += f"; ±{100 * float(error):.0f} % (cross-validated on published GPU figures it was not fitted to)"
     flagged = [name for column, name in ((S.MACHINE_BUSY, "the machine was busy (other processes took CPU)"),
                                          (S.CLIENT_BOUND, "the benchmark client was the bottleneck"))
                if column in best and pd.notna(best[column]) and bool(best[column])]
