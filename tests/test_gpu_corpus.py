@@ -82,9 +82,15 @@ def test_a_prediction_carries_its_regimes_held_out_error():
     h100 = roofline("H100-80GB", LLAMA3_8B, server="vllm-v1")
     tpot = uncertainty(h100, "tpot", rows=16)
     stats = fit["cross_validated"]["by_regime"]["batched_decode"]
+    assert "batched_decode" not in fit["test_set"]["by_regime"]  # the test set has no batched-decode figure
     assert tpot.regime == "batched_decode" and tpot.covered
     assert tpot.error == stats["p80_error"] and tpot.figures == stats["figures"]
-    assert tpot.label().startswith(f"±{100 * stats['p80_error']:.0f} % (80 % of {stats['figures']} held-out")
+    assert tpot.label().startswith(f"±{100 * stats['p80_error']:.0f} % (at least 80 % of {stats['figures']} held-out")
+    # where the test set has figures of the regime, the worse of the two checks is the one stated
+    loso, test = fit["cross_validated"]["by_regime"]["prefill"], fit["test_set"]["by_regime"]["prefill"]
+    ttft = uncertainty(h100, "ttft")
+    assert ttft.error == max(loso["p80_error"], test["p80_error"])
+    assert ttft.figures == loso["figures"] + test["figures"]
     assert uncertainty(roofline("H100-80GB", LLAMA3_8B, num_shard=2), "ttft").regime == "tensor_parallel"
     low, high = tpot.band(10.0)
     assert low == pytest.approx(10 * (1 - tpot.error)) and high == pytest.approx(10 * (1 + tpot.error))
@@ -122,10 +128,10 @@ def test_the_cli_prints_each_metrics_held_out_error_and_refuses_an_unknown_serve
             "--max-new-tokens", "16", "--requests", "8"]
     assert main([*args, "--server", "vllm-v1"]) == 0
     out = capsys.readouterr().out
-    stats = load_fit()["cross_validated"]["by_regime"]
-    decode, prefill = stats["batched_decode"], stats["prefill"]
-    assert f"TPOT: ±{100 * decode['p80_error']:.0f} % (80 % of {decode['figures']} held-out" in out
-    assert f"TTFT: ±{100 * prefill['p80_error']:.0f} % (80 % of {prefill['figures']} held-out" in out
+    decode = uncertainty(roofline("H100", LLAMA3_8B, server="vllm-v1"), "tpot", rows=8)
+    prefill = uncertainty(roofline("H100", LLAMA3_8B, server="vllm-v1"), "ttft")
+    assert f"TPOT: ±{100 * decode.error:.0f} % (at least 80 % of {decode.figures} held-out" in out
+    assert f"TTFT: ±{100 * prefill.error:.0f} % (at least 80 % of {prefill.figures} held-out" in out
     assert "vLLM V1" in out
     assert main([*args, "--server", "tgi-9"]) == 2
     assert "--server: 'tgi-9' is not a server profile (allowed: tgi-3" in capsys.readouterr().err
@@ -151,7 +157,7 @@ def test_a_simulated_gpu_run_carries_its_error_into_the_points_and_the_model_car
 
     gpu = run_concurrency(roofline("H100", LLAMA3_8B, server="vllm-v1"), users=[10], prompt_tokens=1024,
                           max_new_tokens=128, requests=20)
-    decode = load_fit()["cross_validated"]["by_regime"]["batched_decode"]["p80_error"]
+    decode = uncertainty(roofline("H100", LLAMA3_8B, server="vllm-v1"), "tpot", rows=10).error
     assert gpu.points["tpot_prediction_error"].iloc[0] == pytest.approx(decode)
     assert f"±{100 * decode:.0f} % (cross-validated on published GPU figures" in generation_speed(gpu).basis
     # a calibrated profile of this machine is judged on this machine, not against published GPU figures
