@@ -38,6 +38,11 @@ def check_ramp(value: Any) -> float | str:
     return seconds
 
 
+def resolve_ramp(ramp_up: float | str, users: int) -> float | str:
+    """The ramp a point of `users` users gets: one user has no one to be in step with, so "auto" is 0 there."""
+    return 0.0 if ramp_up == AUTO and users == 1 else ramp_up
+
+
 def ramp_offsets(users: int, ramp_s: float) -> list[float]:
     """When each user sends its first request, in seconds from the point's start: user i at i/N of the ramp."""
     return [i * ramp_s / users for i in range(users)]

@@ -161,7 +161,7 @@ async def concurrency(run: Run, users: Sequence[int], grid: Sequence[tuple[int, 
             warm, _ = await _ramped_users(run, n, bodies[:warmup_requests], 0.0, extra, point_id, bar)
             done += [(r, 0, True, i) for r, i in warm]
         unmeasured: list[StreamRecord] = []
-        ramp_s = 0.0 if ramp_up == phase.AUTO and n == 1 else ramp_up  # one user has no one to be in step with
+        ramp_s = phase.resolve_ramp(ramp_up, n)
         if ramp_s:
             await extra.fill(n + 1)
         if ramp_s == phase.AUTO:  # one request of the point's lengths, alone: its duration is the ramp
