@@ -183,7 +183,8 @@ def generation_speed(results: ResultTables, users: int = CARD_USERS, prompt_toke
         if simulated:
             basis = f"predicted by simulation: {basis}"
     flagged = [name for column, name in ((S.MACHINE_BUSY, "the machine was busy (other processes took CPU)"),
-                                         (S.CLIENT_BOUND, "the benchmark client was the bottleneck"))
+                                         (S.CLIENT_BOUND, "the benchmark client was the bottleneck"),
+                                         (S.LOCKSTEP, "the users sent in step (lockstep)"))
                if column in best and pd.notna(best[column]) and bool(best[column])]
     if flagged:
         basis += "; measured while " + " and ".join(flagged)
