@@ -112,3 +112,21 @@ def test_one_user_gets_no_ramp_and_a_bad_ramp_is_refused():
     assert res.points[S.RAMP_UP_S].iloc[0] == 0.0 and len(res.requests) == 2  # no probe, nothing extra
     with pytest.raises(BenchError, match="ramp_up"):
         run_concurrency(PerForward(), users=[2], ramp_up="slowly", config=CONFIG)
+
+
+def test_the_flag_is_shown_like_client_bound_and_the_cli_takes_ramp_up():
+    from tgi_toolkit.bench import cli as bench_cli
+    from tgi_toolkit.report import _conditions
+    from tgi_toolkit.simulate.cli import _bench_args
+
+    res = run_concurrency(PerForward(), users=[2], prompt_tokens=10, max_new_tokens=3, requests=4, ramp_up=0,
+                          config=CONFIG)
+    summary = bench_cli._summary(res, "concurrency")
+    assert "note: 1 point(s) lockstep: the users sent in step" in summary and "--ramp-up" in summary
+    section = _conditions(res)
+    assert section is not None and "lockstep (the users sent in step" in section.tables[0][1][0][3]
+    spread = run_concurrency(PerForward(), users=[2], prompt_tokens=10, max_new_tokens=3, requests=4, config=CONFIG)
+    assert "lockstep" not in bench_cli._summary(spread, "concurrency") and _conditions(spread) is None
+    args = _bench_args("concurrency", ["--ramp-up", "2.5", "-u", "4"])
+    assert bench_cli._scenario_params(args)["ramp_up"] == "2.5"
+    assert bench_cli._scenario_params(_bench_args("concurrency", []))["ramp_up"] == "auto"
