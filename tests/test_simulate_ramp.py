@@ -14,32 +14,17 @@ from tgi_toolkit.router.scheduler import SchedulerConfig
 from tgi_toolkit.simulate import run_concurrency
 from tgi_toolkit.simulate.events import ClosedLoop, SimRequest, Simulator
 
+from . import test_simulate
+from .test_simulate import tgi3_default_mode  # noqa: F401  (autouse: the tests state their scheduling mode)
+
 logging.getLogger("tgi_toolkit.router.scheduler").setLevel(logging.ERROR)
 CONFIG = {"max_batch_total_tokens": 100_000, "max_batch_prefill_tokens": 2048}
 
 
-@pytest.fixture(autouse=True)
-def tgi3_default_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("ATTENTION", "PREFIX_CACHING", "PREFILL_CHUNKING"):
-        monkeypatch.delenv(name, raising=False)
+class PerForward(test_simulate.PerForward):
+    """test_simulate's 1 s per forward, with the empty `source` a SimTarget reads."""
 
-
-class PerForward:
-    """1 s per forward whatever it holds; remembers each forward's token count."""
-
-    name = "1 s per forward"
-    request_overhead_s = 0.0
     source: dict = {}
-
-    def __init__(self) -> None:
-        self.tokens: list[int] = []
-
-    def seconds(self, shape) -> float:
-        self.tokens.append(shape.tokens)
-        return 1.0
-
-    def describe(self) -> dict:
-        return {"kind": "test", "name": self.name}
 
 
 def _sent(requests: list[SimRequest]) -> list[float]:
