@@ -219,6 +219,7 @@ users = [1, 2, 4]
 prompt_tokens = 128
 max_new_tokens = 32
 requests = 8  # measured requests per concurrency point
+ramp_up = "auto"  # seconds over which the users start (user i at i/N); "auto": one request's duration; 0: at once
 ingestion_prompt_tokens = [32, 256, 512]
 ingestion_repeats = 2
 progress = True"""),
@@ -267,12 +268,17 @@ plots.batch_latency_throughput(batch.batch)"""),
 - `prompt_tokens`, `max_new_tokens`: the request shape; long prompts make prefills that pause the
   running batch (see the ITL tail), long outputs hold KV cache longer.
 - `requests`: measured requests per point (more: tighter percentiles, longer run).
+- `ramp_up`: users who all start at once with equal requests stay in step: every wave of prompts
+  queues behind itself (high TTFT), then decodes undisturbed (low ITL). User i starts at i/N of the
+  ramp instead, and requests sent during it are not measured; `"auto"` times one request alone first
+  and uses its duration. `ramp_up_s` is the ramp a point had; `lockstep` flags a point whose users
+  still sent in step (docs/measurement.md, "Ramp-up and phase").
 """),
     code("""
 load = run_concurrency(server, users=users, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                       requests=requests, output=output_dir, progress=progress)
+                       requests=requests, ramp_up=ramp_up, output=output_dir, progress=progress)
 load.points[["point_id", "requests", "errors", "ttft_p50_s", "tpot_p50_s", "output_throughput_tok_s",
-             "server_batch_size_max", "client_bound"]]"""),
+             "server_batch_size_max", "client_bound", "ramp_up_s", "lockstep"]]"""),
     md("""
 **Total throughput**: output tokens per second across all users. It rises while the server can batch
 more requests per step and flattens where a limit binds (`max_batch_size`, the KV budget, or
@@ -358,6 +364,7 @@ users = [1, 4]
 prompt_tokens = 64
 max_new_tokens = 16
 requests = 8
+ramp_up = "auto"  # seconds over which the users start (user i at i/N); "auto": one request's duration; 0: at once
 output_dir = None  # None: out/03_sweep/results in the checkout
 report_path = None  # the model card of the sweep; None: out/03_sweep/report/model_card.html
 resume = True  # False: measure every configuration again as new runs
@@ -374,7 +381,7 @@ from tgi_toolkit.sweep import Sweep, Workload, sweep_status
 output_dir = output_dir or str(out_dir("03_sweep", "results"))
 sweep = Sweep(base=base, grid=grid, configs=extra_configs, backend=backend, executor=executor,
               workloads=[Workload("concurrency", users=users, prompt_tokens=prompt_tokens,
-                                  max_new_tokens=max_new_tokens, requests=requests)])
+                                  max_new_tokens=max_new_tokens, requests=requests, ramp_up=ramp_up)])
 print(sweep.to_yaml())"""),
     md("""
 ## Which knobs to sweep
@@ -679,6 +686,7 @@ users = [4]  # the load to tune for (parallel users)
 prompt_tokens = 64
 max_new_tokens = 16
 requests = 8
+ramp_up = "auto"  # seconds over which the users start (user i at i/N); "auto": one request's duration; 0: at once
 ttft_s = 5.0  # objective: TTFT at `percentile` (seconds)
 tpot_s = 1.0  # objective: time per output token at `percentile` (seconds)
 percentile = "p90"
@@ -702,7 +710,7 @@ from tgi_toolkit.tune import Objectives, tune
 
 output_dir = output_dir or str(out_dir("06_tune", "results"))
 workload = Workload("concurrency", users=users, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                    requests=requests)
+                    requests=requests, ramp_up=ramp_up)
 objectives = Objectives(ttft_s=ttft_s, tpot_s=tpot_s, percentile=percentile)
 objectives.describe()"""),
     md("""
@@ -959,6 +967,7 @@ users = [1, 4]  # the workload simulated and measured
 prompt_tokens = 64
 max_new_tokens = 16
 requests = 8
+ramp_up = "auto"  # seconds over which the users start (user i at i/N); "auto": one request's duration; 0: at once
 gpus = ["H100", "A100-80GB"]  # simulated with the roofline model
 model_config = None  # config.json for the GPU runs (None: the served model's)
 output_dir = None  # None: out/07_simulate/results in the checkout"""),
@@ -975,7 +984,8 @@ from tgi_toolkit.server import Server
 
 output_dir = output_dir or str(out_dir("07_simulate", "results"))
 server = Server(LauncherConfig(**launcher), backend=backend).start()
-workload = dict(users=users, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens, requests=requests)"""),
+workload = dict(users=users, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens, requests=requests,
+                ramp_up=ramp_up)"""),
     md("""
 ## 1. Profile the server
 

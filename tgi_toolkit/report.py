@@ -307,10 +307,12 @@ def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures
 
 def _conditions(results: Any) -> _Section | None:
     """The points whose numbers the machine stretched: measured while other processes took CPU
-    (machine_busy) or while the benchmark client itself was the bottleneck (client_bound)."""
+    (machine_busy), while the benchmark client itself was the bottleneck (client_bound), or with the users
+    in step (lockstep)."""
     points = results.points
     flags = {S.MACHINE_BUSY: "machine busy (other processes took CPU)",
-             S.CLIENT_BOUND: "client-bound (the benchmark client's own CPU limited the point)"}
+             S.CLIENT_BOUND: "client-bound (the benchmark client's own CPU limited the point)",
+             S.LOCKSTEP: "lockstep (the users sent in step: TTFT and ITL show that phase; run with a ramp-up)"}
     marked = pd.Series(False, index=points.index)
     for column in flags:
         if column in points:
@@ -326,9 +328,10 @@ def _conditions(results: Any) -> _Section | None:
         rows.append([str(point[S.CONFIG_LABEL] or point[S.CONFIG_ID] or ""), str(point[S.SCENARIO]),
                      str(point[S.POINT_ID]), "; ".join(said), load])
     section = _Section("Measurement conditions", [
-        f"{int(marked.sum())} of {len(points)} points were measured while the machine, not the server, limited "
-        f"them: their latencies are stretched and their throughputs understated. Measure again on an idle "
-        f"machine before comparing them."])
+        f"{int(marked.sum())} of {len(points)} points were measured under conditions other than the server's "
+        f"own (Flag): the machine or the client limited them (latencies stretched, throughputs understated), or "
+        f"their users sent in step (TTFT and ITL show that phase). Measure again on an idle machine, with a "
+        f"ramp-up, before comparing them."])
     section.tables.append((["Configuration", "Scenario", "Point", "Flag", "Other processes (cores)"], rows))
     return section
 

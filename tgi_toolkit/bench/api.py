@@ -30,12 +30,13 @@ from typing import Any
 
 from tgi_toolkit.bench import scenarios
 from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.checks import concurrency_workload, ingestion_workload, rate_workload
+from tgi_toolkit.bench.checks import count as _count
+from tgi_toolkit.bench.checks import listed as _listed
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.results import Results
 from tgi_toolkit.bench.run import Run
 from tgi_toolkit.bench.target import Target, resolve
-
-ARRIVALS = ("constant", "poisson")
 
 
 def _run_sync(make: Callable[[], Coroutine[Any, Any, Results]]) -> Results:
@@ -97,14 +98,6 @@ def _grid(target: Target, prompt_tokens: Sequence[int] | int, max_new_tokens: Se
     return [(p, o) for p in prompts for o in outputs]
 
 
-def _listed(value: Sequence[Any] | Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple, range)) else [value]
-
-
-def _count(name: str, value: int, minimum: int) -> int:
-    return check_positive_ints(name, [value], minimum=minimum)[0]
-
-
 # -- batch ----------------------------------------------------------------------------------------------
 async def run_batch_async(server: Any, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), sequence_length: int = 10,
                           decode_length: int = 8, runs: int = 10, warmups: int = 1, **options: Any) -> Results:
@@ -139,30 +132,34 @@ def run_batch(server: Any, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
 # -- concurrency ------------------------------------------------------------------------------------------
 async def run_concurrency_async(server: Any, *, users: Sequence[int] = (1, 2, 4, 8, 16, 32),
                                 prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
-                                requests: int | None = None, warmup_requests: int = 0, **options: Any) -> Results:
+                                requests: int | None = None, warmup_requests: int = 0,
+                                ramp_up: float | str = "auto", **options: Any) -> Results:
     """N parallel users for each N: see `run_concurrency`."""
     target = _target(server, options)
-    counts = check_positive_ints("users", _listed(users))
-    grid = _grid(target, prompt_tokens, max_new_tokens)
-    if requests is not None and _count("requests", requests, 1) < max(counts):
-        raise BenchError("requests", f"{requests} is fewer than {max(counts)} users: the point would never have "
-                                     f"them all in flight", f"integers >= {max(counts)}, or None (4 per user)")
-    _count("warmup_requests", warmup_requests, 0)
-    workload = {"users": counts, "grid": grid, "requests": requests, "warmup_requests": warmup_requests}
+    workload = concurrency_workload(users, _grid(target, prompt_tokens, max_new_tokens), requests, warmup_requests,
+                                    ramp_up)
     async with Run(target, "concurrency", workload, **_options(target, options)) as run:
-        await scenarios.concurrency(run, counts, grid, requests, warmup_requests)
+        await scenarios.concurrency(run, workload["users"], workload["grid"], requests, warmup_requests,
+                                    workload["ramp_up"])
     return run.results()
 
 
 def run_concurrency(server: Any, *, users: Sequence[int] = (1, 2, 4, 8, 16, 32),
                     prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
-                    requests: int | None = None, warmup_requests: int = 0, **options: Any) -> Results:
+                    requests: int | None = None, warmup_requests: int = 0, ramp_up: float | str = "auto",
+                    **options: Any) -> Results:
     """For each (prompt, output) length pair and each N in `users`: N users each send their next
     request when the last one ends, `requests` in all (default 4 per user, at least 8), after
-    `warmup_requests` unmeasured ones. TTFT, TPOT, ITL, E2E, per-request speed, throughput, errors."""
+    `warmup_requests` unmeasured ones. TTFT, TPOT, ITL, E2E, per-request speed, throughput, errors.
+
+    ramp_up: user i sends its first request i/N of this many seconds after the point's start, and the
+    requests sent before it ends are not measured (guidellm's rampup_duration). "auto" (default): one
+    request of the point's lengths sent alone first, and its duration (no ramp for one user); 0: all
+    users at once, which keeps equal requests in lockstep (docs/measurement.md, "Ramp-up and phase").
+    Each point records the ramp it used (ramp_up_s) and whether its users ran in step (lockstep)."""
     return _run_sync(lambda: run_concurrency_async(server, users=users, prompt_tokens=prompt_tokens,
                                                    max_new_tokens=max_new_tokens, requests=requests,
-                                                   warmup_requests=warmup_requests, **options))
+                                                   warmup_requests=warmup_requests, ramp_up=ramp_up, **options))
 
 
 # -- rate -------------------------------------------------------------------------------------------------
@@ -177,22 +174,6 @@ async def run_rate_async(server: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0
     async with Run(target, "rate", workload, **opts) as run:
         await scenarios.rate(run, rates, arrival, grid, requests, opts.get("seed", 0), max_concurrency)
     return run.results()
-
-
-def rate_workload(rates: Sequence[float] | float, arrival: str, grid: list[tuple[int, int]], requests: int,
-                  max_concurrency: int | None) -> dict[str, Any]:
-    """The rate scenario's workload, checked (a measured run and a simulated one take the same)."""
-    rates = [float(r) for r in _listed(rates)]
-    bad = [r for r in rates if not r > 0]  # NaN fails this too
-    if not rates or bad:
-        raise BenchError("rate", f"{bad[0] if bad else 'no value'} is not allowed",
-                         "request rates > 0 per second (inf: all at once)")
-    if arrival not in ARRIVALS:
-        raise BenchError("arrival", f"{arrival!r} is not known", ", ".join(ARRIVALS))
-    _count("requests", requests, 1)
-    if max_concurrency is not None:
-        _count("max_concurrency", max_concurrency, 1)
-    return {"rates": rates, "arrival": arrival, "grid": grid, "requests": requests, "max_concurrency": max_concurrency}
 
 
 def run_rate(server: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0), arrival: str = "poisson",
@@ -216,20 +197,6 @@ def default_ingestion_lengths(target: Target, count: int = 8) -> list[int]:
     """`count` prompt lengths spread from 32 tokens to 90 % of what the server takes (with one new token)."""
     top = int(0.9 * min(target.max_input_tokens or 4096, (target.max_total_tokens or 4097) - 1))
     return spread_lengths(32, max(top, 33), count)
-
-
-def ingestion_workload(target: Any, prompt_tokens: Sequence[int] | None, repeats: int,
-                       default_lengths: Callable[[Any], list[int]]) -> dict[str, Any]:
-    """The ingestion scenario's workload, checked (a measured run and a simulated one take the same);
-    `default_lengths(target)` when no lengths are given."""
-    lengths = check_positive_ints("prompt_tokens", _listed(prompt_tokens)) if prompt_tokens is not None \
-        else default_lengths(target)
-    if len(set(lengths)) < 2:
-        raise BenchError("prompt_tokens", "a fit needs at least two different lengths", "two or more lengths")
-    for length in lengths:
-        target.check_lengths(length, 1)
-    _count("repeats", repeats, 1)
-    return {"prompt_tokens": lengths, "repeats": repeats}
 
 
 async def measure_ingestion_async(server: Any, *, prompt_tokens: Sequence[int] | None = None, repeats: int = 3,

@@ -186,7 +186,8 @@ def generation_speed(results: ResultTables, users: int = CARD_USERS, prompt_toke
     if error is not None and pd.notna(error):  # a GPU roofline: its regime's error on unseen published figures
         basis += f"; ±{100 * float(error):.0f} % (cross-validated on published GPU figures it was not fitted to)"
     flagged = [name for column, name in ((S.MACHINE_BUSY, "the machine was busy (other processes took CPU)"),
-                                         (S.CLIENT_BOUND, "the benchmark client was the bottleneck"))
+                                         (S.CLIENT_BOUND, "the benchmark client was the bottleneck"),
+                                         (S.LOCKSTEP, "the users sent in step (lockstep)"))
                if column in best and pd.notna(best[column]) and bool(best[column])]
     if flagged:
         basis += "; measured while " + " and ".join(flagged)

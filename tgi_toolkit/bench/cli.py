@@ -92,6 +92,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, action="append", help="repeat for several (default 128)")
     p.add_argument("--requests", type=int, help="measured requests per point (default 4 per user, at least 8)")
     p.add_argument("--warmup-requests", type=int, default=0, help="unmeasured requests first (default 0)")
+    p.add_argument("--ramp-up", default="auto", metavar="SECONDS",
+                   help="user i starts i/N of this after the point's start; requests sent before it ends are "
+                        "not measured. auto (default): one request's duration, measured alone; 0: all at once")
     _common(p)
 
     p = sub.add_parser("rate", help="constant or Poisson arrivals, with goodput")
@@ -158,7 +161,7 @@ def _scenario_params(args: argparse.Namespace) -> dict[str, Any]:
     if args.scenario == "concurrency":
         return {"users": given("users", [1, 2, 4, 8, 16, 32]), "prompt_tokens": given("prompt_tokens", [128]),
                 "max_new_tokens": given("max_new_tokens", [128]), "requests": args.requests,
-                "warmup_requests": args.warmup_requests}
+                "warmup_requests": args.warmup_requests, "ramp_up": args.ramp_up}
     if args.scenario == "rate":
         return {"rates": given("rates", [1.0, 2.0, 4.0]), "arrival": args.arrival,
                 "prompt_tokens": given("prompt_tokens", [128]), "max_new_tokens": given("max_new_tokens", [128]),
@@ -269,7 +272,9 @@ def _summary(results: Any, scenario: str) -> str:
     if len(failed):
         notes.append(f"{len(failed)} point(s) had failed requests (errors column; requests.parquet says why)")
     for column, what in ((S.CLIENT_BOUND, "the client was the bottleneck"),
-                         (S.MACHINE_BUSY, "other processes took CPU: latencies stretched")):
+                         (S.MACHINE_BUSY, "other processes took CPU: latencies stretched"),
+                         (S.LOCKSTEP, "the users sent in step (arrival_sync_share): TTFT and ITL show that "
+                                      "phase, not the server's steady state; give a --ramp-up")):
         flagged = points[column].fillna(False).astype(bool)
         if flagged.any():
             notes.append(f"{int(flagged.sum())} point(s) {column}: {what}")

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pandas as pd
 
-from tgi_toolkit.bench import provenance, stats
+from tgi_toolkit.bench import phase, provenance, stats
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import SAMPLING_KEYS, GenerationRequest, StreamRecord, make_client, now_ns
 from tgi_toolkit.bench.errors import BenchError, ServerDiedError
@@ -351,7 +351,8 @@ class Run(RunTables):
         requests: (record, repeat, warmup, request_index). windows: the measured (start, end) ns
         spans, summed for the duration (default: first send to last token of measured requests).
         request_columns: per request, columns of its own (group, turn, its prompt length), in order;
-        point_columns: the point's scenario-specific columns (prefix-cache hit rate, stall gaps).
+        point_columns: the point's scenario-specific columns (prefix-cache hit rate, stall gaps); a closed
+        loop's ramp (ramp_up_s) gets its phase check (bench.phase) beside it.
         """
         ident = {S.RUN_ID: self.run_id, S.CONFIG_ID: self.config_id, S.CONFIG_LABEL: self.config_label,
                  S.BACKEND: self.target.backend, S.MODEL_ID: self.target.model_id, S.SCENARIO: self.scenario,
@@ -379,8 +380,12 @@ class Run(RunTables):
         duration = sum(end - start for start, end in windows) / 1e9
         summary = stats.point_summary([r for r, _ in measured], duration_s=duration, slo_ttft_s=self.slo_ttft_s,
                                       slo_tpot_s=self.slo_tpot_s)
+        point_columns = dict(point_columns or {})
+        if S.RAMP_UP_S in point_columns:  # a closed loop: were its users in step?
+            point_columns.update(phase.phase_columns([r[S.SENT_S] for r, _ in measured],
+                                                     summary[S.stat_column("itl", "p50")], point_columns[S.RAMP_UP_S]))
         point = {**ident, **base, **summary, **self._server_side(windows, [rec for _, rec in measured], base,
-                                                                 summary, send_lag_s), **(point_columns or {})}
+                                                                 summary, send_lag_s), **point_columns}
         batch = [{**ident, **row} for row in batch_rows]
         self._save({"requests": frame(rows, "requests"), "batch": frame(batch, "batch"),
                     "points": frame([point], "points"), "server": self._server_frame()})

@@ -18,8 +18,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from tgi_toolkit.bench import phase, stats
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.bench import stats
 from tgi_toolkit.bench.client import StreamRecord, now_ns
 from tgi_toolkit.bench.run import Run, gather_all
 
@@ -61,18 +61,52 @@ async def _send(run: Run, body: bytes, point_id: str, bar: Any, limit: asyncio.S
     return record
 
 
-async def _users(run: Run, users: int, bodies: Sequence[bytes], point_id: str, bar: Any,
-                 ) -> list[tuple[StreamRecord, int]]:
-    """Closed loop: `users` workers; each sends its next request when its last one ended."""
-    queue = iter(range(len(bodies)))  # shared: each worker takes the next request index
-    done: list[tuple[StreamRecord, int]] = []
+class _RampPrompts:
+    """Bodies for the unmeasured requests of a ramp (the "auto" probe, and as many as the users send before
+    the ramp ends): new prompts of the point's length, salted apart from the measured ones, built ahead
+    (`fill`) so that no user waits for a tokenizer when its start comes."""
 
-    async def user() -> None:
+    def __init__(self, run: Run, prompt_tokens: int, max_new: int, point_id: str) -> None:
+        self.run, self.prompt_tokens, self.max_new, self.point_id = run, prompt_tokens, max_new, point_id
+        self.bodies: list[bytes] = []
+        self.built = 0
+        self.lock = asyncio.Lock()
+
+    async def fill(self, count: int) -> None:
+        async with self.lock:
+            if len(self.bodies) < count:
+                prompts = await self.run.prompt_list(self.prompt_tokens, count - len(self.bodies),
+                                                     f"{self.point_id}:ramp{self.built}")
+                self.bodies += [self.run.encode(p, self.max_new) for p in prompts]
+                self.built += 1
+
+    async def take(self, users: int) -> bytes:
+        await self.fill(1 if self.bodies else users)  # more than one a user: the ramp is long
+        return self.bodies.pop(0)
+
+
+async def _ramped_users(run: Run, users: int, bodies: Sequence[bytes], ramp_s: float, extra: _RampPrompts,
+                        point_id: str, bar: Any) -> tuple[list[tuple[StreamRecord, int]], list[StreamRecord]]:
+    """Closed loop with a ramp (bench.phase): user i sends its first request i/N of `ramp_s` after the start;
+    a request a user sends before the ramp has ended is one of `extra`'s (unmeasured, returned second, in the
+    order sent); from then on users take `bodies` in turn until none is left."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    queue = iter(range(len(bodies)))
+    done: list[tuple[StreamRecord, int]] = []
+    ramped: list[StreamRecord] = []
+
+    async def user(offset: float) -> None:
+        await asyncio.sleep(max(start + offset - loop.time(), 0.0))
+        while loop.time() - start < ramp_s:
+            record = StreamRecord()
+            ramped.append(record)  # listed when sent: the unmeasured requests' indices follow send order
+            await run.request(await extra.take(users), point_id, record)
         for i in queue:
             done.append((await _send(run, bodies[i], point_id, bar), i))
 
-    await gather_all(user() for _ in range(min(users, len(bodies))))
-    return sorted(done, key=lambda item: item[1])
+    await gather_all(user(offset) for offset in phase.ramp_offsets(min(users, len(bodies)), ramp_s))
+    return sorted(done, key=lambda item: item[1]), ramped
 
 
 async def batch(run: Run, batch_sizes: Sequence[int], sequence_length: int, decode_length: int,
@@ -110,7 +144,7 @@ async def batch(run: Run, batch_sizes: Sequence[int], sequence_length: int, deco
 
 
 async def concurrency(run: Run, users: Sequence[int], grid: Sequence[tuple[int, int]],
-                      requests: int | None, warmup_requests: int) -> None:
+                      requests: int | None, warmup_requests: int, ramp_up: float | str = 0.0) -> None:
     points = [(n, p, o) for p, o in grid for n in users]
     ids = [concurrency_point_id(n, p, o) for n, p, o in points]
     run.plan(ids)
@@ -122,12 +156,26 @@ async def concurrency(run: Run, users: Sequence[int], grid: Sequence[tuple[int, 
         bodies = [run.encode(p, max_new) for p in prompts]
         bar = run.request_bar(warmup_requests + total, f"{n} users, {prompt_tokens}+{max_new} tokens")
         done: list[tuple[StreamRecord, int, bool, int]] = []
+        extra = _RampPrompts(run, prompt_tokens, max_new, point_id)
         if warmup_requests:
-            done += [(r, 0, True, i) for r, i in await _users(run, n, bodies[:warmup_requests], point_id, bar)]
-        done += [(r, 0, False, i) for r, i in await _users(run, n, bodies[warmup_requests:], point_id, bar)]
+            warm, _ = await _ramped_users(run, n, bodies[:warmup_requests], 0.0, extra, point_id, bar)
+            done += [(r, 0, True, i) for r, i in warm]
+        unmeasured: list[StreamRecord] = []
+        ramp_s = phase.resolve_ramp(ramp_up, n)
+        if ramp_s:
+            await extra.fill(n + 1)
+        if ramp_s == phase.AUTO:  # one request of the point's lengths, alone: its duration is the ramp
+            probe = await run.request(await extra.take(n), point_id)
+            unmeasured.append(probe)
+            ramp_s = (probe.token_ns[-1] - probe.sent_ns) / 1e9 if probe.ok and probe.token_ns else 0.0
+        measured, ramped = await _ramped_users(run, n, bodies[warmup_requests:], float(ramp_s), extra, point_id, bar)
+        unmeasured += ramped
+        done += [(r, 0, True, warmup_requests + k) for k, r in enumerate(unmeasured)]
+        done += [(r, 0, False, i) for r, i in measured]
         _close(bar)
+        run.provenance.setdefault("ramp_up_s", {})[point_id] = float(ramp_s)
         await run.save_point(point_id, {S.USERS: n, S.PROMPT_TOKENS: prompt_tokens, S.MAX_NEW_TOKENS: max_new},
-                             done)
+                             done, point_columns={S.RAMP_UP_S: float(ramp_s)})
 
 
 def arrival_offsets(count: int, rate: float, arrival: str, seed: int) -> list[float]:

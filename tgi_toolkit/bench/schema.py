@@ -136,6 +136,11 @@ LONG_PROMPT_TTFT_S = "long_prompt_ttft_s"  # the long prompt's TTFT, median over
 # NaN for measured points and for cost models without a published corpus (a calibrated profile).
 PREDICTION_ERRORS = {"ttft": "ttft_prediction_error", "tpot": "tpot_prediction_error",
                      OUTPUT_THROUGHPUT: "throughput_prediction_error"}
+# concurrency (closed loop): how the users' phases were spread (bench.phase)
+RAMP_UP_S = "ramp_up_s"  # user i's first request left i/N of this after the point's start (0: all at once)
+ARRIVAL_SYNC_SHARE = "arrival_sync_share"  # measured requests sent within one ITL p50 of another's send
+ARRIVAL_SYNC_CHANCE = "arrival_sync_chance"  # that share for sends at the same rate with independent phases
+LOCKSTEP = "lockstep"  # bool: the users sent in step (the share well over chance): TTFT/ITL show a phase accident
 
 POINT_COLUMNS = (
     *IDENTITY_COLUMNS, *WORKLOAD_COLUMNS, REQUESTS, ERRORS, SHORT_OUTPUTS, TOTAL_INPUT_TOKENS,
@@ -145,7 +150,7 @@ POINT_COLUMNS = (
     MACHINE_BUSY, CLIENT_LOOP_CPU, CLIENT_LOOP_WAIT, CLIENT_LOOP_BLOCKS, OTHER_CPU_CORES,
     SERVER_BATCH_SIZE_MAX, SERVER_QUEUE_SIZE_MAX, KV_CAPACITY_TOKENS, KV_USAGE_MAX,
     PREFIX_HIT_RATE, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, STALL_MAX_GAP_S, STALL_P99_GAP_S, STALL_BASELINE_GAP_S,
-    LONG_PROMPT_TTFT_S, *PREDICTION_ERRORS.values(),
+    LONG_PROMPT_TTFT_S, RAMP_UP_S, ARRIVAL_SYNC_SHARE, ARRIVAL_SYNC_CHANCE, LOCKSTEP, *PREDICTION_ERRORS.values(),
 )
 
 # -- batch.parquet: text-generation-benchmark parity, one row per (batch size, run) ---------------

@@ -22,7 +22,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tgi_toolkit.bench.api import ingestion_workload, rate_workload, spread_lengths
+from tgi_toolkit.bench.api import spread_lengths
+from tgi_toolkit.bench.checks import concurrency_workload, ingestion_workload, rate_workload
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.results import Results
 from tgi_toolkit.simulate.events import Simulator
@@ -133,19 +134,17 @@ def run_batch(cost_model: Any, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 
 
 def run_concurrency(cost_model: Any, *, users: Sequence[int] = (1, 2, 4, 8, 16, 32),
                     prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
-                    requests: int | None = None, warmup_requests: int = 0, **options: Any) -> Results:
-    """bench.run_concurrency, simulated: N closed-loop users for each N and (prompt, output) pair."""
+                    requests: int | None = None, warmup_requests: int = 0, ramp_up: float | str = "auto",
+                    **options: Any) -> Results:
+    """bench.run_concurrency, simulated: N closed-loop users for each N and (prompt, output) pair, started
+    over bench's ramp (`ramp_up`: "auto" probes one request alone first; 0: all at once)."""
     topts, ropts = _split(options)
     target = make_target(cost_model, **topts)
-    counts = check_positive_ints("users", _listed(users))
-    grid = _grid(target, prompt_tokens, max_new_tokens)
-    if requests is not None and _count("requests", requests, 1) < max(counts):
-        raise BenchError("requests", f"{requests} is fewer than {max(counts)} users: the point would never have "
-                                     f"them all in flight", f"integers >= {max(counts)}, or None (4 per user)")
-    _count("warmup_requests", warmup_requests, 0)
-    workload = {"users": counts, "grid": grid, "requests": requests, "warmup_requests": warmup_requests}
+    workload = concurrency_workload(users, _grid(target, prompt_tokens, max_new_tokens), requests, warmup_requests,
+                                    ramp_up)
+    counts, grid, ramp = workload["users"], workload["grid"], workload["ramp_up"]
     return _simulate(target, "concurrency", workload,
-                     lambda p: concurrency_points(p, counts, grid, requests, warmup_requests), ropts)
+                     lambda p: concurrency_points(p, counts, grid, requests, warmup_requests, ramp), ropts)
 
 
 def run_rate(cost_model: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0), arrival: str = "poisson",

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tgi_toolkit.bench.client import StreamRecord
+from tgi_toolkit.bench.phase import ramp_offsets
 from tgi_toolkit.router import scheduler as sched
 from tgi_toolkit.simulate.costs import CostModel, shape_of
 
@@ -174,14 +175,24 @@ class OpenLoop(Driver):
 
 
 class ClosedLoop(Driver):
-    """`users` users; each sends its next request (the next in the list) when its last one ends."""
+    """`users` users; each sends its next request (the next in the list) when its last one ends.
 
-    def __init__(self, requests: Sequence[SimRequest], users: int) -> None:
+    With a ramp (bench.phase, as bench's concurrency scenario): user i sends its first request i/N of
+    `ramp_s` after the start (a number, or the duration of `ramp_s`, a probe request that has run), and a
+    request sent before the ramp has ended is a new unmeasured one from `extra()`, appended to `added`."""
+
+    def __init__(self, requests: Sequence[SimRequest], users: int, ramp_s: float | SimRequest = 0.0,
+                 extra: Callable[[], SimRequest] | None = None, added: list[SimRequest] | None = None) -> None:
         self.queue = list(requests)
         self.users = max(1, min(users, len(self.queue)))
         self.next = 0
+        self.ramp, self.extra, self.added = ramp_s, extra, added if added is not None else []
+        self.ramp_s = self.t0 = 0.0
 
-    def _take(self) -> SimRequest | None:
+    def _take(self, t: float) -> SimRequest | None:
+        if t < self.t0 + self.ramp_s and self.extra is not None:
+            self.added.append(self.extra())
+            return self.added[-1]
         if self.next >= len(self.queue):
             return None
         request = self.queue[self.next]
@@ -189,10 +200,17 @@ class ClosedLoop(Driver):
         return request
 
     def start(self, t0: float) -> list[tuple[float, SimRequest]]:
-        return [(t0, r) for r in (self._take() for _ in range(self.users)) if r is not None]
+        self.t0 = t0
+        if isinstance(self.ramp, SimRequest):
+            record = self.ramp.record
+            self.ramp_s = (record.token_ns[-1] - record.sent_ns) / 1e9 if record.ok and record.token_ns else 0.0
+        else:
+            self.ramp_s = float(self.ramp)
+        sends = [(t0 + offset, self._take(t0 + offset)) for offset in ramp_offsets(self.users, self.ramp_s)]
+        return [(t, r) for t, r in sends if r is not None]
 
     def finished(self, request: SimRequest, t: float) -> list[tuple[float, SimRequest]]:
-        nxt = self._take()
+        nxt = self._take(t)
         return [] if nxt is None else [(t, nxt)]
 
 
@@ -296,6 +314,9 @@ class Simulator:
         self.samples: list[Sample] = []
         self._next_sample = 0.0
         self._arrivals: list[tuple[float, int, SimRequest]] = []
+        self._later: list[tuple[float, int, SimRequest]] = []  # sends whose time has not come
+        self._requests: Sequence[SimRequest] = ()
+        self._counted = 0
         self._frontend_free = -math.inf  # when the front end is done with the last request sent
         self._seq = itertools.count()
         self.max_forwards = max_forwards
@@ -305,10 +326,17 @@ class Simulator:
         """Requests the client sends. Each reaches the queue `request_overhead_s` after it was sent (requests sent
         together pay it side by side), and after the one sent before it plus `frontend_s`, the part of the
         overhead the server's front end spends on one request at a time: a burst of N requests reaches the queue
-        over N - 1 front-end times, in the order sent."""
+        over N - 1 front-end times, in the order sent: a send in the future waits in `_later` until the clock
+        reaches it, so that one made later for an earlier time (a ramp's user) goes first."""
+        grown = len(self._requests) - self._counted  # requests the driver made as it went (a ramp's)
+        self.in_flight += grown
+        self._counted += grown
+        for t, request in pairs:
+            heapq.heappush(self._later, (t, next(self._seq), request))
         overhead = self.cost.request_overhead_s
         frontend = float(getattr(self.cost, "frontend_s", 0.0) or 0.0)
-        for t, request in sorted(pairs, key=lambda pair: pair[0]):
+        while self._later and self._later[0][0] <= self.clock.t:
+            t, _, request = heapq.heappop(self._later)
             request.record.sent_ns = int(round(t * 1e9))
             # Strictly after it was sent, and after the one before it, whatever the times: a request a client
             # sends when a token arrives cannot be in the queue when the scheduler polls it the instant that
@@ -345,9 +373,11 @@ class Simulator:
         """Run until every request of `driver` has ended; returns the clock's time then."""
         self.driver = driver
         self.in_flight = len(requests)
+        self._requests, self._counted = requests, len(requests)
         self._push(driver.start(self.clock.t))
         forwards = self.backend.forwards
         while self.in_flight > 0:
+            self._push([])  # sends whose time has come
             self._deliver()
             progressed = self.scheduler.step()
             self._sample()
@@ -358,8 +388,8 @@ class Simulator:
                 if self.backend.forwards - forwards > self.max_forwards:
                     raise SimulationError(f"more than {self.max_forwards} forwards: the workload does not end")
                 continue
-            if self._arrivals:
-                self.clock.jump(self._arrivals[0][0])
+            if self._arrivals or self._later:
+                self.clock.jump(min(heap[0][0] for heap in (self._arrivals, self._later) if heap))
                 self._sample()
                 continue
             stuck = [r for r in requests if not r.done]

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from tgi_toolkit.bench import provenance, stats
+from tgi_toolkit.bench import phase, provenance, stats
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.results import ResultsFolder, frame
 from tgi_toolkit.bench.run import RunTables
@@ -149,6 +149,9 @@ class SimRun(RunTables):
                   S.KV_USAGE_MAX: max((s.kv_tokens for s in inside), default=float("nan")) / capacity}
         if hasattr(S, "MACHINE_BUSY"):
             server[S.MACHINE_BUSY] = False  # nothing else shared a virtual clock
+        if S.RAMP_UP_S in point.columns:  # a closed loop: were its users in step? (as bench's Run.save_point)
+            point.columns.update(phase.phase_columns([r[S.SENT_S] for r, _ in measured],
+                                                     summary[S.stat_column("itl", "p50")], point.columns[S.RAMP_UP_S]))
         point_row = {**ident, **base, **summary, **server, **prediction_errors(self.target.cost, base),
                      **point.columns}
         if self.light:

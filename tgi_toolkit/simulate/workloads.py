@@ -9,6 +9,7 @@ would be prefix-cache hits through a TGI 3 router: bench.scenarios.batch).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.phase import AUTO, resolve_ramp
 from tgi_toolkit.bench.scenarios import (
     arrival_offsets,
     batch_point_id,
@@ -92,7 +94,9 @@ def batch_points(prompts: TokenPrompts, batch_sizes: Sequence[int], sequence_len
 
 
 def concurrency_points(prompts: TokenPrompts, users: Sequence[int], grid: Sequence[tuple[int, int]],
-                       requests: int | None, warmup_requests: int) -> list[Point]:
+                       requests: int | None, warmup_requests: int, ramp_up: float | str = 0.0) -> list[Point]:
+    """bench's concurrency points, with its ramp (bench.phase): the "auto" probe sent alone, then user i's
+    first request i/N of the ramp after the start; requests sent before it ends are new unmeasured ones."""
     out = []
     for prompt_tokens, max_new in grid:
         for n in users:
@@ -102,11 +106,29 @@ def concurrency_points(prompts: TokenPrompts, users: Sequence[int], grid: Sequen
             if warmup_requests:
                 warm = _tagged(texts[:warmup_requests], max_new, 0, True)
                 phases.append(Phase(ClosedLoop(warm, n), warm))
+            ramp = resolve_ramp(ramp_up, n)
+            numbers = itertools.count(warmup_requests)  # unmeasured requests' indices, bench's numbering
+            if ramp == AUTO:
+                probe = _tagged(prompts.prompts(prompt_tokens, 1), max_new, 0, True, next(numbers))
+                phases.append(Phase(ClosedLoop(probe, 1), probe))
+                ramp = probe[0]
             measured = _tagged(texts[warmup_requests:], max_new, 0, False)
-            phases.append(Phase(ClosedLoop(measured, n), measured))
+
+            def extra(length: int = prompt_tokens, output: int = max_new, numbers: Any = numbers) -> SimRequest:
+                return _tagged(prompts.prompts(length, 1), output, 0, True, next(numbers))[0]
+
+            sent = list(measured)  # and the ramp's requests, as they are made
+            loop = ClosedLoop(measured, n, ramp, extra, sent)
+            phases.append(Phase(loop, sent))
             out.append(Point(concurrency_point_id(n, prompt_tokens, max_new),
-                             {S.USERS: n, S.PROMPT_TOKENS: prompt_tokens, S.MAX_NEW_TOKENS: max_new}, phases))
+                             {S.USERS: n, S.PROMPT_TOKENS: prompt_tokens, S.MAX_NEW_TOKENS: max_new}, phases,
+                             finish=_ramp_used(loop)))
     return out
+
+
+def _ramp_used(loop: ClosedLoop) -> Any:
+    """A point's `finish`: the ramp its users had (for "auto", the probe's duration)."""
+    return lambda point, hit, lookup: point.columns.update({S.RAMP_UP_S: loop.ramp_s})
 
 
 def rate_points(prompts: TokenPrompts, rates: Sequence[float], arrival: str, grid: Sequence[tuple[int, int]],

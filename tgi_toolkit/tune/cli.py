@@ -37,6 +37,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--prompt-tokens", type=int, default=64, help="prompt length (default 64)")
     load.add_argument("--max-new-tokens", type=int, default=16, help="output length (default 16)")
     load.add_argument("--requests", type=int, help="measured requests per point")
+    load.add_argument("--ramp-up", metavar="SECONDS",
+                      help="concurrency: user i starts at i/N of this (default auto: one request's duration)")
     search = p.add_argument_group("search")
     search.add_argument("--knob", action="append", dest="knobs", metavar="FIELD",
                         help="field to search with a planner-bounded ladder, repeat for several "
@@ -97,6 +99,8 @@ def _workload(args: argparse.Namespace) -> dict[str, Any]:
         workload["rates"] = args.rates or [1.0]
     else:
         workload["users"] = args.users or [4]
+        if args.ramp_up is not None:
+            workload["ramp_up"] = args.ramp_up
     if args.requests is not None:
         workload["requests"] = args.requests
     return workload

@@ -1,0 +1,179 @@
+"""Our closed-loop harness against guidellm's client, on one embedded engine, in alternating rounds.
+
+    .venv/bin/python benchmarks/harness_vs_guidellm.py [--users 1 4 16] [--rounds 3] [--ramp-up auto]
+        [--prompt-tokens 158] [--max-new-tokens 64] [--requests-per-user 6] [--guidellm PATH] [--url URL]
+
+guidellm is a dev-only tool with pins of its own: install it in a virtual environment of its own, torch
+first and pinned so that pip does not pull a CUDA build, and point --guidellm (or $GUIDELLM) at it:
+
+    python3.11 -m venv /tmp/guidellm-venv
+    /tmp/guidellm-venv/bin/pip install torch==2.13.0 guidellm
+    GUIDELLM=/tmp/guidellm-venv/bin/guidellm .venv/bin/python benchmarks/harness_vs_guidellm.py
+
+Set-up (issue 29): one idle engine (`tgi-toolkit serve`'s defaults) unless --url; OpenAI completions route;
+prompts of 158 tokens, 64 new tokens forced (guidellm sends ignore_eos, ours too), 6 requests a user (24 at 4
+users). guidellm runs as users run it (`--profile kind=concurrent,streams=N`, its default rampup of 0: its
+worker processes drift out of phase by themselves), with the local model's tokenizer (no hub); ours runs
+`run_concurrency` with --ramp-up (default "auto"). The two take turns, the order swapped every round, each
+guidellm round with a new seed so that no prompt is a prefix-cache hit.
+
+Compared, per users count (median over rounds):
+- TTFT p50;
+- ITL p50 in guidellm's definition: each request's mean gap after its first token, (last - first token) /
+  (tokens - 1), which is our TPOT; our ITL p50 (every gap pooled) is printed beside it;
+- output throughput: output tokens of the measured requests / the measured window.
+Target: ours within +-15 % of guidellm's on all three at every users count; exit 1 when missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TARGET = 0.15
+METRICS = ("ttft_s", "itl_s", "output_tok_s")
+INSTALL = ("guidellm is not installed. It is a dev-only dependency with pins of its own; install it in a venv:\n"
+           "    python3.11 -m venv /tmp/guidellm-venv\n"
+           "    /tmp/guidellm-venv/bin/pip install torch==2.13.0 guidellm\n"
+           "then run again with --guidellm /tmp/guidellm-venv/bin/guidellm (or GUIDELLM=that path).")
+
+
+def find_guidellm(given: str | None) -> str | None:
+    for candidate in (given, os.environ.get("GUIDELLM"), "/tmp/guidellm-venv/bin/guidellm", shutil.which("guidellm")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def local_tokenizer(model_id: str, revision: str | None) -> str:
+    """The served model's tokenizer folder, so guidellm counts tokens as the server does without the hub."""
+    from tgi_toolkit.config.model_files import converted_model_dir, resolve_model
+
+    return str(converted_model_dir(resolve_model(model_id, revision)))
+
+
+def run_guidellm(exe: str, url: str, tokenizer: str, users: int, requests: int, prompt: int, output: int,
+                 seed: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "guidellm.json"
+        cmd = [exe, "run", "--backend", f"kind=openai_http,target={url},request_format=/v1/completions",
+               "--profile", f"kind=concurrent,streams={users}",
+               "--constraint", f"kind=max_requests,count={requests}",
+               "--data", f"kind=synthetic_text,prompt_tokens={prompt},output_tokens={output}",
+               "--tokenizer", f"kind=hf_auto,model={tokenizer}", "--seed", f"kind=static,value={seed}",
+               "--output", f"kind=json,path={path}", "--disable-console"]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+        if done.returncode != 0 or not path.exists():
+            raise RuntimeError(f"guidellm failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        bench = json.loads(path.read_text())["benchmarks"][0]
+    metrics = bench["metrics"]
+
+    def median(name: str) -> float:
+        return float(metrics[name]["successful"]["median"])
+
+    ok = int(metrics["request_totals"]["successful"])
+    if ok != requests:
+        raise RuntimeError(f"guidellm finished {ok} of {requests} requests: {metrics['request_totals']}")
+    return {"ttft_s": median("time_to_first_token_ms") / 1e3, "itl_s": median("inter_token_latency_ms") / 1e3,
+            "output_tok_s": float(metrics["output_tokens_per_second"]["successful"]["mean"]),
+            "span_s": float(bench["duration"])}
+
+
+def run_ours(url: str, users: int, requests: int, prompt: int, output: int, ramp_up: Any) -> dict[str, float]:
+    from tgi_toolkit.bench import run_concurrency
+    from tgi_toolkit.bench import schema as S
+
+    res = run_concurrency(url, users=[users], prompt_tokens=prompt, max_new_tokens=output, requests=requests,
+                          ramp_up=ramp_up, api="completions", progress=False)
+    point = res.points.iloc[0]
+    if point[S.ERRORS] or point[S.SHORT_OUTPUTS]:
+        raise RuntimeError(f"ours: {point[S.ERRORS]} errors, {point[S.SHORT_OUTPUTS]} short outputs")
+    return {"ttft_s": float(point[S.stat_column("ttft", "p50")]), "itl_s": float(point[S.stat_column("tpot", "p50")]),
+            "output_tok_s": float(point[S.OUTPUT_THROUGHPUT]), "span_s": float(point[S.DURATION_S]),
+            "pooled_itl_s": float(point[S.stat_column("itl", "p50")]), "ramp_s": float(point[S.RAMP_UP_S]),
+            "sync": float(point[S.ARRIVAL_SYNC_SHARE]), "lockstep": bool(point[S.LOCKSTEP])}
+
+
+def _line(tool: str, rnd: int, users: int, m: dict[str, Any]) -> str:
+    extra = (f"  [pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s, in-step share "
+             f"{m['sync']:.2f}{', LOCKSTEP' if m['lockstep'] else ''}]") if "ramp_s" in m else ""
+    return (f"round {rnd} users {users:>2} {tool:<8} TTFT p50 {m['ttft_s'] * 1e3:7.1f} ms  ITL p50 "
+            f"{m['itl_s'] * 1e3:6.1f} ms  output {m['output_tok_s']:6.1f} tok/s  span {m['span_s']:5.1f} s{extra}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--users", type=int, nargs="+", default=[1, 4, 16])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--ramp-up", default="auto", help="ours: seconds, or auto (default)")
+    p.add_argument("--prompt-tokens", type=int, default=158)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--requests-per-user", type=int, default=6)
+    p.add_argument("--guidellm", help="the guidellm executable (default $GUIDELLM, /tmp/guidellm-venv, PATH)")
+    p.add_argument("--url", help="a running engine (default: start `tgi-toolkit serve`'s defaults)")
+    args = p.parse_args()
+    exe = find_guidellm(args.guidellm)
+    if exe is None:
+        print(INSTALL, file=sys.stderr)
+        return 2
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.server import Server
+
+    config = LauncherConfig()
+    tokenizer = local_tokenizer(config.model_id, config.revision)
+    print(f"guidellm: {exe} ({version}); tokenizer {tokenizer}")
+    print(f"prompts {args.prompt_tokens} tokens, {args.max_new_tokens} new, {args.requests_per_user} requests a user; "
+          f"ours with ramp_up={args.ramp_up}; target: ours within +-{TARGET:.0%} of guidellm (median over rounds)")
+    results: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    server = None if args.url else Server(config, backend="embedded").start()
+    url = args.url or server.url
+    started = time.monotonic()
+    try:
+        for rnd in range(args.rounds):
+            for users in args.users:
+                requests = max(args.requests_per_user * users, 8)
+                order = ("guidellm", "ours") if (rnd + users) % 2 else ("ours", "guidellm")
+                for tool in order:
+                    if tool == "ours":
+                        m = run_ours(url, users, requests, args.prompt_tokens, args.max_new_tokens, args.ramp_up)
+                    else:
+                        m = run_guidellm(exe, url, tokenizer, users, requests, args.prompt_tokens,
+                                         args.max_new_tokens, seed=1000 * rnd + users)
+                    results.setdefault((tool, users), []).append(m)
+                    print(_line(tool, rnd, users, m), flush=True)
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"\n{time.monotonic() - started:.0f} s in all. Median over {args.rounds} rounds; ratio = ours / guidellm")
+    missed = []
+    for users in args.users:
+        for metric in METRICS:
+            ours = statistics.median(m[metric] for m in results[("ours", users)])
+            theirs = statistics.median(m[metric] for m in results[("guidellm", users)])
+            ratio = ours / theirs
+            ok = abs(ratio - 1) <= TARGET
+            unit, scale = ("tok/s", 1) if metric == "output_tok_s" else ("ms", 1e3)
+            print(f"users {users:>2} {metric:<12} ours {ours * scale:8.1f} {unit:<5} guidellm {theirs * scale:8.1f} "
+                  f"{unit:<5} ratio {ratio:5.2f} {'ok' if ok else 'MISSED'}")
+            if not ok:
+                missed.append(f"{metric} at {users} users ({ratio:.2f})")
+    if missed:
+        print(f"\ntarget missed (+-{TARGET:.0%}): {', '.join(missed)}")
+        return 1
+    print(f"\ntarget met: every ratio within +-{TARGET:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
