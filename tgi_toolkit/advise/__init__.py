@@ -12,7 +12,9 @@ api (`advise`), cli (`tgi-toolkit advise`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit._lazy import lazy_getattr
 from tgi_toolkit.advise.cli import add_parser
@@ -33,6 +35,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.advise.traffic import Traffic
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
+
+
+class _CallableModule(types.ModuleType):
+    """`tgi_toolkit.advise(...)` is `tgi_toolkit.advise.advise(...)`: the package and its one verb share a name."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from tgi_toolkit.advise.api import advise
+
+        return advise(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["Advice", "Candidate", "Prices", "Traffic", "add_parser", "advise", "cost_per_hour", "cost_per_million",
            "load_advice", "load_prices", "replicas"]
