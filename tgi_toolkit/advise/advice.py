@@ -78,11 +78,12 @@ class Advice:
                 tie = "  (tied with #1)" if r["tied_with_first"] else ""
                 lines.append(f"{r['rank']:>2} {r['candidate']:22} {r[COST]:>11.4g} {band:>17} "
                              f"{r['cost_per_hour']:>9.2f} {r['replicas']:>4} {r['gpus']:>4} "
-                             f"{r['sustained_per_replica']:>10.3g} "
+                             f"{_load(r['sustained_per_replica'], r['sustained_is_lower_bound']):>10} "
                              f"{r[S.stat_column('ttft', p)]:>9.3g}s {r[S.stat_column('tpot', p)]:>9.3g}s  "
                              f"{r['settings']}{tie}")
             best = self.table.iloc[0]
-            lines += [f"cost per million output tokens in {cur}; range: with the predictions off by their errors",
+            lines += [f"cost per million output tokens in {cur}; range: with the predictions off by their errors; "
+                      f">=: one replica carries at least twice the traffic (the search stops there)",
                       f"TTFT error: {best['ttft_error']}", f"TPOT error: {best['tpot_error']}",
                       f"winner: {best['candidate']}, {best['replicas']} replica(s); launch each with:",
                       f"  {self.command}"]
@@ -111,6 +112,10 @@ class Advice:
 
     def _repr_markdown_(self) -> str:
         return "```\n" + self.summary() + "\n```"
+
+
+def _load(value: float, lower_bound: bool) -> str:
+    return (">=" if lower_bound else "") + format(value, ".3g")
 
 
 def load_advice(folder: str | Path) -> dict[str, Any]:

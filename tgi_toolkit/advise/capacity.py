@@ -77,8 +77,9 @@ def _done(lo: float, hi: float, integer: bool, precision: float) -> bool:
 
 
 def sustained(probes: Probes, objectives: Objectives, start: float, *, precision: float = PRECISION,
-              floor: float | None = None) -> float | None:
-    """The highest load meeting `objectives` (within `precision`), or None when even the floor fails.
+              floor: float | None = None, ceiling: float | None = None) -> float | None:
+    """The highest load meeting `objectives` (within `precision`), or None when even the floor fails; a load at
+    or above `ceiling` that meets them ends the search there (the answer is then a lower bound).
 
     Loads already simulated narrow the bracket first, so a second search (the band) starts where the first ended.
     """
@@ -90,6 +91,8 @@ def sustained(probes: Probes, objectives: Objectives, start: float, *, precision
     hi = min((x for x in bad if lo is None or x > lo), default=None)
     x = start if lo is None and hi is None else None
     while lo is None or hi is None:  # bracket
+        if ceiling is not None and lo is not None and lo >= ceiling:
+            return lo
         if x is None:
             x = lo * FACTOR if hi is None else hi / FACTOR  # type: ignore[operator]
             if integer:

@@ -26,6 +26,9 @@ from tgi_toolkit.simulate.target import make_target
 from tgi_toolkit.tune.select import MEETS, Objectives
 
 KNOBS = ("max_batch_prefill_tokens", "cuda_memory_fraction")
+# One replica that carries twice the traffic costs what one carrying more would: the search stops there (the
+# sustained load is then a lower bound), and such a candidate is not tuned (no setting can save a replica).
+HEADROOM = 2.0
 TUNE_BUDGET = 3  # knob combinations simulated per candidate (the defaults excluded)
 
 
@@ -36,6 +39,7 @@ class Evaluation:
     launcher: Any  # the LauncherConfig to deploy (defaults + tuned knobs)
     overrides: dict[str, Any] = field(default_factory=dict)
     sustained: float | None = None  # requests/s (or users) one replica meets the objectives at
+    lower_bound: bool = False  # the search stopped at HEADROOM x the traffic: it sustains at least that
     default_sustained: float | None = None  # the same with TGI 3's defaults, before tuning
     band: tuple[float, float] | None = None  # sustained if the predictions were off by their errors
     replicas: int | None = None
@@ -166,17 +170,18 @@ def evaluate(candidate: Candidate, model: dict[str, Any], traffic: Traffic, obje
                       integer=traffic.closed_loop)
 
     probes = probes_for(shared)
+    ceiling = HEADROOM * traffic.demand
     first = start or first_guess(cost, make_target(cost, config=shared).scheduler.max_batch_total_tokens,
                                  traffic, objectives)
-    result.default_sustained = nominal = sustained(probes, objectives, first)
-    if nominal is not None and tune:
+    result.default_sustained = nominal = sustained(probes, objectives, first, ceiling=ceiling)
+    if nominal is not None and tune and replicas(traffic.demand, nominal) > 1:
         above = min((x for x in probes.rows if x > nominal), default=nominal * 1.1)
         best = _tune(result, shared, kv, plan, demand, traffic, objectives, above)
         if best:
             from tgi_toolkit.sweep.spec import make_config
 
             tuned = probes_for(make_config(shared, best, backend=candidate.backend).config)
-            found = sustained(tuned, objectives, above)
+            found = sustained(tuned, objectives, above, ceiling=ceiling)
             result.simulations += len(tuned.rows)
             if found is not None and found > nominal:
                 result.overrides, result.launcher, nominal, probes = best, tuned_config(shared, best), found, tuned
@@ -189,6 +194,7 @@ def evaluate(candidate: Candidate, model: dict[str, Any], traffic: Traffic, obje
                        f"TPOT {objectives.percentile} {row.get(S.stat_column('tpot', objectives.percentile)):.3g} s")
         result.seconds = time.perf_counter() - began
         return result
+    result.lower_bound = nominal >= ceiling
     result.replicas = replicas(traffic.demand, nominal)
     result.load_per_replica = per_replica_load(traffic, result.replicas)
     result.row = simulate_load(cost, traffic, result.load_per_replica, objectives, config=result.launcher,

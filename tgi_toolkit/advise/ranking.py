@@ -58,7 +58,8 @@ def _row(e: Evaluation, traffic: Traffic, objectives: Objectives, prices: Prices
     return {
         "candidate": c.name, "gpu": c.gpu, "num_shard": c.num_shard, "quantize": c.quantize or "none",
         "replicas": e.replicas, "gpus": e.replicas * c.num_shard,
-        "sustained_per_replica": e.sustained, "default_sustained_per_replica": e.default_sustained,
+        "sustained_per_replica": e.sustained, "sustained_is_lower_bound": e.lower_bound,
+        "default_sustained_per_replica": e.default_sustained,
         "load_per_replica": e.load_per_replica, "price_per_gpu_hour": gpu_hour, "cost_per_hour": hourly,
         COST: cost_per_million(hourly, tokens), "cost_low": cost_per_million(low, tokens),
         "cost_high": cost_per_million(high, tokens), ttft: e.row.get(ttft), "ttft_error": e.ttft.label(),

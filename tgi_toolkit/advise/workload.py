@@ -18,15 +18,16 @@ from tgi_toolkit.advise.traffic import Traffic
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.tune.select import Objectives
 
-MAX_REQUESTS = 2000
+MAX_REQUESTS = 1500
 
 
 def requests_at(traffic: Traffic, load: float, objectives: Objectives) -> int:
     """Requests simulated at an open-loop `load`: at least `traffic.requests`, and enough to keep arriving for
-    three times the slowest request the objectives allow (TTFT + output x TPOT, 10 s at least), so a queue that
-    grows has time to show; a short burst would let a fast server absorb any rate. At most MAX_REQUESTS."""
+    twice the slowest request the objectives allow (TTFT + output x TPOT, 10 s at least), so a queue that grows
+    has time to show (a short burst would let a fast server absorb any rate: 10 % over capacity for 10 s adds a
+    second of queueing). At most MAX_REQUESTS."""
     allowed = (objectives.ttft_s or 0.0) + traffic.mean_output_tokens * (objectives.tpot_s or 0.0)
-    window = max(10.0, 3 * allowed)
+    window = max(10.0, 2 * allowed)
     return int(min(MAX_REQUESTS, max(traffic.requests, math.ceil(load * window))))
 
 
