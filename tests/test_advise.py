@@ -191,3 +191,19 @@ def test_cli_bad_input_names_the_field(tmp_path):
     assert both.returncode == 2 and "exactly one of rate" in both.stderr
     shards = run("--rate", "1", "--ttft", "1", "--shards", "1,two")
     assert shards.returncode == 2 and "--shards" in shards.stderr
+
+
+@pytest.mark.slow
+def test_app_advise_tab_logic():
+    pytest.importorskip("gradio")
+    from tgi_toolkit.app.advise_tab import run_advice
+
+    text, table, figure, refused = run_advice("codellama/CodeLlama-7b-Instruct-hf", "x", "512", "128", "1", "0.05",
+                                              "90", ["L4"], ["1"], ["none"])
+    assert text == "**Not run:** request rate: 'x' is not a number" and figure is None
+    text, table, figure, refused = run_advice("codellama/CodeLlama-7b-Instruct-hf", "2", "512", "128", "1", "0.05",
+                                              "90", ["L4", "A10G"], ["1", "3"], ["none"])
+    assert "Cheapest:" in text and "gpu_prices.yaml" in text
+    assert list(table["rank"]) == list(range(1, len(table) + 1))
+    assert "32 attention heads do not split over 3 shards" in refused
+    assert figure is not None

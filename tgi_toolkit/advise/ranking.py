@@ -66,7 +66,7 @@ def _row(e: Evaluation, traffic: Traffic, objectives: Objectives, prices: Prices
         tpot: e.row.get(tpot), "tpot_error": e.tpot.label(), "ttft_relative_error": e.ttft.error,
         "tpot_relative_error": e.tpot.error, "settings": ",".join(f"{k}={v}" for k, v in e.overrides.items())
         or "TGI 3 defaults", "command": " ".join(e.launcher.to_cli()), S.CONFIG_ID: e.row.get(S.CONFIG_ID),
-        "simulations": e.simulations, "seconds": round(e.seconds, 2),
+        "simulations": e.simulations, "seconds": round(e.seconds, 2), "note": e.note,
     }
 
 
