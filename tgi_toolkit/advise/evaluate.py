@@ -79,9 +79,11 @@ def _workload(traffic: Traffic, load: float, objectives: Objectives) -> Any:
                     requests=requests_at(traffic, load, objectives), **slo)
 
 
-def base_config(candidate: Candidate, model: dict[str, Any], traffic: Traffic, objectives: Objectives) -> tuple:
-    """(shared launcher settings, KvSizing, plan) as the tuner derives them for this hardware and traffic."""
+def base_config(candidate: Candidate, model: dict[str, Any], traffic: Traffic) -> tuple[Any, Any, Any, Any]:
+    """(shared launcher settings, KvSizing, plan, demand) as the tuner derives them for this hardware and
+    traffic: TGI 3's defaults, with the request limits the planner derives from the longest lengths."""
     from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.sweep.spec import Workload
     from tgi_toolkit.tune.search import kv_sizing, plan_for, tuned_base, workload_demand
 
     prompt, output = traffic.longest
@@ -90,8 +92,6 @@ def base_config(candidate: Candidate, model: dict[str, Any], traffic: Traffic, o
         values.update(model_id=str(model.get("_name_or_path") or "model"),
                       num_shard=candidate.num_shard if candidate.num_shard > 1 else None, quantize=candidate.quantize)
     base = LauncherConfig(**values)
-    from tgi_toolkit.sweep.spec import Workload
-
     demand = workload_demand(Workload("rate", prompt_tokens=prompt, max_new_tokens=output, requests=traffic.requests))
     gpu = None if candidate.backend == "embedded" else candidate.gpu
     plan = plan_for(base, candidate.backend, demand, model_config=model, gpu=gpu)
@@ -163,7 +163,7 @@ def evaluate(candidate: Candidate, model: dict[str, Any], traffic: Traffic, obje
     """Everything the ranking needs about one candidate (module docstring)."""
     began = time.perf_counter()
     cost = cost_model(candidate, model)
-    shared, kv, plan, demand = base_config(candidate, model, traffic, objectives)
+    shared, kv, plan, demand = base_config(candidate, model, traffic)
     result = Evaluation(candidate, cost, shared)
 
     def probes_for(config: Any) -> Probes:
@@ -181,11 +181,12 @@ def evaluate(candidate: Candidate, model: dict[str, Any], traffic: Traffic, obje
         if best:
             from tgi_toolkit.sweep.spec import make_config
 
-            tuned = probes_for(make_config(shared, best, backend=candidate.backend).config)
+            made = make_config(shared, best, backend=candidate.backend).config
+            tuned = probes_for(made)
             found = sustained(tuned, objectives, above, ceiling=ceiling)
             result.simulations += len(tuned.rows)
             if found is not None and found > nominal:
-                result.overrides, result.launcher, nominal, probes = best, tuned_config(shared, best), found, tuned
+                result.overrides, result.launcher, nominal, probes = best, made, found, tuned
     result.simulations += len(probes.rows)
     result.sustained = nominal
     if nominal is None:
@@ -239,10 +240,6 @@ def first_guess(cost: Any, kv_tokens: int, traffic: Traffic, objectives: Objecti
         batch *= 2
     batch, step = best  # type: ignore[misc]
     return float(batch) if traffic.closed_loop else batch / (output * step)
-
-
-def tuned_config(shared: Any, overrides: dict[str, Any]) -> Any:
-    return type(shared)(**{**shared.model_dump(exclude_unset=True), **overrides})
 
 
 def _unit(traffic: Traffic) -> str:
