@@ -1,9 +1,11 @@
 """`advise` checked where the truth is here: this machine's embedded engine as the only "GPU".
 
-    .venv/bin/python benchmarks/advise_check.py [--cost cost.json] [--fractions 1.0,0.006]
+    .venv/bin/python benchmarks/advise_check.py [--cost cost.json] [--fractions 1.0,0.004]
 
-1. Profile the embedded engine (`simulate.profile`, the quick grid; or read --cost): a LinearCostModel of this
-   machine, the only candidate.
+1. Profile the embedded engine (`simulate.profile` over a grid around the check's lengths; or read --cost): a
+   LinearCostModel of this machine, the only candidate. The objectives are multiples of what the profile
+   predicts for a lone request (TTFT x 3, one decode step x 2) unless --ttft / --tpot say otherwise, so the
+   check means the same on a quiet machine and on a busy one.
 2. For each KV memory setting (--cuda-memory-fraction of TGI_TOOLKIT_KV_CACHE_GIB: the default, and one that
    holds a few requests), run `advise` with that candidate: it tunes the prefill budget and KV memory in
    simulation and predicts the request rate R one replica sustains under the objectives.
@@ -29,6 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 OVER = 1.3
+# The profile's grid: the check's lengths (32 + 16 tokens) and the batches they reach, small enough for a busy
+# machine. One torch thread per engine, profile and measurement alike: on a shared 2-core machine the default
+# threads make forward times erratic.
+GRID = {"prompt_tokens": (16, 32, 64, 128), "batch_sizes": (1, 2, 4, 8), "contexts": (32, 96), "decode_length": 8,
+        "repeats": 1}
+ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def _profile(out: Path, progress: bool) -> object:
@@ -37,9 +45,18 @@ def _profile(out: Path, progress: bool) -> object:
     from tgi_toolkit.simulate import profile
 
     trace = str(out / "forwards.jsonl")
-    with Server(LauncherConfig(), backend="embedded", env={"TGI_TOOLKIT_FORWARD_TRACE": trace},
+    with Server(LauncherConfig(), backend="embedded", env={**ENV, "TGI_TOOLKIT_FORWARD_TRACE": trace},
                 startup_progress=progress) as server:
-        return profile(server, quick=True, progress=progress, output=str(out / "cost.json"))
+        return profile(server, **GRID, progress=progress, output=str(out / "cost.json"))
+
+
+def _objectives(cost: object, prompt: int, output: int) -> tuple[float, float]:
+    """(TTFT, TPOT) limits: 3 x a lone request's predicted TTFT, 2 x a lone decode step (the profile's prices)."""
+    from tgi_toolkit.simulate.costs import uniform_shape
+
+    ttft = cost.request_overhead_s + cost.seconds(uniform_shape(1, prompt, 0))  # type: ignore[attr-defined]
+    step = cost.seconds(uniform_shape(1, 1, prompt + output // 2, prefilling=False))  # type: ignore[attr-defined]
+    return 3 * ttft, 2 * step
 
 
 def _measure(launcher: object, rates: list[float], args: argparse.Namespace, requests: int, out: Path,
@@ -48,7 +65,7 @@ def _measure(launcher: object, rates: list[float], args: argparse.Namespace, req
     from tgi_toolkit.bench import load_results, run_concurrency
     from tgi_toolkit.server import Server
 
-    with Server(launcher, backend="embedded", startup_progress=False) as server:
+    with Server(launcher, backend="embedded", env=ENV, startup_progress=False) as server:
         # the engine's attention cache grows on first use: a burst as wide as the widest batch, unmeasured
         run_concurrency(server, users=[args.warm_users], prompt_tokens=args.prompt_tokens,
                         max_new_tokens=args.max_new_tokens, requests=args.warm_users, progress=False)
@@ -66,14 +83,14 @@ def _measure(launcher: object, rates: list[float], args: argparse.Namespace, req
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cost", help="a cost.json of this machine's engine (default: profile it now)")
-    parser.add_argument("--fractions", default="1.0,0.006",
-                        help="KV memory settings (--cuda-memory-fraction), comma-separated (default 1.0,0.006)")
-    parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--ttft", type=float, default=1.5, help="TTFT p90 limit, seconds (default 1.5)")
-    parser.add_argument("--tpot", type=float, default=0.25, help="TPOT p90 limit, seconds (default 0.25)")
-    parser.add_argument("--requests", type=int, default=60, help="requests per point, at least (default 60)")
-    parser.add_argument("--warm-users", type=int, default=16)
+    parser.add_argument("--fractions", default="1.0,0.004",
+                        help="KV memory settings (--cuda-memory-fraction), comma-separated (default 1.0,0.004)")
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--ttft", type=float, help="TTFT p90 limit, seconds (default: 3 x a lone request's)")
+    parser.add_argument("--tpot", type=float, help="TPOT p90 limit, seconds (default: 2 x a lone decode step)")
+    parser.add_argument("--requests", type=int, default=30, help="requests per point, at least (default 30)")
+    parser.add_argument("--warm-users", type=int, default=8)
     parser.add_argument("--output", default=None, help="folder for the profile and measurements (default: temp)")
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args()
@@ -92,6 +109,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     cost = load_cost_model(args.cost) if args.cost else _profile(out, args.progress)
     print(f"cost model: {cost.formula()} + request overhead {cost.request_overhead_s * 1e3:.3g} ms")
+    ttft_limit, tpot_limit = _objectives(cost, args.prompt_tokens, args.max_new_tokens)
+    args.ttft, args.tpot = args.ttft or round(ttft_limit, 3), args.tpot or round(tpot_limit, 3)
     goals = objectives(args.ttft, args.tpot, 90)
     model = model_config_path(LauncherConfig())
     prices = {"gpus": {"embedded": 0.0}, "date": time.strftime("%Y-%m-%d"), "source": "this machine: no price"}

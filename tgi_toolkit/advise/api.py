@@ -36,7 +36,8 @@ def advise(model: Any, *, rate: float | None = None, users: int | None = None, p
            quantize: Sequence[str | None] = ("none",), prices: Any = None, dataset: str | Path | None = None,
            candidates: Sequence[Candidate] | None = None, requests: int = 120, tune: bool = True,
            output: str | Path | None = None, progress: bool = True, seed: int = 0) -> Advice:
-    """Rank deployments of `model` (config.json path, model directory or dict) for the traffic and objectives.
+    """Rank deployments of `model` (config.json path, model directory, dict, or a name in
+    simulate.gpu.PUBLISHED_MODELS) for the traffic and objectives.
 
     rate (requests/s, Poisson) or users (closed loop); prompt_tokens / max_new_tokens, or dataset (a file of
     prompt/output lengths); ttft / tpot: limits in seconds at `percentile`; gpus x shards x quantize: the
@@ -46,6 +47,7 @@ def advise(model: Any, *, rate: float | None = None, users: int | None = None, p
     """
     from tgi_toolkit.planner.shape import load_config
     from tgi_toolkit.progress import progress_bar
+    from tgi_toolkit.simulate.gpu import PUBLISHED_MODELS
 
     began = time.perf_counter()
     if ttft is None and tpot is None:
@@ -54,7 +56,8 @@ def advise(model: Any, *, rate: float | None = None, users: int | None = None, p
     lengths = load_lengths(dataset) if dataset is not None else ()
     traffic = Traffic(rate_rps=rate, users=users, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
                       lengths=lengths, dataset=str(dataset) if dataset else None, requests=requests)
-    config = load_config(model)
+    published = isinstance(model, str) and model in PUBLISHED_MODELS
+    config = dict(PUBLISHED_MODELS[model]) if published else load_config(model)
     table_prices = load_prices(prices)
     prompt, output_tokens = traffic.longest
     if candidates is None:
