@@ -207,3 +207,22 @@ def test_app_advise_tab_logic():
     assert list(table["rank"]) == list(range(1, len(table) + 1))
     assert "32 attention heads do not split over 3 shards" in refused
     assert figure is not None
+
+
+@pytest.mark.slow
+def test_advise_with_users_and_a_dataset_of_lengths(tmp_path):
+    from tgi_toolkit.advise import advise
+    from tgi_toolkit.bench import load_results
+
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("prompt_tokens,output_tokens\n200,40\n400,80\n300,60\n")
+    advice = advise(LLAMA3, users=24, dataset=lengths, ttft=1.0, tpot=0.05, gpus=["A100-80GB"], shards=[1],
+                    output=tmp_path / "out", progress=False)
+    row = advice.table.iloc[0]
+    assert row["replicas"] == math.ceil(24 / row["sustained_per_replica"])  # integer users per replica
+    assert row["load_per_replica"] == math.ceil(24 / row["replicas"])
+    assert "lengths.csv" in advice.traffic.describe()
+    requests = load_results(tmp_path / "out").requests
+    # each request's lengths were drawn from the dataset
+    drawn = set(zip(requests["input_tokens"], requests["output_tokens"], strict=True))
+    assert drawn <= {(200, 40), (400, 80), (300, 60)} and len(drawn) > 1

@@ -84,7 +84,7 @@ def base_config(candidate: Candidate, model: dict[str, Any], traffic: Traffic) -
     traffic: TGI 3's defaults, with the request limits the planner derives from the longest lengths."""
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.sweep.spec import Workload
-    from tgi_toolkit.tune.search import kv_sizing, plan_for, tuned_base, workload_demand
+    from tgi_toolkit.tune.search import kv_sizing, plan_for, repair, tuned_base, workload_demand
 
     prompt, output = traffic.longest
     values: dict[str, Any] = {"cuda_memory_fraction": candidate.memory_fraction}
@@ -97,6 +97,9 @@ def base_config(candidate: Candidate, model: dict[str, Any], traffic: Traffic) -
     plan = plan_for(base, candidate.backend, demand, model_config=model, gpu=gpu)
     shared = tuned_base(base, plan)
     kv = kv_sizing(shared, candidate.backend, demand, plan, model_config=model, gpu=gpu)
+    fixed = repair({}, shared, kv)  # a small KV memory: the default prefill budget lowered to it, as TGI requires
+    if fixed:
+        shared = type(shared)(**{**shared.model_dump(exclude_unset=True), **fixed})
     return shared, kv, plan, demand
 
 
