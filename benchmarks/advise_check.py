@@ -12,11 +12,12 @@
 3. Start the engine with the recommended launcher settings, warm it, and measure it with `tgi-toolkit bench rate`
    at R and at 1.3 R (the same request count, lengths and seeded Poisson send times the simulation used).
 
---pace 1.3 (the default; 0 turns it off) is simulate_accuracy's control for a machine whose speed drifts: the
-measured engine holds every forward to 1.3 x its profiled price (TGI_TOOLKIT_PACE) and advise prices forwards
+--pace 2 (the default; 0 turns it off) is simulate_accuracy's control for a machine whose speed drifts: the
+measured engine holds every forward to 2 x its profiled price (TGI_TOOLKIT_PACE) and advise prices forwards
 the same way, so what is checked is advise's search, the scheduler and the front end, not the minute-to-minute
 speed of a shared machine. Unpaced on this machine (load average 7-9), the engine ran 1.5-2x slower than its
-profile of a minute before, and a rate near saturation turns that into a TTFT several times the prediction.
+profile of a minute before; paced at 1.3 it still overran the pace by 18-29 %; at 2 by 2-5 % (printed as
+measured / priced). A rate near saturation turns a few percent of speed into tens of percent of TTFT p90.
 
 Target (issue 25): the measured point meets the objectives at R and misses them at 1.3 R, for every setting.
 The objectives and R were not tuned on these measurements: R comes from the profile alone. Prints predicted
@@ -104,9 +105,9 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--ttft", type=float, help="TTFT p90 limit, seconds (default: 3 x a lone request's)")
     parser.add_argument("--tpot", type=float, help="TPOT p90 limit, seconds (default: 2 x a lone decode step)")
-    parser.add_argument("--requests", type=int, default=30, help="requests per point, at least (default 30)")
+    parser.add_argument("--requests", type=int, default=80, help="requests per point, at least (default 80)")
     parser.add_argument("--warm-users", type=int, default=64)
-    parser.add_argument("--pace", type=float, default=1.3,
+    parser.add_argument("--pace", type=float, default=2.0,
                         help="hold each measured forward to this many times its profiled price (0: unpaced)")
     parser.add_argument("--output", default=None, help="folder for the profile and measurements (default: temp)")
     parser.add_argument("--progress", action="store_true")
