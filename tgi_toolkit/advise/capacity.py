@@ -122,12 +122,13 @@ def sustained(probes: Probes, objectives: Objectives, start: float, *, precision
 
 
 def band(probes: Probes, objectives: Objectives, errors: tuple[float | None, float | None],
-         nominal: float) -> tuple[float, float] | None:
-    """(low, high) sustained load if TTFT and TPOT were off by their errors; None when no error is known."""
+         nominal: float, ceiling: float | None = None) -> tuple[float, float] | None:
+    """(low, high) sustained load if TTFT and TPOT were off by their errors; None when no error is known.
+    `ceiling` stops the searches as it stopped the nominal one."""
     ttft, tpot = errors
     if ttft is None and tpot is None:
         return None
     e1, e2 = ttft or 0.0, tpot or 0.0
-    slow = sustained(probes, scaled(objectives, 1 + e1, 1 + e2), nominal)
-    fast = sustained(probes, scaled(objectives, max(1 - e1, 0.05), max(1 - e2, 0.05)), nominal)
+    slow = sustained(probes, scaled(objectives, 1 + e1, 1 + e2), nominal, ceiling=ceiling)
+    fast = sustained(probes, scaled(objectives, max(1 - e1, 0.05), max(1 - e2, 0.05)), nominal, ceiling=ceiling)
     return (slow or 0.0, fast if fast is not None else nominal)

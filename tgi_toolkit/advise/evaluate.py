@@ -216,7 +216,7 @@ def evaluate(candidate: Candidate, model: dict[str, Any], traffic: Traffic, obje
                       seed=seed)  # the deployed point into the results folder
     batch = result.row.get(S.SERVER_BATCH_SIZE_MAX)
     result.ttft, result.tpot = _uncertainties(cost, int(batch) if batch and batch == batch else 1)
-    result.band = band(probes, objectives, (result.ttft.error, result.tpot.error), nominal)
+    result.band = band(probes, objectives, (result.ttft.error, result.tpot.error), nominal, ceiling)
     result.seconds = time.perf_counter() - began
     return result
 
