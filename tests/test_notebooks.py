@@ -275,3 +275,24 @@ def test_08_chunked_prefill_and_prefix_cache(tmp_path, monkeypatch) -> None:
     assert len(summary["data"]) == 4 and len(shared_fig["data"]) == 1
     assert values(by_turn["data"][0]["x"]) == [1, 2]
     assert "prefix-cache hit rate: " in text(nb)
+
+
+@pytest.mark.slow
+def test_09_advise(tmp_path) -> None:
+    from tgi_toolkit.advise import load_advice
+    from tgi_toolkit.bench import load_results
+
+    results_dir = tmp_path / "results"
+    nb = execute("09_advise", rate=4.0, gpus=["A10G", "L4", "A100-80GB"], shards=[1, 3], output_dir=str(results_dir),
+                 progress=False)
+    saved = load_advice(results_dir)
+    table = saved["table"]
+    # CodeLlama-7B's 32 heads do not split over 3 GPUs: every x3 candidate is refused, with that reason
+    assert set(saved["refused"]["num_shard"]) == {3}
+    assert saved["refused"]["reason"].str.contains("do not split over 3 shards").all()
+    assert len(table) + len(saved["missed"]) == 3
+    assert load_results(results_dir).points["config_id"].nunique() == len(table)
+    (figure,) = figures(nb)
+    cheapest = table["candidate"].iloc[0]
+    assert any(name.startswith("Pareto set: ") and cheapest in name for name in trace_names(figure))
+    assert "text-generation-launcher --model-id" in text(nb)

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "tune": "tgi_toolkit.tune",
     "report": "tgi_toolkit.report",
     "plan": "tgi_toolkit.planner",
+    "advise": "tgi_toolkit.advise",
     "app": "tgi_toolkit.app.cli",
 }
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 EXAMPLE = "smollm2-135m-cpu"
 NOTEBOOKS = ("01_configure_and_launch", "02_benchmark", "03_sweep", "04_compare_and_visualize", "05_model_card",
-             "06_tune", "07_simulate", "08_chunked_prefill_and_prefix_cache")
+             "06_tune", "07_simulate", "08_chunked_prefill_and_prefix_cache", "09_advise")
 
 
 def checkout_root() -> Path | None:

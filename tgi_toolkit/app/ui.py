@@ -26,6 +26,7 @@ from typing import Any  # noqa: E402
 import gradio as gr  # noqa: E402
 
 from tgi_toolkit.app import explorer, settings, views  # noqa: E402
+from tgi_toolkit.app.advise_tab import advise_tab  # noqa: E402
 from tgi_toolkit.app.runner import (  # noqa: E402
     LABELS,
     SCENARIO_FIELDS,
@@ -185,6 +186,8 @@ def create_app(*, work_dir: str | Path | None = None, data_dir: str | Path | Non
                 compare_md = gr.Markdown(elem_id="explore-status")
                 metrics_table = gr.Dataframe(label="Model card main metrics, side by side", interactive=False,
                                              wrap=True, elem_id="explore-metrics")
+
+            advise_tab()  # -- 4. which GPUs (tgi_toolkit.app.advise_tab) --
 
             with gr.Tab("About", id="about"):
                 gr.Markdown(_ABOUT)

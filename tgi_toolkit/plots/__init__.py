@@ -18,6 +18,7 @@ values (NaN, one point, no server samples) draw what there is and say on the fig
 | result sets side by side                 | compare_batch, compare_points, label_sets  | batch, points |
 | TTFT by turn; first vs later of a group  | ttft_by_turn, shared_prefix_ttft, ttft_table | requests |
 | streams' gaps as a long prompt joins     | decode_stall, stall_gaps_table; decode_stall_summary | requests; points |
+| cost against latency of deployments      | cost_latency                               | advise's table |
 
 Times are drawn in ms or s, chosen per axis from the data; `axis_scale(table, column)` says which (and
 the factor), so anything added to a figure lands in its units, e.g. `pareto_plot(points,
@@ -27,6 +28,7 @@ objectives={"ttft_p90_s": 5.0})` draws that limit in whichever unit the TTFT axi
 from __future__ import annotations
 
 from tgi_toolkit.plots._common import AxisScale, axis_scale
+from tgi_toolkit.plots.advise import cost_latency
 from tgi_toolkit.plots.batch import BATCH_STEPS, batch_heatmap, batch_latency_throughput
 from tgi_toolkit.plots.compare import compare_batch, compare_points, label_sets
 from tgi_toolkit.plots.distributions import distribution, fit_ingestion, ingestion_plot, itl_distribution
@@ -44,7 +46,7 @@ from tgi_toolkit.plots.server import kv_usage_timeline, server_timeline
 
 __all__ = [
     "AxisScale", "BATCH_STEPS", "axis_scale", "batch_heatmap",
-    "batch_latency_throughput", "compare_batch", "compare_points", "distribution", "fit_ingestion",
+    "batch_latency_throughput", "compare_batch", "cost_latency", "compare_points", "distribution", "fit_ingestion",
     "ingestion_plot", "itl_distribution", "kv_usage_timeline", "label_sets", "metrics_vs_users", "pareto_front",
     "pareto_plot", "server_timeline", "speed_and_ttft_vs_users", "throughput_vs_users",
     "decode_stall", "decode_stall_summary", "shared_prefix_ttft", "stall_gaps_table", "ttft_by_turn", "ttft_table",
