@@ -104,12 +104,13 @@ def run_ours(url: str, users: int, requests: int, prompt: int, output: int, ramp
     return {"ttft_s": float(point[S.stat_column("ttft", "p50")]), "itl_s": float(point[S.stat_column("tpot", "p50")]),
             "output_tok_s": float(point[S.OUTPUT_THROUGHPUT]), "span_s": float(point[S.DURATION_S]),
             "pooled_itl_s": float(point[S.stat_column("itl", "p50")]), "ramp_s": float(point[S.RAMP_UP_S]),
-            "sync": float(point[S.ARRIVAL_SYNC_SHARE]), "lockstep": bool(point[S.LOCKSTEP])}
+            "sync": float(point[S.ARRIVAL_SYNC_SHARE]), "chance": float(point[S.ARRIVAL_SYNC_CHANCE]),
+            "lockstep": bool(point[S.LOCKSTEP])}
 
 
 def _line(tool: str, rnd: int, users: int, m: dict[str, Any]) -> str:
     extra = (f"  [pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s, in-step share "
-             f"{m['sync']:.2f}{', LOCKSTEP' if m['lockstep'] else ''}]") if "ramp_s" in m else ""
+             f"{m['sync']:.2f} (chance {m['chance']:.2f}){', LOCKSTEP' if m['lockstep'] else ''}]") if "ramp_s" in m else ""
     return (f"round {rnd} users {users:>2} {tool:<8} TTFT p50 {m['ttft_s'] * 1e3:7.1f} ms  ITL p50 "
             f"{m['itl_s'] * 1e3:6.1f} ms  output {m['output_tok_s']:6.1f} tok/s  span {m['span_s']:5.1f} s{extra}")
 
