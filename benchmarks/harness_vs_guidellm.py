@@ -109,8 +109,10 @@ def run_ours(url: str, users: int, requests: int, prompt: int, output: int, ramp
 
 
 def _line(tool: str, rnd: int, users: int, m: dict[str, Any]) -> str:
-    extra = (f"  [pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s, in-step share "
-             f"{m['sync']:.2f} (chance {m['chance']:.2f}){', LOCKSTEP' if m['lockstep'] else ''}]") if "ramp_s" in m else ""
+    extra = ""
+    if "ramp_s" in m:
+        extra = (f"  [pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s, in-step share "
+                 f"{m['sync']:.2f} (chance {m['chance']:.2f}){', LOCKSTEP' if m['lockstep'] else ''}]")
     return (f"round {rnd} users {users:>2} {tool:<8} TTFT p50 {m['ttft_s'] * 1e3:7.1f} ms  ITL p50 "
             f"{m['itl_s'] * 1e3:6.1f} ms  output {m['output_tok_s']:6.1f} tok/s  span {m['span_s']:5.1f} s{extra}")
 
