@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -48,7 +49,9 @@ INSTALL = ("guidellm is not installed. It is a dev-only dependency with pins of 
 
 
 def find_guidellm(given: str | None) -> str | None:
-    for candidate in (given, os.environ.get("GUIDELLM"), "/tmp/guidellm-venv/bin/guidellm", shutil.which("guidellm")):
+    """The executable named (--guidellm, else $GUIDELLM), or else one in /tmp/guidellm-venv or on PATH."""
+    named = given or os.environ.get("GUIDELLM")
+    for candidate in (named,) if named else ("/tmp/guidellm-venv/bin/guidellm", shutil.which("guidellm")):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -101,12 +104,15 @@ def run_ours(url: str, users: int, requests: int, prompt: int, output: int, ramp
     return {"ttft_s": float(point[S.stat_column("ttft", "p50")]), "itl_s": float(point[S.stat_column("tpot", "p50")]),
             "output_tok_s": float(point[S.OUTPUT_THROUGHPUT]), "span_s": float(point[S.DURATION_S]),
             "pooled_itl_s": float(point[S.stat_column("itl", "p50")]), "ramp_s": float(point[S.RAMP_UP_S]),
-            "sync": float(point[S.ARRIVAL_SYNC_SHARE]), "lockstep": bool(point[S.LOCKSTEP])}
+            "sync": float(point[S.ARRIVAL_SYNC_SHARE]), "chance": float(point[S.ARRIVAL_SYNC_CHANCE]),
+            "lockstep": bool(point[S.LOCKSTEP])}
 
 
 def _line(tool: str, rnd: int, users: int, m: dict[str, Any]) -> str:
-    extra = (f"  [pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s, in-step share "
-             f"{m['sync']:.2f}{', LOCKSTEP' if m['lockstep'] else ''}]") if "ramp_s" in m else ""
+    extra = ""
+    if "ramp_s" in m:
+        extra = (f"  [pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s, in-step share "
+                 f"{m['sync']:.2f} (chance {m['chance']:.2f}){', LOCKSTEP' if m['lockstep'] else ''}]")
     return (f"round {rnd} users {users:>2} {tool:<8} TTFT p50 {m['ttft_s'] * 1e3:7.1f} ms  ITL p50 "
             f"{m['itl_s'] * 1e3:6.1f} ms  output {m['output_tok_s']:6.1f} tok/s  span {m['span_s']:5.1f} s{extra}")
 
@@ -139,6 +145,7 @@ def main() -> int:
     server = None if args.url else Server(config, backend="embedded").start()
     url = args.url or server.url
     started = time.monotonic()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped early: the rounds so far, then the server
     try:
         for rnd in range(args.rounds):
             for users in args.users:
@@ -152,12 +159,17 @@ def main() -> int:
                                          args.max_new_tokens, seed=1000 * rnd + users)
                     results.setdefault((tool, users), []).append(m)
                     print(_line(tool, rnd, users, m), flush=True)
+    except KeyboardInterrupt:
+        print("interrupted: the summary below is of the runs finished so far", flush=True)
     finally:
         if server is not None:
             server.stop()
-    print(f"\n{time.monotonic() - started:.0f} s in all. Median over {args.rounds} rounds; ratio = ours / guidellm")
+    print(f"\n{time.monotonic() - started:.0f} s in all. Median over the rounds run; ratio = ours / guidellm")
     missed = []
     for users in args.users:
+        if not (results.get(("ours", users)) and results.get(("guidellm", users))):
+            missed.append(f"{users} users (not run)")
+            continue
         for metric in METRICS:
             ours = statistics.median(m[metric] for m in results[("ours", users)])
             theirs = statistics.median(m[metric] for m in results[("guidellm", users)])

@@ -88,5 +88,8 @@ def test_users_started_together_stay_in_lockstep_and_a_ramp_spreads_them(engine_
     ramp_end = probe[S.SENT_S] + probe[S.E2E_S]
     ramp_sends = req[req[S.WARMUP]].sort_values(S.SENT_S)[S.SENT_S].iloc[1:]
     assert len(ramp_sends) >= 4 and (ramp_sends < ramp_end + point[S.RAMP_UP_S] + 0.05).all()
+    # each user's first request i/4 of the ramp after the first one's
+    starts = (ramp_sends.iloc[:4] - ramp_sends.iloc[0]).tolist()
+    assert starts == pytest.approx([i * point[S.RAMP_UP_S] / 4 for i in range(4)], abs=0.15)
     assert not bool(point[S.LOCKSTEP]) and point[S.ARRIVAL_SYNC_SHARE] < 0.5, point[[S.ARRIVAL_SYNC_SHARE,
                                                                                      S.ARRIVAL_SYNC_CHANCE]]
