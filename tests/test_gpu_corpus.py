@@ -108,6 +108,13 @@ def test_a_prediction_outside_the_corpus_says_so():
     assert not tiny.covered and "0.1B-parameter model" in tiny.note
 
 
+def test_a_calibrated_profile_is_not_given_the_gpu_corpus_error():
+    from tgi_toolkit.simulate import LinearCostModel
+
+    u = uncertainty(LinearCostModel(forward_s=0.02), "tpot", rows=4)
+    assert u.error is None and not u.covered and "calibrated profile" in u.label()
+
+
 def test_without_a_fit_file_the_error_is_unknown_and_says_how_to_get_one():
     u = uncertainty(roofline("H100-80GB", LLAMA3_8B), "tpot", fit={})
     assert u == Uncertainty("batch1_decode", None, None, 0, False, u.note)

@@ -113,6 +113,9 @@ def uncertainty(cost: Any, metric: str, *, rows: int = 1, fit: dict[str, Any] | 
     'throughput') with `rows` sequences decoding together."""
     fit = load_fit() if fit is None else fit
     regime = regime_of(metric, rows=rows, num_shard=getattr(cost, "num_shard", 1))
+    if not hasattr(cost, "kernel_seconds"):  # a calibrated profile is judged where it was measured
+        return Uncertainty(regime, None, None, 0, False, "a calibrated profile: no published GPU figure judges it "
+                                                          "(benchmarks/simulate_accuracy.py does, on its machine)")
     known = regime_error(fit, regime)
     if known is None:
         return Uncertainty(regime, None, None, 0, False,
