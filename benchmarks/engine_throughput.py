@@ -99,7 +99,8 @@ def bench_rounds(args: argparse.Namespace) -> dict[str, dict]:
     """Every scheduling path's engine at once (one measured at a time, the others idle) and the peer,
     measured in turn at each stream count, `--repeats` rounds, the order reversed every other round;
     each server's per-round figures are kept ("rounds") and its median round is the summary."""
-    servers = {path: start_engine(engine_flags(args), PATHS[path]) for path in args.paths}
+    threads = {"OMP_NUM_THREADS": str(args.engine_threads)} if args.engine_threads else {}
+    servers = {path: start_engine(engine_flags(args), {**(PATHS[path] or {}), **threads}) for path in args.paths}
     out: dict[str, dict] = {path: {"time_to_healthy_s": server.seconds_to_healthy} for path, server in servers.items()}
     try:
         measures = {}
@@ -236,11 +237,14 @@ def main() -> None:
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS),
                         help="scheduling paths to measure side by side (the first is the one compared with "
                         "transformers and the peer)")
+    parser.add_argument("--engine-threads", type=int, default=None,
+                        help="OMP_NUM_THREADS for the engines (default: torch's, the cores)")
     parser.add_argument("--peer-url", help="a running OpenAI-compatible server (vLLM-CPU, llama.cpp's server) "
                         "measured in the same rounds, through /v1/completions with ignore_eos")
     args = parser.parse_args()
     print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, quantize {args.quantize}, prompt "
-          f"{args.prompt_tokens}, new {args.new_tokens}, peer {args.peer_url or '-'}", flush=True)
+          f"{args.prompt_tokens}, new {args.new_tokens}, engine threads {args.engine_threads or 'default'}, peer "
+          f"{args.peer_url or '-'}", flush=True)
     by_name = bench_rounds(args)
     engine = by_name[args.paths[0]]
     hf = {} if args.skip_transformers else bench_transformers(args)
