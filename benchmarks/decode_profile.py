@@ -1,7 +1,7 @@
 """Where a decode step's time goes, against this machine's memory bandwidth and matmul peak, measured here.
 
     .venv/bin/python benchmarks/decode_profile.py [--dtype bfloat16] [--rows 1 16 32] [--context 192]
-        [--rounds 5] [--compile | --no-compile] [--quantize eetq]
+        [--rounds 5] [--compile | --no-compile] [--quantize eetq] [--threads 1]
 
 Each round measures, one after the other (a shared machine's speed drifts, so every ratio is taken
 within a round and the median over rounds is printed):
@@ -104,7 +104,12 @@ def main() -> None:
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                         help="the compiled decode step, as the engine serves (default), or the eager one")
     parser.add_argument("--quantize", default=None, help="--quantize method, e.g. eetq")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default torch's: the cores); 1 avoids OpenMP barrier stalls on a busy "
+                             "machine, where a descheduled thread holds up each of a step's ~600 parallel regions")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     loaded = load_model(resolve_model(DEFAULT_MODEL_ID), dtype=args.dtype)
     runner = LlamaRunner(loaded.model, max(args.rows), args.context + 2)
