@@ -7,6 +7,7 @@ host without internet. Screenshots go to out/lab/."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -107,39 +108,42 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]
             child.kill()
 
 
-def test_the_lab_opens_on_the_notebooks_alone_without_news(lab) -> None:
-    shots = out_dir("lab")
-    expected = sorted(p.name for p in (ROOT / "notebooks").iterdir() if not p.name.startswith("."))
-    assert expected and all(name.endswith(".ipynb") for name in expected), expected  # helpers live elsewhere
+@contextlib.contextmanager
+def notebook_page(lab: dict[str, object]) -> Iterator[object]:
+    """A browser page on JupyterLab with notebook 01 open, as `make lab` opens it; closed afterwards."""
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=find_browser(), args=BROWSER_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
             page.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?token={lab['token']}")
             page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
-            page.wait_for_selector(".jp-DirListing-item", timeout=60_000)
-            listed = sorted(page.locator(".jp-DirListing-item .jp-DirListing-itemText").all_inner_texts())
-            disabled = page.evaluate("() => JSON.parse(document.getElementById('jupyter-config-data').textContent)"
-                                     ".disabledExtensions")
-            # JupyterLab asks about news a moment after start-up when its announcements plugin runs
-            page.wait_for_timeout(5_000)
-            page.screenshot(path=str(shots / "first_screen.png"), full_page=False)
-            news = page.get_by_text("official Jupyter news", exact=False).count()
-            toasts = page.locator(".Toastify__toast").count()
+            yield page
         finally:
             browser.close()
+
+
+def test_the_lab_opens_on_the_notebooks_alone_without_news(lab) -> None:
+    shots = out_dir("lab")
+    expected = sorted(p.name for p in (ROOT / "notebooks").iterdir() if not p.name.startswith("."))
+    assert expected and all(name.endswith(".ipynb") for name in expected), expected  # helpers live elsewhere
+    with notebook_page(lab) as page:
+        page.wait_for_selector(".jp-DirListing-item", timeout=60_000)
+        listed = sorted(page.locator(".jp-DirListing-item .jp-DirListing-itemText").all_inner_texts())
+        disabled = page.evaluate("() => JSON.parse(document.getElementById('jupyter-config-data').textContent)"
+                                 ".disabledExtensions")
+        # JupyterLab asks about news a moment after start-up when its announcements plugin runs
+        page.wait_for_timeout(5_000)
+        page.screenshot(path=str(shots / "first_screen.png"), full_page=False)
+        news = page.get_by_text("official Jupyter news", exact=False).count()
+        toasts = page.locator(".Toastify__toast").count()
     assert listed == expected
     assert NEWS_PLUGIN in disabled and news == 0 and toasts == 0, (disabled, news, toasts)
 
 
 def test_notebook_01_runs_in_jupyterlab_and_its_form_follows_the_fields(lab) -> None:
     shots = out_dir("lab")
-    with playwright_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=find_browser(), args=BROWSER_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    with notebook_page(lab) as page:
         try:
-            page.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?token={lab['token']}")
-            page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
             # the kernel is up before anything runs: the status bar names it, idle (cells run before it
             # connects can be lost)
             page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=120_000)
@@ -175,5 +179,3 @@ def test_notebook_01_runs_in_jupyterlab_and_its_form_follows_the_fields(lab) -> 
         except Exception:
             page.screenshot(path=str(shots / "01_failed.png"), full_page=True)
             raise
-        finally:
-            browser.close()
