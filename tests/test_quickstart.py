@@ -33,12 +33,13 @@ def test_the_quickstart_sweep_is_small_and_valid() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # two launches and 8 requests of 384 + 32 tokens; a shared 2-core machine is slow
 def test_kv_memory_for_one_request_runs_the_users_one_at_a_time(tmp_path) -> None:
     """What the quickstart's sweep shows, on its own settings: 4 users, KV for one request against all of it."""
     from tgi_toolkit.sweep import Sweep, Workload
 
     sweep = Sweep(base=quickstart.SWEEP_BASE, grid=quickstart.sweep_grid(),
-                  workloads=[Workload("concurrency", **{**quickstart.CONCURRENCY, "users": [4]})])
+                  workloads=[Workload("concurrency", **{**quickstart.CONCURRENCY, "users": [4], "requests": 4})])
     points = sweep.run(tmp_path, progress=False).points.sort_values("output_throughput_tok_s")
     small, whole = points.to_dict("records")
     assert small["config_label"].startswith("cuda_memory_fraction=0.0") and whole["config_label"].endswith("=1.0")

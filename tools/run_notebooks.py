@@ -72,12 +72,21 @@ def main(argv: list[str]) -> int:
     os.environ["HF_HUB_OFFLINE"] = "1"  # the kernel inherits it: no model hub, as on a GPU host without internet
     os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype+png" if _png_available() else "plotly_mimetype")
     print(f"figures: {os.environ['PLOTLY_RENDERER']}", flush=True)
+    failed = []
     for name in names:
         print(f"{name}: running", flush=True)
-        seconds = run(name)
+        try:
+            seconds = run(name)
+        except Exception as exc:  # papermill's error names the cell; the committed notebook is left as it was
+            failed.append(name)
+            print(f"{name}: FAILED, left unchanged: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}",
+                  flush=True)
+            continue
         size = (NB_DIR / f"{name}.ipynb").stat().st_size
         print(f"{name}: done in {seconds:.0f} s, {size / 1000:.0f} kB", flush=True)
-    return 0
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
