@@ -201,7 +201,7 @@ def test_03_sweep(tmp_path) -> None:
     for claim in ("with KV memory for one request the server runs one request at a time",
                   "with max_batch_size=1 the running batch still grows past it on this path",
                   "with PREFILL_CHUNKING=0, max_batch_size=1 decodes one request at a time",
-                  "and a larger max_batch_size turns users into throughput"):
+                  "and a larger max_batch_size lets the users' requests share each forward"):
         assert f"checked on this run's data: {claim}" in out
     throughput, speed_ttft, pareto, heatmap, older_throughput, *rest = figures(nb)
     assert rest == []

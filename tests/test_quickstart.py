@@ -40,12 +40,13 @@ def test_kv_memory_for_one_request_runs_the_users_one_at_a_time(tmp_path) -> Non
 
     sweep = Sweep(base=quickstart.SWEEP_BASE, grid=quickstart.sweep_grid(),
                   workloads=[Workload("concurrency", **{**quickstart.CONCURRENCY, "users": [4], "requests": 4})])
-    points = sweep.run(tmp_path, progress=False).points.sort_values("output_throughput_tok_s")
+    points = sweep.run(tmp_path, progress=False).points.sort_values("server_batch_size_max")
     small, whole = points.to_dict("records")
     assert small["config_label"].startswith("cuda_memory_fraction=0.0") and whole["config_label"].endswith("=1.0")
     assert small["errors"] == whole["errors"] == 0
+    # the server's own batch count: throughput follows it on an idle machine, but on a loaded one (other
+    # processes taking 1.5 of the 2 cores) a batch of 4 gained 11 % where idle it gains several times
     assert small["server_batch_size_max"] == 1 and whole["server_batch_size_max"] >= 3
-    assert whole["output_throughput_tok_s"] > 1.5 * small["output_throughput_tok_s"]
     assert "KV memory for one request ran the requests one at a time" in quickstart.kv_finding(points)
 
 
