@@ -231,7 +231,7 @@ users = [1, 2, 4]
 prompt_tokens = 128
 max_new_tokens = 32
 requests = 8  # measured requests per concurrency point
-ingestion_prompt_tokens = [32, 256, 512]
+ingestion_prompt_tokens = [32, 128, 256, 384, 512]  # 5 lengths x 2: enough for a fit that may be quoted
 ingestion_repeats = 2
 progress = True"""),
     timed(SETUP + """
@@ -324,15 +324,18 @@ plots.server_timeline(load.server, requests=load.requests, run_id=load.run_ids[-
     md("""
 ## Prompt ingestion speed
 
-- `ingestion_prompt_tokens`: prompt lengths to fit (at least two; spread them up to
-  `max_input_tokens`). `ingestion_repeats`: requests per length; outliers are dropped from the fit
-  (drawn in grey; `fit["kept"]` says which requests were fitted).
+- `ingestion_prompt_tokens`: prompt lengths to fit (at least 3, spread up to `max_input_tokens`).
+  `ingestion_repeats`: requests per length; outliers are dropped from the fit (drawn in grey;
+  `fit["kept"]` says which requests were fitted). With fewer than 5 requests kept, 3 lengths or an r² of
+  0.9 the speed is printed with the reason it is not to be quoted.
 """),
     timed("""
 ingestion = measure_ingestion(server, prompt_tokens=ingestion_prompt_tokens, repeats=ingestion_repeats,
                               output=output_dir, progress=progress)
 fit = ingestion.ingestion()
-print(f"prompt ingestion speed: {fit['speed_tok_s']:.0f} tokens/s (r2 {fit['r2']:.2f}, {fit['n']:.0f} requests)")
+print(f"prompt ingestion speed: {fit['speed_tok_s']:.0f} tokens/s (r2 {fit['r2_all']:.2f} over all "
+      f"{fit['measured']:.0f} requests, {fit['measured'] - fit['n']:.0f} trimmed as outliers)"
+      + (f"; {fit['unreliable']}" if fit["unreliable"] else ""))
 plots.ingestion_plot(ingestion.requests)"""),
     md("""
 ## The main metrics of a model card
