@@ -298,7 +298,7 @@ from tgi_toolkit.cookbook import check
 
 by_users = load.points.set_index("users")
 check("total throughput rises with the users", by_users["output_throughput_tok_s"].idxmax() != min(users),
-      by_users["output_throughput_tok_s"].to_dict())"""),
+      by_users["output_throughput_tok_s"].to_dict(), busy=by_users["machine_busy"].fillna(False).any())"""),
     md("""
 **Per-request speed and TTFT** (happy_vllm's speed_generation graph): lines are medians, bars the
 25th to 75th percentiles. Where the speed line stays nearly flat, one decode step of several requests
@@ -985,7 +985,7 @@ from tgi_toolkit.cookbook import check
 
 largest = summary.set_index("config_label")["stall_max_gap_s"]
 check("with chunking, the largest gap a running stream saw is shorter than without",
-      largest[CHUNKED] < largest[UNCHUNKED], largest.to_dict())"""),
+      largest[CHUNKED] < largest[UNCHUNKED], largest.to_dict(), busy=summary["machine_busy"].fillna(False).any())"""),
     md("""
 ## The prefix cache: a repeated system prompt
 
@@ -1008,7 +1008,8 @@ plots.shared_prefix_ttft(shared.requests)"""),
 measured = shared.requests[~shared.requests["warmup"] & shared.requests["error"].isna()]
 turns = measured.groupby("turn")["ttft_s"].median()  # turn 0: the group's first request
 check("the later requests, which find the system prompt cached, have a shorter TTFT than the first",
-      rate > 0 and (turns.drop(turns.index.min()) < turns[turns.index.min()]).all(), turns.to_dict())"""),
+      rate > 0 and (turns.drop(turns.index.min()) < turns[turns.index.min()]).all(), turns.to_dict(),
+      busy=rate > 0 and shared.points["machine_busy"].fillna(False).any())"""),
     md("""
 **How to read it**: the first request computes all `system_tokens + question_tokens` tokens; the later
 ones only their `question_tokens`, so their TTFT is a fraction of it. On a GPU the same holds, with
