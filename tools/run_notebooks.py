@@ -6,7 +6,9 @@ runs it, HF_HUB_OFFLINE=1) and written back, so that GitHub, the Space and Jupyt
 before anything is run. Figures are saved as plotly's JSON (interactive in JupyterLab) with a PNG beside
 it (what GitHub shows): PLOTLY_RENDERER=plotly_mimetype+png, the PNG drawn by kaleido with the installed
 Chromium. A figure whose JSON is over FIGURE_JSON_CAP keeps its PNG alone, so that a notebook stays small;
-without a Chromium the JSON is kept whatever its size. papermill's timing metadata is dropped.
+without a Chromium the JSON is kept whatever its size. papermill's timing metadata is dropped. Each
+notebook writes into an out/ of its own (TGI_TOOLKIT_OUT), removed afterwards: the run starts as on a
+fresh clone, whatever earlier runs left in the checkout's out/.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def run(name: str) -> float:
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
+        # an out/ of its own, as on a fresh clone: results left by earlier runs with other parameters would
+        # be resumed or drawn beside this run's (the kernel inherits the variable; tgi_toolkit.cookbook.out_dir)
+        os.environ["TGI_TOOLKIT_OUT"] = str(Path(tmp) / "out")
         source, target = Path(tmp) / f"{name}.ipynb", Path(tmp) / f"{name}.out.ipynb"
         nbformat.write(build(NOTEBOOKS[name]), source)
         papermill.execute_notebook(str(source), str(target), kernel_name="python3", cwd=str(NB_DIR),
