@@ -2,6 +2,7 @@
 #   make quickstart   set everything up, start the embedded server, run the main job
 #   make lab          set everything up, open the cookbook (notebooks/) in JupyterLab
 #   make test         set everything up, run the whole test suite (what CI runs)
+#   make notebooks    regenerate the cookbook from tools/make_notebooks.py, execute it, write it back with outputs
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -13,10 +14,14 @@ PYTEST_ARGS ?=
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 LAB_ARGS ?=
+# tools/jupyter/labconfig/page_config.json turns JupyterLab's news and update pop-up off (its announcements plugin).
+LAB_CONFIG := JUPYTER_CONFIG_PATH=$(CURDIR)/tools/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}
+# `make notebooks`: which notebooks to execute (names without .ipynb; default: all of them).
+NOTEBOOKS ?=
 # Jupyter refuses to run as root unless told: containers on GPU hosts often run as root.
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup quickstart lab test lint clean browser
+.PHONY: setup quickstart lab notebooks test lint clean browser
 
 setup: $(VENV)/.installed
 
@@ -33,8 +38,13 @@ quickstart: setup
 	$(VENV)/bin/tgi-toolkit quickstart
 
 lab: setup
-	$(VENV)/bin/jupyter lab --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) \
+	$(LAB_CONFIG) $(VENV)/bin/jupyter lab --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) \
 		--ServerApp.root_dir=notebooks $(LAB_ARGS) notebooks/01_configure_and_launch.ipynb
+
+# Regenerate the notebooks, then execute each with its defaults (papermill) and write it back with its outputs.
+notebooks: setup
+	$(PY) tools/make_notebooks.py
+	$(PY) tools/run_notebooks.py $(NOTEBOOKS)
 
 test: setup browser
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,13 +1,17 @@
-"""The cookbook where people use it: notebook 01 opened in JupyterLab in a real browser (Debian's chromium
-driven by Playwright, as the app's browser tests do), run to the end with small parameters, its launcher
-form rendered as ipywidgets and its command line following an edited field. JupyterLab runs on loopback
-with a token and HF_HUB_OFFLINE=1, as on a GPU host without internet. Screenshots go to out/lab/."""
+"""The cookbook where people use it: JupyterLab in a real browser (Debian's chromium driven by Playwright,
+as the app's browser tests do), on a copy of notebooks/ with the repository's Jupyter configuration (as
+`make lab` starts it). Its first screen lists the notebooks alone, with no news pop-up; notebook 01 runs
+to the end with small parameters, its launcher form rendered as ipywidgets and its command line
+following an edited field. JupyterLab runs on loopback with a token and HF_HUB_OFFLINE=1, as on a GPU
+host without internet. Screenshots go to out/lab/."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,16 +34,19 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "01_configure_and_launch.ipynb"
 # test_notebooks' small run: a short context, 8 new tokens
 PARAMETERS = {"max_input_tokens": 256, "max_total_tokens": 512, "max_batch_size": 4, "max_new_tokens": 8}
-# Every cell kept in the page (JupyterLab's windowing detaches cells scrolled away), no news pop-up.
-LAB_SETTINGS = {"@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
-                "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False}}
+# Every cell kept in the page (JupyterLab's windowing detaches cells scrolled away). The news pop-up is
+# the repository's to turn off (tools/jupyter, which `make lab` puts on JUPYTER_CONFIG_PATH), not the test's.
+LAB_SETTINGS = {"@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"}}
+LAB_CONFIG = ROOT / "tools" / "jupyter"
+NEWS_PLUGIN = "@jupyterlab/apputils-extension:announcements"
 RUN_TIMEOUT_MS = 300_000  # kernel start, engine start (5-20 s), one question, on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
-    """JupyterLab in its own process on a free loopback port, serving a copy of notebook 01 with small
-    parameters (injected as papermill does); its own runtime, settings and workspace folders."""
+    """JupyterLab in its own process on a free loopback port, serving a copy of notebooks/ whose notebook 01
+    has small parameters (injected as papermill does); its own runtime, settings and workspace folders, the
+    repository's Jupyter configuration."""
     import nbformat
     import psutil
     from papermill.iorw import load_notebook_node
@@ -49,7 +56,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]
         pytest.skip(NO_BROWSER)
     work = tmp_path_factory.mktemp("lab")
     notebooks = work / "notebooks"
-    notebooks.mkdir()
+    shutil.copytree(ROOT / "notebooks", notebooks, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     nb = parameterize_notebook(load_notebook_node(str(ROOT / "notebooks" / NOTEBOOK)), PARAMETERS)
     nbformat.write(nb, notebooks / NOTEBOOK)
     for name, settings in LAB_SETTINGS.items():
@@ -57,7 +64,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(settings))
     port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JUPYTER_RUNTIME_DIR": str(work / "runtime")}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
+           "JUPYTER_CONFIG_PATH": str(LAB_CONFIG)}
     argv = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebooks}",
             f"--LabApp.user_settings_dir={work / 'settings'}", f"--LabApp.workspaces_dir={work / 'workspaces'}",
@@ -100,14 +108,42 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]
             child.kill()
 
 
-def test_notebook_01_runs_in_jupyterlab_and_its_form_follows_the_fields(lab) -> None:
-    shots = out_dir("lab")
+@contextlib.contextmanager
+def notebook_page(lab: dict[str, object]) -> Iterator[object]:
+    """A browser page on JupyterLab with notebook 01 open, as `make lab` opens it; closed afterwards."""
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=find_browser(), args=BROWSER_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
             page.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?token={lab['token']}")
             page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def test_the_lab_opens_on_the_notebooks_alone_without_news(lab) -> None:
+    shots = out_dir("lab")
+    expected = sorted(p.name for p in (ROOT / "notebooks").iterdir() if not p.name.startswith("."))
+    assert expected and all(name.endswith(".ipynb") for name in expected), expected  # helpers live elsewhere
+    with notebook_page(lab) as page:
+        page.wait_for_selector(".jp-DirListing-item", timeout=60_000)
+        listed = sorted(page.locator(".jp-DirListing-item .jp-DirListing-itemText").all_inner_texts())
+        disabled = page.evaluate("() => JSON.parse(document.getElementById('jupyter-config-data').textContent)"
+                                 ".disabledExtensions")
+        # JupyterLab asks about news a moment after start-up when its announcements plugin runs
+        page.wait_for_timeout(5_000)
+        page.screenshot(path=str(shots / "first_screen.png"), full_page=False)
+        news = page.get_by_text("official Jupyter news", exact=False).count()
+        toasts = page.locator(".Toastify__toast").count()
+    assert listed == expected
+    assert NEWS_PLUGIN in disabled and news == 0 and toasts == 0, (disabled, news, toasts)
+
+
+def test_notebook_01_runs_in_jupyterlab_and_its_form_follows_the_fields(lab) -> None:
+    shots = out_dir("lab")
+    with notebook_page(lab) as page:
+        try:
             # the kernel is up before anything runs: the status bar names it, idle (cells run before it
             # connects can be lost)
             page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=120_000)
@@ -143,5 +179,3 @@ def test_notebook_01_runs_in_jupyterlab_and_its_form_follows_the_fields(lab) -> 
         except Exception:
             page.screenshot(path=str(shots / "01_failed.png"), full_page=True)
             raise
-        finally:
-            browser.close()

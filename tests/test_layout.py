@@ -168,7 +168,7 @@ NOT_SHIPPED = ("shared/reference", "shared/seeds", "TGI3-SCHEDULER.md", "MEASURE
 
 def cited_texts() -> dict[str, str]:
     root = PACKAGE.parent
-    paths = [*sorted(PACKAGE.rglob("*.py")), root / "README.md", root / "notebooks" / "make_notebooks.py"]
+    paths = [*sorted(PACKAGE.rglob("*.py")), root / "README.md", root / "tools" / "make_notebooks.py"]
     return {str(p.relative_to(root)): p.read_text() for p in paths}
 
 

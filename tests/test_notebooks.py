@@ -1,6 +1,7 @@
-"""The cookbook: notebooks as the generator writes them, one `parameters` cell each, and (slow) each
-executed headlessly by papermill against the embedded engine with small parameters, checked by what
-it produced. Executed notebooks are kept in out/notebooks/ (CI uploads out/)."""
+"""The cookbook: notebooks as the generator writes them, one `parameters` cell each, committed with the
+outputs of a run of their defaults; nbval compares those outputs (slow); and (slow) each executed
+headlessly by papermill against the embedded engine with small parameters, checked by what it produced.
+Executed notebooks are kept in out/notebooks/ (CI uploads out/)."""
 
 from __future__ import annotations
 
@@ -19,18 +20,20 @@ from tgi_toolkit.cookbook import NOTEBOOKS, example_results_dir, out_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
+TOOLS = ROOT / "tools"
+MAX_NOTEBOOK_BYTES = 2_000_000  # figures' JSON over tools/run_notebooks.FIGURE_JSON_CAP keep their PNG alone
 PLOTLY = "application/vnd.plotly.v1+json"
 PRESENT = [name for name in NOTEBOOKS if (NB_DIR / f"{name}.ipynb").exists()]
 
 
 def test_committed_notebooks_are_what_the_generator_writes() -> None:
-    result = subprocess.run([sys.executable, str(NB_DIR / "make_notebooks.py"), "--check"], capture_output=True,
+    result = subprocess.run([sys.executable, str(TOOLS / "make_notebooks.py"), "--check"], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("name", PRESENT)
-def test_one_parameters_cell_of_plain_assignments_and_no_outputs(name: str) -> None:
+def test_one_parameters_cell_of_plain_assignments_and_the_outputs_of_a_run(name: str) -> None:
     nb = nbformat.read(NB_DIR / f"{name}.ipynb", as_version=4)
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1
@@ -38,8 +41,39 @@ def test_one_parameters_cell_of_plain_assignments_and_no_outputs(name: str) -> N
     for node in ast.parse(tagged[0].source).body:
         assert isinstance(node, ast.Assign) and len(node.targets) == 1
         ast.literal_eval(node.value)
-    assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
+    # committed as `make notebooks` leaves them: every code cell run, in order, by one kernel
+    counts = [c.get("execution_count") for c in nb.cells if c.cell_type == "code"]
+    assert counts == list(range(1, len(counts) + 1)), counts
     assert nb.cells[0].cell_type == "markdown"
+    assert (NB_DIR / f"{name}.ipynb").stat().st_size <= MAX_NOTEBOOK_BYTES
+    # a figure shows on GitHub (PNG) and in JupyterLab (plotly's JSON, unless too large to keep)
+    for output in [o for c in nb.cells for o in c.get("outputs", []) if PLOTLY in o.get("data", {})]:
+        assert "image/png" in output["data"]
+
+
+@pytest.mark.slow
+def test_nbval_fails_when_a_deterministic_output_changes(tmp_path) -> None:
+    """nbval, as pyproject runs it, on notebook 04 (no server) with one committed output edited: that cell
+    fails, every other cell (compared as committed, or tagged nbval-ignore-output) passes."""
+    nb = nbformat.read(NB_DIR / "04_compare_and_visualize.ipynb", as_version=4)
+    compared = [c for c in nb.cells if c.cell_type == "code" and c.get("outputs")
+                and "nbval-ignore-output" not in c.metadata.get("tags", [])]
+    assert compared  # 04 holds deterministic outputs: the published tables, our main metrics
+    target = compared[-1]
+    for output in target.outputs:  # what a change of the example results or of main_metrics would do
+        if "text/plain" in output.get("data", {}):
+            output["data"]["text/plain"] += "\nedited"
+        if output.get("output_type") == "stream":
+            output["text"] = "edited " + output["text"]
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(nb, tmp_path / "notebooks" / "04_compare_and_visualize.ipynb")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(ROOT),
+                             "-c", str(ROOT / "pyproject.toml"), str(tmp_path / "notebooks")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    summary = result.stdout.strip().splitlines()[-1]
+    assert result.returncode == 1 and summary.startswith("1 failed, "), result.stdout[-3000:]
+    cell = [c.id for c in nb.cells if c.cell_type == "code"].index(target.id)  # nbval counts code cells
+    assert f"04_compare_and_visualize.ipynb::Cell {cell} - " in result.stdout
 
 
 # -- headless runs ----------------------------------------------------------------------------------------
@@ -143,6 +177,7 @@ def test_02_benchmark(server, tmp_path) -> None:
     assert "ingestion" in ingestion["layout"]["title"]["text"].lower()
     assert "Prompt ingestion speed" in text(nb) and "Mean generation speed for 2 parallel requests" in text(nb)
     assert f"main metrics of this notebook's 3 runs; {len(earlier)} other run(s)" in text(nb)
+    assert "checked on this run's data: total throughput rises with the users" in text(nb)
 
 
 @pytest.mark.slow
@@ -150,19 +185,30 @@ def test_03_sweep(tmp_path) -> None:
     from tgi_toolkit.sweep import sweep_status
 
     results_dir, card = tmp_path / "results", tmp_path / "card.html"
-    nb = execute("03_sweep", base={"max_input_tokens": 64, "max_total_tokens": 128}, grid={"max_batch_size": [1, 2]},
-                 extra_configs=[{"max_input_tokens": 128}], users=[1, 2], prompt_tokens=16, max_new_tokens=4,
-                 requests=2, output_dir=str(results_dir), report_path=str(card), progress=False)
-    status = sweep_status(results_dir).set_index("label")
-    assert status["status"].to_dict() == {"max_batch_size=1": "complete", "max_batch_size=2": "complete",
-                                          "max_input_tokens=128": "invalid"}
-    throughput, speed_ttft, pareto, heatmap, *rest = figures(nb)
+    # a request reserves 64 + 16 - 1 = 79 KV tokens: 128 hold one, so 2 users take turns there
+    nb = execute("03_sweep", base={"max_input_tokens": 64, "max_total_tokens": 128, "max_batch_prefill_tokens": 128},
+                 kv_tokens=[128, None], grid={"max_batch_size": [1, 2]}, older_grid={"max_batch_size": [1, 2]},
+                 extra_configs=[{"max_input_tokens": 128}], users=[1, 2], prompt_tokens=64, max_new_tokens=16,
+                 requests=4, output_dir=str(results_dir), report_path=str(card), progress=False)
+    status = sweep_status(results_dir)
+    assert sorted(status["status"]) == ["complete"] * 4 + ["invalid"]
+    assert sorted(status.loc[status["status"] == "complete", "max_batch_size"]) == [1, 1, 2, 2]
+    assert status["cuda_memory_fraction"].dropna().nunique() == 2
+    older = sweep_status(str(results_dir) + "_older").set_index("label")
+    assert older["status"].to_dict() == {"max_batch_size=1": "complete", "max_batch_size=2": "complete"}
+    out = text(nb)
+    # every sentence the notebook checks held on this run (a failed check stops the notebook)
+    for claim in ("with KV memory for one request the server runs one request at a time",
+                  "with max_batch_size=1 the running batch still grows past it on this path",
+                  "with PREFILL_CHUNKING=0, max_batch_size=1 decodes one request at a time",
+                  "and a larger max_batch_size lets the users' requests share each forward"):
+        assert f"checked on this run's data: {claim}" in out
+    throughput, speed_ttft, pareto, heatmap, older_throughput, *rest = figures(nb)
     assert rest == []
-    assert [n.split(",")[0] for n in trace_names(throughput)] == ["max_batch_size=1", "max_batch_size=2"]
-    assert trace_names(pareto)[-1] == "Pareto frontier"
+    assert len(trace_names(throughput)) == 4 and trace_names(pareto)[-1] == "Pareto frontier"
     assert heatmap["data"][0]["type"] == "heatmap"
-    assert card.is_file() and card.with_suffix(".md").is_file()
-    assert "|Metric|max_batch_size=1," in card.with_suffix(".md").read_text()  # one column per configuration
+    assert [n.split(",")[0] for n in trace_names(older_throughput)] == ["max_batch_size=1", "max_batch_size=2"]
+    assert card.is_file() and "|Configuration|Prompt ingestion|" in card.with_suffix(".md").read_text()
 
 
 @pytest.mark.slow
@@ -275,6 +321,7 @@ def test_08_chunked_prefill_and_prefix_cache(tmp_path, monkeypatch) -> None:
     assert len(summary["data"]) == 4 and len(shared_fig["data"]) == 1
     assert values(by_turn["data"][0]["x"]) == [1, 2]
     assert "prefix-cache hit rate: " in text(nb)
+    assert "checked on this run's data: with chunking, the largest gap a running stream saw is shorter" in text(nb)
 
 
 @pytest.mark.slow

@@ -16,6 +16,38 @@ def test_the_quickstart_sweep_is_small_and_valid() -> None:
     configs = sweep.configs()
     assert [c.valid for c in configs] == [True, True]
     assert sorted(w.scenario for w in sweep.workloads) == ["batch", "concurrency", "ingestion"]
+    small, whole = sweep.grid["cuda_memory_fraction"]
+    assert 0 < small < 0.05 and whole == 1.0
+    # the KV capacity each fraction gives, by the planner (the engine's own arithmetic): one request of the
+    # concurrency workload fits the small one (384 + 32 - 1 = 415 tokens reserved), two do not
+    from tgi_toolkit.planner import plan_embedded
+    from tgi_toolkit.tune.search import model_config_path
+
+    config = configs[0].config
+    tokens = plan_embedded(model_config_path(config), memory_fraction=small, max_input_tokens=512,
+                           max_total_tokens=640, max_batch_prefill_tokens=512).max_batch_total_tokens
+    assert 640 <= tokens < 2 * 415
+    # enough ingestion requests and lengths for the fit to be quoted (bench.stats' minimums: 5 and 3)
+    ingestion = next(w for w in sweep.workloads if w.scenario == "ingestion").params
+    assert len(ingestion["prompt_tokens"]) * ingestion["repeats"] >= 10 and len(ingestion["prompt_tokens"]) >= 5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # two launches and 8 requests of 384 + 32 tokens; a shared 2-core machine is slow
+def test_kv_memory_for_one_request_runs_the_users_one_at_a_time(tmp_path) -> None:
+    """What the quickstart's sweep shows, on its own settings: 4 users, KV for one request against all of it."""
+    from tgi_toolkit.sweep import Sweep, Workload
+
+    sweep = Sweep(base=quickstart.SWEEP_BASE, grid=quickstart.sweep_grid(),
+                  workloads=[Workload("concurrency", **{**quickstart.CONCURRENCY, "users": [4], "requests": 4})])
+    points = sweep.run(tmp_path, progress=False).points.sort_values("server_batch_size_max")
+    small, whole = points.to_dict("records")
+    assert small["config_label"].startswith("cuda_memory_fraction=0.0") and whole["config_label"].endswith("=1.0")
+    assert small["errors"] == whole["errors"] == 0
+    # the server's own batch count: throughput follows it on an idle machine, but on a loaded one (other
+    # processes taking 1.5 of the 2 cores) a batch of 4 gained 11 % where idle it gains several times
+    assert small["server_batch_size_max"] == 1 and whole["server_batch_size_max"] >= 3
+    assert "KV memory for one request ran the requests one at a time" in quickstart.kv_finding(points)
 
 
 @pytest.mark.slow
@@ -34,6 +66,7 @@ def test_quickstart_prints_the_answer_and_the_report(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     assert re.search(r"^A: \S", out, re.M) and re.search(r"time to first token: \d+ ms", out)
     assert "Prompt ingestion speed" in out and "max_batch_size=2" in out
+    assert "what the sweep showed:\nat 2 users, max_batch_size=2: " in out
     html = Path(re.search(r"HTML report, open it in a browser: (\S+)", out).group(1))
     assert html == tmp_path / "report" / "model_card.html" and html.is_file()
     assert html.with_suffix(".md").is_file() and (tmp_path / "results" / "points.parquet").is_file()

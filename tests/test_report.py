@@ -217,22 +217,41 @@ def _scattered(results: Results, seed: int = 1) -> Results:
 
 def test_a_poor_ingestion_fit_is_never_a_number_alone(example: Results) -> None:
     good = report.main_metrics(example).set_index("metric").loc[report.INGESTION]
-    assert "unreliable" not in good["text"]  # r² 0.99 over 15 requests and 5 lengths
+    assert "not to be quoted" not in good["text"]  # r² 0.99 over 15 requests and 5 lengths
+    fit = example.ingestion()
+    assert f"15 requests one at a time, prompts of 32 to 1024 tokens, r\u00b2 = {fit['r2_all']:.2f} over all" \
+        in good["basis"]
     poor = _scattered(example)
     fit = poor.ingestion()
     assert fit["r2"] < 0.9
     row = report.main_metrics(poor).set_index("metric").loc[report.INGESTION]
-    assert row["text"].endswith(f", unreliable (r\u00b2 = {fit['r2']:.2f})")
-    assert "unreliable fit (r\u00b2 = " in row["basis"]
+    reason = (f"not to be quoted: TTFT scatters around the line (r\u00b2 {fit['r2']:.2f} over the {fit['n']:.0f} "
+              f"requests fitted, 0.9 needed)")
+    assert row["text"].endswith(f" t/s, {reason}")
+    assert reason in row["basis"]
     (figure,) = [f for f in report.card_figures(poor) if f.name.startswith("prompt_ingestion")]
-    assert "unreliable fit (r\u00b2 = " in figure.figure.layout.title.text
+    assert reason in figure.figure.layout.title.text
     # too few requests: 4 of two lengths fit a line perfectly, and mean nothing
     few = _copy(example)
     ingestion = few.requests[few.requests[S.SCENARIO] == "ingestion"]
     keep = ingestion[ingestion[S.PROMPT_TOKENS].isin([32, 1024])].index[:4]
     few.requests = few.requests.drop(ingestion.index.difference(keep)).reset_index(drop=True)
     unreliable = few.ingestion()["unreliable"]
-    assert "4 requests < 5" in unreliable and "2 prompt lengths < 3" in unreliable
+    assert unreliable == "not to be quoted: 4 of the 5 requests needed; 2 of the 3 prompt lengths needed"
+
+
+def test_a_perfect_fit_of_too_few_requests_says_how_many_were_trimmed() -> None:
+    # issue 26: 6 ingestion requests, 2 trimmed, read "~4030 t/s, unreliable (r² = 1.00)". By hand: TTFT =
+    # 10 ms + length / 4000 t/s for 100, 200, 300 tokens twice, two of them 0.5 s late: the 4 others lie on
+    # the line (4000 t/s, r² 1 over them); over all 6 the late two leave r² = 1 - 0.5 / 0.3108 = -0.61.
+    from tgi_toolkit.bench.stats import ingestion_fit
+
+    lengths = [100, 100, 200, 200, 300, 300]
+    ttft = [0.01 + n / 4000 + (0.5 if i in (1, 3) else 0) for i, n in enumerate(lengths)]
+    fit = ingestion_fit(lengths, ttft)
+    assert fit["speed_tok_s"] == pytest.approx(4000) and fit["r2"] == pytest.approx(1)
+    assert (fit["n"], fit["measured"]) == (4, 6) and fit["r2_all"] == pytest.approx(-0.6086, abs=1e-4)
+    assert fit["unreliable"] == "not to be quoted: 4 of the 5 requests needed (2 of 6 trimmed as outliers)"
 
 
 def test_each_configurations_ingestion_figure_agrees_with_its_table_cell(example: Results) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 EXAMPLE = "smollm2-135m-cpu"
 NOTEBOOKS = ("01_configure_and_launch", "02_benchmark", "03_sweep", "04_compare_and_visualize", "05_model_card",
@@ -42,3 +43,34 @@ def example_results_dir(name: str = EXAMPLE) -> Path:
         raise FileNotFoundError(f"no example result set at {path} (set {DATA_ENV} to a copy of the repository's "
                                 f"data/)")
     return path
+
+
+def check(claim: str, holds: bool, evidence: Any, busy: bool = False) -> None:
+    """A sentence of a notebook's prose about its figure, checked on the data the notebook just produced:
+    prints the claim when it holds; raises AssertionError naming the claim and the evidence when not, so
+    that prose and results cannot drift apart (nbval and the papermill tests run every notebook).
+
+    busy: the points were measured while other processes took the CPU (their `machine_busy` flag). A timing
+    claim that fails then says it could not be checked on this run, instead of failing: the other
+    processes, not the server, made those timings."""
+    if not holds:
+        if busy:
+            print(f"not checked on this run (the machine was busy: other processes took the CPU): {claim}; "
+                  f"measured: {evidence}")
+            return
+        raise AssertionError(f"the notebook says {claim!r}, but this run's data does not show it: {evidence}")
+    print(f"checked on this run's data: {claim}")
+
+
+def memory_fraction_for(tokens: int, base: Any, backend: str = "embedded") -> float:
+    """The smallest `cuda_memory_fraction` (4 significant digits) whose KV cache holds `tokens` for the
+    launcher settings `base` (a LauncherConfig or a dict of its fields), by the server's own arithmetic on
+    this machine (the tuner's `KvSizing`: the embedded engine's dtype, TGI_TOOLKIT_KV_CACHE_GIB): how the
+    cookbook gives a server "KV memory for one request" the way a smaller GPU would."""
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.tune.search import Demand, kv_sizing, plan_for
+
+    config = base if isinstance(base, LauncherConfig) else LauncherConfig(**base)
+    prompt = config.max_input_tokens or 1
+    demand = Demand(prompt, max((config.max_total_tokens or prompt + 1) - prompt, 1), 1)
+    return kv_sizing(config, backend, demand, plan_for(config, backend, demand)).fraction_for(tokens)

@@ -2,10 +2,14 @@
 
 1. Start the embedded engine on the default model, ask it a question over the OpenAI chat route
    with a streaming client, and print the answer with its time to first token.
-2. A small sweep: the server relaunched with two `max_batch_size` settings, each measured with the
-   three benchmarks of the cookbook (prompt ingestion, text-generation-benchmark's batch
-   experiment, parallel users), all in one results folder.
-3. The model card of that folder: Markdown and an HTML report with every figure, whose path is printed.
+2. A small sweep of the knob that matters most on TGI 3's default path (chunked prefill): the KV
+   memory, `--cuda-memory-fraction`. The server is relaunched with KV memory for one request (as on a
+   GPU with little memory left after the weights) and with all of it, each measured with the three
+   benchmarks of the cookbook (prompt ingestion, text-generation-benchmark's batch experiment,
+   parallel users), all in one results folder. With KV for one request the server runs the users'
+   requests one at a time whatever `max_batch_size` says; with all of it, they share each forward.
+3. The model card of that folder: Markdown and an HTML report with every figure, whose path is printed,
+   and what the sweep showed, from its own numbers.
 
 Sizes are chosen to finish in a few minutes on a 2-core CPU; `--question-only` stops after step 1.
 """
@@ -19,9 +23,21 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_QUESTION = "What is the capital of France?"
-# The quickstart's sweep: the knob whose effect is plainest on any hardware (1 = no batching).
-SWEEP_GRID = {"max_batch_size": [1, 8]}
-SWEEP_BASE = {"max_input_tokens": 512, "max_total_tokens": 768}
+# The quickstart's sweep: KV memory for one request of the concurrency workload (384 + 32 tokens; two
+# would need 830) against all of it. max_batch_size is left alone: under TGI 3's default (chunking) it
+# caps only the group admitted from idle, so it barely changes anything (docs/tgi-rules.md B5).
+SWEEP_BASE = {"max_input_tokens": 512, "max_total_tokens": 640, "max_batch_prefill_tokens": 512}
+SMALL_KV_TOKENS = 640  # the router's floor: one request of max_total_tokens
+CONCURRENCY = {"users": [1, 2, 4], "prompt_tokens": 384, "max_new_tokens": 32, "requests": 8}
+# 6 lengths x 2: a fit that stands on an idle 2-core machine (5 requests and 3 lengths are the minimum)
+INGESTION_PROMPTS = [32, 96, 160, 256, 384, 512]
+
+
+def sweep_grid(backend: str = "embedded") -> dict[str, list[float]]:
+    """The swept values: the fraction whose KV holds SMALL_KV_TOKENS on this machine, and 1.0."""
+    from tgi_toolkit.cookbook import memory_fraction_for
+
+    return {"cuda_memory_fraction": [memory_fraction_for(SMALL_KV_TOKENS, SWEEP_BASE, backend), 1.0]}
 
 
 @dataclass
@@ -74,15 +90,34 @@ def run(config: Any = None, backend: str = "embedded", question: str = DEFAULT_Q
 
 
 def quickstart_sweep(backend: str = "embedded") -> Any:
-    """The sweep step 2 runs: SWEEP_GRID over SWEEP_BASE, with small ingestion, batch and
+    """The sweep step 2 runs: `sweep_grid()` over SWEEP_BASE, with small ingestion, batch and
     concurrency workloads (a `tgi_toolkit.sweep.Sweep`, not yet run)."""
     from tgi_toolkit.sweep import Sweep, Workload
 
-    return Sweep(base=SWEEP_BASE, grid=SWEEP_GRID, backend=backend, name="quickstart", workloads=[
-        Workload("ingestion", prompt_tokens=[32, 192, 384], repeats=2),
+    return Sweep(base=SWEEP_BASE, grid=sweep_grid(backend), backend=backend, name="quickstart", workloads=[
+        Workload("ingestion", prompt_tokens=INGESTION_PROMPTS, repeats=2),
         Workload("batch", batch_sizes=[1, 2, 4], sequence_length=64, decode_length=16, runs=2, warmups=1),
-        Workload("concurrency", users=[1, 2, 4], prompt_tokens=128, max_new_tokens=32, requests=8),
+        Workload("concurrency", **CONCURRENCY),
     ])
+
+
+def kv_finding(points: Any) -> str:
+    """What the sweep showed, from its concurrency points: each configuration's throughput and largest
+    batch at its most users, and whether KV memory for one request kept the server to one at a time."""
+    from tgi_toolkit.bench import schema as S
+
+    conc = points[points[S.SCENARIO] == "concurrency"]
+    if conc.empty:
+        return "no concurrency point was measured"
+    top = conc[conc[S.USERS] == conc[S.USERS].max()].sort_values(S.SERVER_BATCH_SIZE_MAX)
+    lines = [f"at {int(row[S.USERS])} users, {row[S.CONFIG_LABEL]}: {row[S.OUTPUT_THROUGHPUT]:.0f} tokens/s, "
+             f"at most {row[S.SERVER_BATCH_SIZE_MAX]:.0f} request(s) in a batch" for _, row in top.iterrows()]
+    if len(top) == 2 and top[S.SERVER_BATCH_SIZE_MAX].iloc[0] == 1 and top[S.SERVER_BATCH_SIZE_MAX].iloc[1] > 1:
+        ratio = top[S.OUTPUT_THROUGHPUT].iloc[1] / top[S.OUTPUT_THROUGHPUT].iloc[0]
+        lines.append(f"KV memory for one request ran the requests one at a time; all of it batched them, "
+                     f"for {ratio:.1f}x the throughput" + (" (the machine was busy: measure again idle)"
+                                                           if top[S.MACHINE_BUSY].fillna(False).any() else ""))
+    return "\n".join(lines)
 
 
 def benchmark_and_report(output: str | Path, backend: str = "embedded", figure_format: str = "auto",
@@ -123,9 +158,10 @@ def _main(args: argparse.Namespace) -> int:
     from tgi_toolkit.sweep import sweep_status
 
     output = Path(args.output) if args.output else out_dir("quickstart", time.strftime("%Y%m%d-%H%M%S"))
-    grid = ", ".join(f"{k} in {v}" for k, v in SWEEP_GRID.items())
-    print(f"\n2/3 sweeping {grid}: the server relaunched per setting, each measured for prompt ingestion, "
-          f"batches of 1-4 and 1-4 parallel users (a few minutes on 2 cores)", flush=True)
+    small, whole = sweep_grid()["cuda_memory_fraction"]
+    print(f"\n2/3 sweeping the KV memory: cuda_memory_fraction {small} (KV for {SMALL_KV_TOKENS} tokens, one "
+          f"request) and {whole} (all of it): the server relaunched per setting, each measured for prompt "
+          f"ingestion, batches of 1-4 and 1-4 parallel users (a few minutes on 2 cores)", flush=True)
     results, html_path = benchmark_and_report(output, figure_format=args.figures, progress=args.progress)
     status = sweep_status(output / "results")
     print(status[["label", "status"]].to_string(index=False))
@@ -133,6 +169,7 @@ def _main(args: argparse.Namespace) -> int:
 
     print("\n3/3 model card\n")
     print(main_metrics_table(main_metrics(results)).to_string())
+    print("\nwhat the sweep showed:\n" + kv_finding(results.points))
     print(f"\nresults: {output / 'results'} (tgi_toolkit.bench.load_results)")
     print(f"model card (Markdown): {html_path.with_suffix('.md')}")
     print(f"HTML report, open it in a browser: {html_path}")

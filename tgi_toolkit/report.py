@@ -46,6 +46,7 @@ from tgi_toolkit.bench.main_metrics import (  # noqa: F401
     GENERATION,
     INGESTION,
     KV_CAPACITY,
+    METRICS,
     MainMetric,
     card_point,
     generation_speed,
@@ -62,6 +63,9 @@ FIGURE_FORMATS = ("auto", "png", "html")
 FIGURES_DIR = "figures"
 _FILE_SUFFIXES = (".md", ".html", ".htm")  # an output ending otherwise is a folder (e.g. "results.v2")
 _FIGURE_WIDTH, _FIGURE_HEIGHT = 1000, 550
+# The main metrics' column headers when configurations are rows; the legend above the table gives each
+# happy_vllm's full row name.
+_SHORT_HEADERS = {INGESTION: "Prompt ingestion", GENERATION: "Generation speed", KV_CAPACITY: "KV-cache capacity"}
 
 
 # -- parameters ---------------------------------------------------------------------------------------------
@@ -270,10 +274,17 @@ class _Section:
 
 def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures: Sequence[Figure]) -> list[_Section]:
     configs = list(dict.fromkeys(metrics["config_label"]))
-    main = _Section("Main metrics", ["The main metrics are summarized in the following table :"])
     table = main_metrics_table(metrics)
-    main.tables.append((["Metric", "Value"] if len(configs) == 1 else ["Metric", *configs],
-                        [[label, *cells] for label, cells in zip(table.index, table.values.tolist(), strict=True)]))
+    if len(configs) == 1:
+        main = _Section("Main metrics", ["The main metrics are summarized in the following table :"])
+        main.tables.append((["Metric", "Value"], [[label, *cells] for label, cells in
+                                                  zip(table.index, table.values.tolist(), strict=True)]))
+    else:  # one row per configuration under short headers, so that 4 configurations fit a 1,280-pixel window
+        short = [_SHORT_HEADERS.get(key, key) for key in METRICS]
+        legend = "; ".join(f"{name}: {label}" for name, label in zip(short, table.index, strict=True))
+        main = _Section("Main metrics", [f"The main metrics are summarized in the following table, one row per "
+                                         f"configuration ({legend}) :"])
+        main.tables.append((["Configuration", *short], [[config, *table[config].tolist()] for config in configs]))
     main.paragraphs.append("How each value was obtained:")
     main.tables.append((["Configuration", "Metric", "Basis"] if len(configs) > 1 else ["Metric", "Basis"],
                         [[*([r.config_label] if len(configs) > 1 else []), r.label, r.basis]
@@ -357,7 +368,8 @@ def _markdown(title: str, sections: Sequence[_Section], figure_links: dict[str, 
 
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:center}
+table{border-collapse:collapse;margin:1em 0;max-width:100%}
+td,th{border:1px solid #ccc;padding:.3em .6em;text-align:center;overflow-wrap:anywhere}
 th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow-x:auto}.caption{color:#555}"""
 
 

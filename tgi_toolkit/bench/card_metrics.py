@@ -119,14 +119,17 @@ def ingestion_speed(results: ResultTables) -> MainMetric:
         return MainMetric(INGESTION, INGESTION_LABEL, math.nan, "tokens/s", "-", why)
     rows = results.requests[results.requests[S.SCENARIO] == "ingestion"]
     lengths = rows[S.INPUT_TOKENS].astype("float64").fillna(rows[S.PROMPT_TOKENS].astype("float64"))
-    basis = (f"1 / slope of TTFT against prompt length: {fit['n']:.0f} requests one at a time, prompts of "
-             f"{lengths.min():.0f} to {lengths.max():.0f} tokens, r\u00b2 = {fit['r2']:.2f}")
+    trimmed = int(fit["measured"] - fit["n"])
+    fitted = (f"{trimmed} of them trimmed as outliers, r\u00b2 {fit['r2']:.2f} over the {fit['n']:.0f} fitted"
+              if trimmed else "none trimmed")
+    basis = (f"1 / slope of TTFT against prompt length: {fit['measured']:.0f} requests one at a time, prompts of "
+             f"{lengths.min():.0f} to {lengths.max():.0f} tokens, r\u00b2 = {fit['r2_all']:.2f} over all of them "
+             f"({fitted})")
     text = f"{approx(speed)} t/s"
     unreliable = fit.get("unreliable")
-    if unreliable:  # never the number alone: the cell itself carries the fit's quality
-        text += f", unreliable (r\u00b2 = {fit['r2']:.2f})"
-        basis += (f"; {unreliable}: TTFT scatters around the line (a busy machine, too few prompts), so 1 / slope "
-                  f"is not the server's speed; measure again on an idle machine")
+    if unreliable:  # never the number alone: the cell itself says why it is not to be quoted
+        text += f", {unreliable}"
+        basis += f"; {unreliable}: measure again with more prompts, on an idle machine"
     return MainMetric(INGESTION, INGESTION_LABEL, speed, "tokens/s", text, basis)
 
 

@@ -180,11 +180,13 @@ class IngestionFit(TypedDict):
     speed_tok_s: float  # 1 / slope (NaN unless the slope is positive)
     slope_s_per_tok: float
     intercept_s: float
-    r2: float
+    r2: float  # over the requests fitted
+    r2_all: float  # the same line over every measured request, outliers included
     n: float  # requests kept (kept.sum())
+    measured: float  # requests with a length and a TTFT (n of them fitted, the rest trimmed as outliers)
     kept: Any  # bool per request given, in their order: fitted (False: an outlier, or a NaN length/TTFT)
     lengths: float  # distinct prompt lengths among the kept requests
-    unreliable: str | None  # why 1/slope is not to be quoted alone (`ingestion_unreliable`), None when it is
+    unreliable: str | None  # why 1/slope is not to be quoted (`ingestion_unreliable`), None when it may be
 
 
 # A fitted ingestion speed is quoted as a number only when the line explains TTFT well over enough
@@ -195,18 +197,24 @@ INGESTION_MIN_REQUESTS = 5
 INGESTION_MIN_LENGTHS = 3
 
 
-def ingestion_unreliable(r2: float, n: float, lengths: float) -> str | None:
-    """Why a fit of TTFT against prompt length is unreliable (r², too few requests or lengths), or None."""
+def ingestion_unreliable(r2: float, n: float, lengths: float, measured: float | None = None) -> str | None:
+    """Why 1 / slope of a fit of TTFT against prompt length is not to be quoted, in plain words ("not to be
+    quoted: 4 of the 5 requests needed (2 of 6 trimmed as outliers)"), or None when it may be.
+
+    n: requests fitted; measured: requests with a TTFT (the others were trimmed as outliers)."""
     if not n or lengths < 2:
         return None  # no fit at all: the caller says so
+    trimmed = int(measured - n) if measured is not None and measured > n else 0
     reasons = []
-    if not r2 >= INGESTION_MIN_R2:
-        reasons.append(f"r\u00b2 = {r2:.2f} < {INGESTION_MIN_R2}")
     if n < INGESTION_MIN_REQUESTS:
-        reasons.append(f"{n:.0f} requests < {INGESTION_MIN_REQUESTS}")
+        reasons.append(f"{n:.0f} of the {INGESTION_MIN_REQUESTS} requests needed"
+                       + (f" ({trimmed} of {measured:.0f} trimmed as outliers)" if trimmed else ""))
     if lengths < INGESTION_MIN_LENGTHS:
-        reasons.append(f"{lengths:.0f} prompt lengths < {INGESTION_MIN_LENGTHS}")
-    return "unreliable fit (" + ", ".join(reasons) + ")" if reasons else None
+        reasons.append(f"{lengths:.0f} of the {INGESTION_MIN_LENGTHS} prompt lengths needed")
+    if not r2 >= INGESTION_MIN_R2:
+        reasons.append(f"TTFT scatters around the line (r\u00b2 {r2:.2f} over the {n:.0f} requests fitted, "
+                       f"{INGESTION_MIN_R2} needed)")
+    return "not to be quoted: " + "; ".join(reasons) if reasons else None
 
 
 def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> IngestionFit:
@@ -221,8 +229,10 @@ def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> In
     y_all = np.asarray(ttft_s, dtype=float)
     kept = np.isfinite(x_all) & np.isfinite(y_all)
     x, y = x_all[kept], y_all[kept]
-    out: IngestionFit = {"speed_tok_s": NAN, "slope_s_per_tok": NAN, "intercept_s": NAN, "r2": NAN,
-                         "n": float(x.size), "kept": kept, "lengths": float(np.unique(x).size), "unreliable": None}
+    out: IngestionFit = {"speed_tok_s": NAN, "slope_s_per_tok": NAN, "intercept_s": NAN, "r2": NAN, "r2_all": NAN,
+                         "n": float(x.size), "measured": float(x.size), "kept": kept,
+                         "lengths": float(np.unique(x).size), "unreliable": None}
+    x_measured, y_measured = x, y
     if x.size < 2 or np.unique(x).size < 2:
         return out
     i, j = np.triu_indices(x.size, 1)
@@ -243,7 +253,10 @@ def ingestion_fit(prompt_tokens: Sequence[float], ttft_s: Sequence[float]) -> In
                speed_tok_s=float(1 / slope) if slope > 0 else NAN,
                r2=1 - float(((y - fitted) ** 2).sum()) / ss_tot if ss_tot > 0 else NAN,
                lengths=float(np.unique(x).size))
-    out["unreliable"] = ingestion_unreliable(out["r2"], out["n"], out["lengths"])
+    ss_all = float(((y_measured - y_measured.mean()) ** 2).sum())
+    out["r2_all"] = (1 - float(((y_measured - (slope * x_measured + intercept)) ** 2).sum()) / ss_all
+                     if ss_all > 0 else NAN)
+    out["unreliable"] = ingestion_unreliable(out["r2"], out["n"], out["lengths"], out["measured"])
     return out
 
 

@@ -163,7 +163,7 @@ def fit_ingestion(requests: pd.DataFrame) -> IngestionFit:
 
 def ingestion_plot(requests: pd.DataFrame, *, title: str | None = None, grey_outliers: bool = True) -> go.Figure:
     """TTFT against prompt length with the fitted line (`fit_ingestion`); the speed in the title,
-    with "unreliable fit (r² = ...)" beside it when the fit is poor (`bench.stats.ingestion_unreliable`).
+    with "not to be quoted: ..." and why beside it when the fit is poor (`bench.stats.ingestion_unreliable`).
 
     grey_outliers: draw the requests the fit left out (outliers) in grey, apart from those it kept.
     Needs TTFT_S and INPUT_TOKENS or PROMPT_TOKENS."""

@@ -1,7 +1,8 @@
-"""`pytest --nbval-lax notebooks/` (part of `make test` through pyproject's testpaths and addopts) runs
-every notebook with its own defaults. Each starts a kernel and most start a server: mark them slow
-so that the quick loop (`pytest -m "not slow"`) leaves them out. They run with HF_HUB_OFFLINE=1, as on a
-GPU host without internet."""
+"""`pytest notebooks/` (part of `make test` through pyproject's testpaths and addopts: nbval, comparing
+outputs) runs every notebook with its own defaults. Each starts a kernel and most start a server: mark
+them slow so that the quick loop (`pytest -m "not slow"`) leaves them out. They run with HF_HUB_OFFLINE=1,
+as on a GPU host without internet. This file sits at the top of the checkout, not in notebooks/, so
+that JupyterLab's file browser (`make lab`) shows the notebooks alone."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent / "notebooks"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
