@@ -18,7 +18,7 @@ from .conftest import ENGINE_ARGS, engine_process
 pytestmark = pytest.mark.slow
 
 PARAMS = {"users": [1, 2, 3], "prompt_tokens": 16, "max_new_tokens": 4, "requests": 3, "progress": False,
-          "scrape_interval": 0.2}
+          "scrape_interval": 0.2, "ramp_up": 0}  # no ramp: every row is a measured one
 
 
 class Stop(Exception):
