@@ -252,6 +252,12 @@ def test_a_perfect_fit_of_too_few_requests_says_how_many_were_trimmed() -> None:
     assert fit["speed_tok_s"] == pytest.approx(4000) and fit["r2"] == pytest.approx(1)
     assert (fit["n"], fit["measured"]) == (4, 6) and fit["r2_all"] == pytest.approx(-0.6086, abs=1e-4)
     assert fit["unreliable"] == "not to be quoted: 4 of the 5 requests needed (2 of 6 trimmed as outliers)"
+    # enough requests, but 3 of 10 trimmed: more than a quarter, so the line fits a chosen few
+    lengths = [100, 100, 200, 200, 300, 300, 400, 400, 500, 500]
+    ttft = [0.01 + n / 4000 + (0.5 if i in (1, 3, 5) else 0) for i, n in enumerate(lengths)]
+    fit = ingestion_fit(lengths, ttft)
+    assert (fit["n"], fit["measured"]) == (7, 10) and fit["speed_tok_s"] == pytest.approx(4000)
+    assert fit["unreliable"] == "not to be quoted: 3 of 10 requests trimmed as outliers (a quarter at most)"
 
 
 def test_each_configurations_ingestion_figure_agrees_with_its_table_cell(example: Results) -> None:
