@@ -110,8 +110,11 @@ def kv_finding(points: Any) -> str:
     if conc.empty:
         return "no concurrency point was measured"
     top = conc[conc[S.USERS] == conc[S.USERS].max()].sort_values(S.SERVER_BATCH_SIZE_MAX)
+    def batch(value: float) -> str:  # NaN: no /metrics sample fell inside the point
+        return f"at most {value:.0f} request(s) in a batch" if value == value else "its batch size not sampled"
+
     lines = [f"at {int(row[S.USERS])} users, {row[S.CONFIG_LABEL]}: {row[S.OUTPUT_THROUGHPUT]:.0f} tokens/s, "
-             f"at most {row[S.SERVER_BATCH_SIZE_MAX]:.0f} request(s) in a batch" for _, row in top.iterrows()]
+             f"{batch(row[S.SERVER_BATCH_SIZE_MAX])}" for _, row in top.iterrows()]
     if len(top) == 2 and top[S.SERVER_BATCH_SIZE_MAX].iloc[0] == 1 and top[S.SERVER_BATCH_SIZE_MAX].iloc[1] > 1:
         ratio = top[S.OUTPUT_THROUGHPUT].iloc[1] / top[S.OUTPUT_THROUGHPUT].iloc[0]
         lines.append(f"KV memory for one request ran the requests one at a time; all of it batched them, "
