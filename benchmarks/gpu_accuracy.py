@@ -51,20 +51,21 @@ def speed_check() -> float:
     return time.perf_counter() - start
 
 
-def heldout_test(fitted: dict, G: object) -> dict:
+def heldout_test(fitted: dict) -> dict:
     """The test set predicted once with the fit over the whole corpus: per figure, per regime, overall."""
+    from tgi_toolkit.simulate import gpu_fit as G
     from tgi_toolkit.simulate.corpus import corpus_dir, load_figures, load_models
 
     figures = load_figures(corpus_dir() / TEST_FIGURES)
     models = {**load_models(), **load_models(corpus_dir() / TEST_MODELS)}
-    rows = [G._row(f, G.predict(f, models, fitted)) for f in figures]  # type: ignore[attr-defined]
+    rows = [G.figure_row(f, G.predict(f, models, fitted)) for f in figures]
     print(f"\nTest set ({TEST_FIGURES}: {len(figures)} figures from {len({f.source_id for f in figures})} sources "
           "the design never saw), predicted once by the fit over the whole corpus:")
     for r in sorted(rows, key=lambda r: (r["regime"], r["id"])):
         print(f"  {r['id'][:50]:50} {r['regime']:15} {r['server']:12} {r['metric']:22} {r['predicted']:10.4g} "
               f"{r['published']:10.4g} {r['ratio']:6.2f}")
-    overall = G.stats([G.error(r["ratio"]) for r in rows])  # type: ignore[attr-defined]
-    by_regime = G.summarize(rows, "regime")  # type: ignore[attr-defined]
+    overall = G.stats([G.error(r["ratio"]) for r in rows])
+    by_regime = G.summarize(rows, "regime")
     for k, st in {**by_regime, "all": overall}.items():
         print(f"  {k:16} {st['figures']:3d} figures, median |error| {st['median_error']:.1%}, "
               f"p80 {st['p80_error']:.1%}, within ±30 %: {st['within_30']:.0%}")
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:32} {value:.4g}")
     for server, terms in full["servers"].items():
         print(f"  {server:12} " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in terms.items()))
-    test = heldout_test(full, G)
+    test = heldout_test(full)
     seconds = speed_check()
     print(f"\n1,000 simulated requests (32 users): {seconds:.2f} s")
 

@@ -126,13 +126,13 @@ def cross_validate(figures: Sequence[Figure], models: dict[str, dict[str, Any]],
         fitted = folds[source] = fit([f for f in figures if f.source_id != source], models,
                                      servers={f.server for f in held})
         for f in held:
-            rows.append(_row(f, predict(f, models, fitted)))
+            rows.append(figure_row(f, predict(f, models, fitted)))
         if progress:
             progress(f"[{i + 1}/{len(sources)}] held out {source}: {len(held)} figures")
     return rows, folds
 
 
-def _row(f: Figure, predicted: float) -> dict[str, Any]:
+def figure_row(f: Figure, predicted: float) -> dict[str, Any]:
     ratio = predicted / f.value if predicted == predicted else math.nan
     return {"id": f.id, "source_id": f.source_id, "regime": f.regime, "server": f.server, "gpu": f.gpu,
             "num_gpus": f.num_gpus, "model_id": f.model_id, "metric": f.metric, "published": f.value,
