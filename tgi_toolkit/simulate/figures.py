@@ -49,6 +49,8 @@ def steady(figure: Figure, cost: Any) -> float:
     p, o = figure.input_tokens, figure.output_tokens
     mid = p + o / 2
     front = cost.request_overhead_s
+    if figure.scheduler_steps > 1:
+        cost = MultiStep(cost, figure.scheduler_steps)
     if figure.metric == "ingestion_tok_s":
         low = min(INGESTION_SHORTEST, p // 2)
         return (p - low) / (prefill(cost, 1, p) - prefill(cost, 1, low))
@@ -88,7 +90,7 @@ def _loaded(figure: Figure, cost: Any, n: float, rate: float | None) -> dict[str
     and a newcomer waits for the steps under way."""
     p, o = figure.input_tokens, figure.output_tokens
     mid, steps = p + o / 2, figure.scheduler_steps
-    step = decode_step(cost, n, mid) - getattr(cost, "forward_overhead_s", 0.0) * (1 - 1 / steps)
+    step = decode_step(cost, n, mid)
     others = (n - 1) / n if rate is None else 1.0
     arriving = 1.0  # prompts prefilled together: found with the rate, below
     for _ in range(3):
@@ -198,7 +200,3 @@ def _ingestion(figure: Figure, cost: Any) -> float:
                                 "--max-batch-prefill-tokens", str(p + 1)], environ={})
     rows = measure_ingestion(target, prompt_tokens=lengths, repeats=1, light=True).request_rows
     return ingestion_fit([r["input_tokens"] for r in rows], [r["ttft_s"] for r in rows])["speed_tok_s"]
-
-
-def faster_is_larger(metric: str) -> bool:
-    return METRICS[metric][1]

@@ -43,10 +43,6 @@ class ServerProfile:
     # the same with waiting_served_ratio 0; None keeps TGI's own rule
     waiting_served_ratio: float | None = None
 
-    def environ(self) -> dict[str, str]:
-        """The scheduler's environment for this server's batching rule (PREFILL_CHUNKING, as TGI reads it)."""
-        return {} if self.chunking else {"PREFILL_CHUNKING": "0"}
-
     def host(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in HOST_TERMS}
 
