@@ -3,6 +3,7 @@ the reference results and the example result set as a checkout does."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -61,6 +62,9 @@ def test_an_installed_wheel_reads_its_own_data(tmp_path: Path) -> None:
         print(load_reference("tgi-benchmark-mt0-xxl").batch["batch_size"].tolist())
         print(example_results_dir())
         print(len(load_results(example_results_dir()).points))
+        from tgi_toolkit.simulate.gpu import fitted_factors
+        from tgi_toolkit.simulate.corpus import load_figures
+        print(round(fitted_factors()["bandwidth_efficiency"], 6), len(load_figures()))
     """)
     env = {k: v for k, v in os.environ.items() if k != "TGI_TOOLKIT_DATA"}
     env["PYTHONPATH"] = str(site)  # ahead of the checkout's editable install
@@ -68,9 +72,15 @@ def test_an_installed_wheel_reads_its_own_data(tmp_path: Path) -> None:
                          cwd=tmp_path).stdout.splitlines()
     package = site / "tgi_toolkit"
     assert out[0] == str(package / "__init__.py")
-    assert out[1].split(",") == sorted(p.name for p in (ROOT / "data" / "reference").iterdir())
+    # every published result set (a folder); the GPU corpus files beside them are not result sets
+    assert out[1].split(",") == sorted(p.name for p in (ROOT / "data" / "reference").iterdir() if p.is_dir())
     assert out[2] == "[16]"
     assert out[3] == str(package / "data" / "examples" / "smollm2-135m-cpu") and int(out[4]) > 0
+    # the shipped GPU fit, not the prior, and the corpus it was fitted on (the file's row count)
+    fit = json.loads((ROOT / "data" / "reference" / "gpu_fit.json").read_text())
+    figures = (ROOT / "data" / "reference" / "gpu_figures.csv").read_text().count("\n")
+    bandwidth, rows = out[5].split()
+    assert float(bandwidth) == round(fit["factors"]["bandwidth_efficiency"], 6) and 0 < int(rows) < figures
 
     # a data folder of one's own wins, and a wrong one says where it looked
     env["TGI_TOOLKIT_DATA"] = str(tmp_path / "nowhere")

@@ -39,6 +39,11 @@ class Advice:
         return None if self.table.empty else dict(self.table.iloc[0])
 
     @property
+    def run_ids(self) -> list[str]:
+        """The deployed points' runs this advice wrote to its results folder (one per evaluated candidate)."""
+        return [e.run_id for e in self.evaluations if getattr(e, "run_id", None)]
+
+    @property
     def tied(self) -> list[str]:
         """Candidates the error bars cannot tell from the winner."""
         if self.table.empty:

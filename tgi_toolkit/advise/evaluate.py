@@ -46,6 +46,7 @@ class Evaluation:
     replicas: int | None = None
     load_per_replica: float | None = None
     row: dict[str, Any] = field(default_factory=dict)  # the deployed point (load per replica)
+    run_id: str | None = None  # the deployed point's run in the results folder (with output)
     ttft: Any = None  # Uncertainty of the predicted TTFT
     tpot: Any = None
     note: str = ""
@@ -211,9 +212,10 @@ def evaluate(candidate: Candidate, model: dict[str, Any], traffic: Traffic, obje
             break
         result.replicas += 1
         result.note = "a replica added: the deployed load's own arrivals missed the objectives"
-    if output is not None and not last:
-        simulate_load(cost, traffic, result.load_per_replica, objectives, config=result.launcher, output=output,
-                      seed=seed)  # the deployed point into the results folder
+    if output is not None:
+        saved = result.row if last else simulate_load(cost, traffic, result.load_per_replica, objectives,
+                                                      config=result.launcher, output=output, seed=seed)
+        result.run_id = saved.get(S.RUN_ID)  # the deployed point, in the results folder
     batch = result.row.get(S.SERVER_BATCH_SIZE_MAX)
     result.ttft, result.tpot = _uncertainties(cost, int(batch) if batch and batch == batch else 1)
     result.band = band(probes, objectives, (result.ttft.error, result.tpot.error), nominal, ceiling)

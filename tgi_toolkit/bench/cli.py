@@ -21,6 +21,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from tgi_toolkit.bench.schema import SCRAPE_INTERVAL
+
 SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")
 LAUNCHABLE = ("embedded", "tgi", "tgi-docker", "vllm")
 WORKLOADS = ("shared-prefix", "multi-turn", "decode-stall")  # bench.workloads: prompts shaped for a prefix cache
@@ -64,7 +66,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("measurement")
     run.add_argument("--slo-ttft", type=float, metavar="SECONDS", help="TTFT objective for goodput")
     run.add_argument("--slo-tpot", type=float, metavar="SECONDS", help="TPOT objective for goodput")
-    run.add_argument("--scrape-interval", type=float, default=1.0, help="seconds between /metrics scrapes")
+    run.add_argument("--scrape-interval", type=float, default=SCRAPE_INTERVAL,
+                     help="seconds between /metrics scrapes (default %(default)s)")
     run.add_argument("--request-timeout", type=float, default=600.0,
                      help="seconds without a byte before a request fails")
     parser.add_argument("launcher_args", nargs=argparse.REMAINDER,

@@ -96,7 +96,7 @@ class Run(RunTables):
                  tokenizer: Any = None, seed: int = 0, prefix_tokens: int = 0, dataset: str | Path | None = None,
                  ignore_eos: bool | None = None, sampling: dict[str, Any] | None = None,
                  slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
-                 scrape_interval: float = 1.0, request_timeout: float = 600.0,
+                 scrape_interval: float = S.SCRAPE_INTERVAL, request_timeout: float = 600.0,
                  on_point: Callable[[dict[str, Any]], None] | None = None,
                  command: Sequence[str] | None = None, accept_server_count: bool = False) -> None:
         self.target, self.scenario = target, scenario

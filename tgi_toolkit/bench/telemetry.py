@@ -55,6 +55,7 @@ from tgi_toolkit.bench.schema import (
     PROCESS_CPU_PERCENT,
     PROCESS_RSS_BYTES,
     QUEUE_SIZE_METRICS,
+    SCRAPE_INTERVAL,
 )
 
 Sample = tuple[float, str, str, float]
@@ -127,6 +128,7 @@ def listening_pid(url: str) -> int | None:
             if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
                 return conn.pid
     return None
+
 
 
 class ProcessSampler:
@@ -311,7 +313,7 @@ class Telemetry:
     """Background samplers for one run; `clock_ns` is the run clock's zero (monotonic ns)."""
 
     def __init__(self, url: str, clock_ns: int, *, session: Any, headers: dict[str, str] | None = None,
-                 interval: float = 1.0, pid: int | None = None, gpu: bool = True,
+                 interval: float = SCRAPE_INTERVAL, pid: int | None = None, gpu: bool = True,
                  lag_interval: float = 0.005, alive: Callable[[], bool] | None = None) -> None:
         self.url, self.clock_ns, self.session = url.rstrip("/"), clock_ns, session
         self.headers = headers or {}

@@ -22,6 +22,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.api import spread_lengths
 from tgi_toolkit.bench.checks import concurrency_workload, ingestion_workload, rate_workload
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
@@ -79,7 +80,7 @@ def _simulate(target: SimTarget, scenario: str, workload: dict[str, Any], make_p
               run_options: dict[str, Any]) -> Results:
     seed = int(run_options.get("seed", 0))
     prefix = _count("prefix_tokens", int(run_options.get("prefix_tokens", 0)), 0)
-    interval = float(run_options.get("scrape_interval", 1.0))
+    interval = float(run_options.get("scrape_interval", S.SCRAPE_INTERVAL))
     if not interval > 0:
         raise BenchError("scrape_interval", f"{interval!r}", "numbers of seconds > 0")
     for name in ("slo_ttft_s", "slo_tpot_s"):

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.phase import ramp_offsets
 from tgi_toolkit.router import scheduler as sched
@@ -301,7 +302,7 @@ class Simulator:
     the points of a benchmark.
     """
 
-    def __init__(self, config: Any, cost: CostModel, *, scrape_interval: float = 1.0,
+    def __init__(self, config: Any, cost: CostModel, *, scrape_interval: float = S.SCRAPE_INTERVAL,
                  max_forwards: int = 50_000_000, seed: int = 0) -> None:
         self.config, self.cost = config, cost
         self.clock = VirtualClock()
