@@ -21,7 +21,7 @@ import tempfile
 import time
 
 import torch
-from engine_throughput import concurrent, exact_prompt, start_engine
+from streams import concurrent, exact_prompt, start_engine
 
 from tgi_toolkit import Server
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model

@@ -19,7 +19,7 @@ import asyncio
 import statistics
 
 import aiohttp
-from engine_throughput import exact_prompt, start_engine, stream_one
+from streams import exact_prompt, start_engine, stream_one
 
 
 async def stall(url: str, streams: int, long_prompt: str, short_prompt: str) -> dict:

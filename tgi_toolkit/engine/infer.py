@@ -167,8 +167,9 @@ class ModelBackend:
                 store.append(None)
                 all_logits.append(False)
             inputs.append((state.seq, ids))
+        # Rows that emit no token (a prompt's chunks before its last) skip the LM head.
         logits = runner.forward(inputs, all_logits if any(all_logits) else None,
-                                store if any(s is not None for s in store) else None)
+                                store if any(s is not None for s in store) else None, [row.emits for row in rows])
         emitting, last = [], []
         for i, (row, rows_logits) in enumerate(zip(rows, logits, strict=True)):
             state = row.entry.request
@@ -183,9 +184,8 @@ class ModelBackend:
                 emitting.append(row.entry)
                 last.append(i)
         if emitting:
-            all_last = runner.last_logits if getattr(runner, "last_logits", None) is not None else \
-                torch.cat([logits[i][-1:] for i in range(len(rows))])
-            self._advance(emitting, all_last[torch.tensor(last)] if len(last) != len(rows) else all_last)
+            self._advance(emitting, runner.last_logits if getattr(runner, "last_logits", None) is not None
+                          else torch.cat([logits[i][-1:] for i in last]))
         self._hold()
 
     def _hold(self) -> None:

@@ -37,19 +37,18 @@ cached prefix out of it once per hit (`new_seq`).
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from tgi_toolkit.engine.decode_step import CompiledDecode, Weight, layer_in, layer_out, rms, rope, weight_of
+
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
 
 log = logging.getLogger("tgi_toolkit.engine")
-# A growth this slow is worth a warning: the forward that asked for it carries it in its latency.
-SLOW_GROWTH_S = 0.25
 
 
 class UnsupportedModelError(RuntimeError):
@@ -76,6 +75,10 @@ class _Layer:
     def linears(self) -> dict[str, torch.nn.Module]:
         return {"qkv": self.qkv, "o": self.o, "gate_up": self.gate_up, "down": self.down}
 
+    def weights(self) -> tuple[Weight, Weight, Weight, Weight]:
+        """qkv, o, gate_up and down as the decode step's functions take them (`decode_step.project`)."""
+        return weight_of(self.qkv), weight_of(self.o), weight_of(self.gate_up), weight_of(self.down)
+
 
 SKINNY_ROWS = 16
 SKINNY_DTYPES = (torch.bfloat16, torch.float16)
@@ -99,37 +102,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 class SkinnyLinear(torch.nn.Linear):
+    plain_linear = True  # the decode step reads its tensors (decode_step.weight_of)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias)
-
-
-def project_t(module: torch.nn.Module, xt: torch.Tensor) -> torch.Tensor:
-    """`module(xt.T).T`: a linear layer applied to feature-major columns, `[in, n] -> [out, n]`.
-
-    Decode steps in half precision compute `W @ x.T` and keep its `[out, n]` result as it is: the
-    consumers (RoPE, SwiGLU, the residual add, the next matmul) read a transposed view as well,
-    whereas `linear` copies it back to `[n, out]`. On the 2-core CPU the 121 matmuls of a bfloat16
-    step took 17 ms against 23-24 ms for `F.linear` at 32 rows (16.8 against 27.0 at 48, 37 against
-    58 at 256), and the copies back cost 30-45 us each. Float32 and quantized layers run their own
-    forward (MKL's float32 GEMV is fastest as `x @ W.T`).
-    """
-    if type(module) is SkinnyLinear and xt.dtype in SKINNY_DTYPES and xt.device.type == "cpu":
-        n = xt.shape[1]
-        y = torch.mm(module.weight, xt if n > 1 else torch.cat([xt, xt], 1))  # one column as two, as `linear`
-        y = y if n > 1 else y[:, :1]
-        return y if module.bias is None else y + module.bias[:, None]
-    return module(xt.T).T
-
-
-Project = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
-
-
-def _rows(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return module(x)  # prefill: many rows, row-major
-
-
-def _columns(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return project_t(module, x.T).T  # decode: `[n, out]`, a transposed view in half precision
 
 
 def _linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Linear:
@@ -142,51 +118,58 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.
 
 
 class SlotCache:
-    """Keys and values for every running sequence, one row each, grown on demand."""
+    """Keys and values for every running sequence, one row each, in one buffer allocated at start-up.
+
+    The buffer holds `capacity` token positions per layer (by default `max_rows x max_positions`; the
+    engine passes the scheduler's KV budget) and is written once when built, so its pages are resident
+    before the first request, as TGI allocates its KV blocks at the end of warm-up: no forward pays for
+    fresh memory (a lazily grown cache took 4.4 s inside one forward here, growing to 64 rows x 1101
+    positions). It is seen as `[layers, rows, kv_heads, positions, head_dim]`; when `rows x
+    positions` cannot cover every shape the scheduler may ask for within the budget, a longer sequence
+    re-lays the same buffer as fewer, longer rows (copying the rows in use, no new memory).
+    """
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 max_rows: int, max_positions: int) -> None:
+                 max_rows: int, max_positions: int, capacity: int | None = None) -> None:
         self.layers, self.kv_heads, self.head_dim, self.dtype = layers, kv_heads, head_dim, dtype
         self.max_rows, self.max_positions = max_rows, max_positions
-        self.rows = 0  # rows allocated
-        self.positions = 0
-        self.k = torch.empty(0)
-        self.v = torch.empty(0)
+        self.capacity = max(capacity or max_rows * max_positions, max_positions)
+        size = layers * self.capacity * kv_heads * head_dim
+        self._k = torch.empty(size, dtype=dtype).zero_()  # zero_ touches every page now
+        self._v = torch.empty(size, dtype=dtype).zero_()
         self.seqs: list[Seq] = []  # seqs[i].row == i
+        positions = min(max_positions, self.capacity // max_rows) if max_rows * max_positions > self.capacity \
+            else max_positions
+        self._view(min(max_rows, self.capacity // positions), positions)
+
+    def _view(self, rows: int, positions: int) -> None:
+        shape = (self.layers, rows, self.kv_heads, positions, self.head_dim)
+        n = self.layers * rows * self.kv_heads * positions * self.head_dim
+        self.k, self.v = self._k[:n].view(shape), self._v[:n].view(shape)
+        self.rows, self.positions = rows, positions
 
     def bytes_per_token(self) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * torch.finfo(self.dtype).bits // 8
 
-    def _grow(self, rows: int, positions: int) -> None:
-        # Doubling keeps reallocations rare; the bounds are the scheduler's limits. Only the dimension that
-        # lacks room doubles: doubling both made a batch of 64 requests of 161 tokens grow the cache to
-        # 64 x 1101 positions (1.5 GiB, 4.4 s inside one forward) instead of 64 x 256.
-        new_rows = self.rows if rows <= self.rows else min(max(rows, 2 * self.rows, 4), self.max_rows)
-        new_pos = (self.positions if positions <= self.positions
-                   else min(max(positions, 2 * self.positions, 256), self.max_positions))
-        if new_rows < rows or new_pos < positions:
-            raise RuntimeError(f"KV cache limit exceeded: {rows} rows x {positions} positions")
-        started = time.perf_counter()
-        shape = (self.layers, new_rows, self.kv_heads, new_pos, self.head_dim)
-        k = torch.zeros(shape, dtype=self.dtype)
-        v = torch.zeros(shape, dtype=self.dtype)
-        if self.rows:
-            used = len(self.seqs)
-            k[:, :used, :, : self.positions] = self.k[:, :used]
-            v[:, :used, :, : self.positions] = self.v[:, :used]
-        self.k, self.v, self.rows, self.positions = k, v, new_rows, new_pos
-        seconds = time.perf_counter() - started
-        # TGI allocates its whole KV cache at warmup; this dense cache grows on first use, and fresh memory
-        # is slow to touch on a VM (a growth to 64 rows x 1101 positions took 4.4 s here, inside a forward).
-        (log.warning if seconds >= SLOW_GROWTH_S else log.debug)(
-            "KV cache grown to %d rows x %d positions (%.0f MiB) in %.2f s%s", new_rows, new_pos,
-            2 * k.numel() * k.element_size() / 2**20, seconds,
-            ": the forward that needed it is that much slower (TGI allocates its cache at startup)"
-            if seconds >= SLOW_GROWTH_S else "")
-
     def reserve(self, rows: int, positions: int) -> None:
-        if rows > self.rows or positions > self.positions:
-            self._grow(max(rows, self.rows), max(positions, self.positions))
+        """Room for `rows` rows of `positions` positions: nothing to do within the current view; else the
+        buffer is re-laid as rows long enough (doubling, as far as the rows in use allow)."""
+        if rows <= self.rows and positions <= self.positions:
+            return
+        positions = max([positions] + [seq.length + 1 for seq in self.seqs])  # no row in use loses keys
+        if rows > self.max_rows or positions > self.max_positions or rows * positions > self.capacity:
+            raise RuntimeError(
+                f"KV cache limit exceeded: {rows} rows x {positions} positions (limits {self.max_rows} rows, "
+                f"{self.max_positions} positions, {self.capacity} positions in all: TGI_TOOLKIT_KV_CACHE_GIB)")
+        want = max(positions, min(2 * self.positions, self.max_positions)) if positions > self.positions \
+            else self.positions
+        new_positions = max(positions, min(want, self.capacity // rows))
+        used, kept = len(self.seqs), min(self.positions, new_positions)
+        k, v = self.k[:, :used, :, :kept].clone(), self.v[:, :used, :, :kept].clone()
+        self._view(min(self.max_rows, self.capacity // new_positions), new_positions)
+        self.k[:, :used, :, :kept] = k
+        self.v[:, :used, :, :kept] = v
+        log.debug("KV cache re-laid as %d rows x %d positions", self.rows, self.positions)
 
     def add(self, length: int) -> Seq:
         self.reserve(len(self.seqs) + 1, length + 1)
@@ -228,10 +211,20 @@ class KVPool:
         return idx
 
 
+def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
+    """Bytes of keys and values one token takes in the cache of a model with this config."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
+
+
 class LlamaRunner:
     """Forward passes for Llama-shaped decoders (Llama, Mistral, Qwen2, SmolLM)."""
 
-    def __init__(self, model: Any, max_rows: int, max_positions: int) -> None:
+    def __init__(self, model: Any, max_rows: int, max_positions: int, kv_capacity: int | None = None) -> None:
+        """`max_rows` sequences at once, each of at most `max_positions` tokens; `kv_capacity` positions of
+        KV cache in all (default: enough for `max_rows` rows of `max_positions`), allocated now."""
         cfg = model.config
         if cfg.model_type not in SUPPORTED_ARCHITECTURES:
             raise UnsupportedModelError(
@@ -257,8 +250,9 @@ class LlamaRunner:
         self.cos = cos[0].to(self.dtype)
         self.sin = sin[0].to(self.dtype)
         self.cache = SlotCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype,
-                               max_rows, max_positions)
+                               max_rows, max_positions, kv_capacity)
         self.pool: KVPool | None = None
+        self.compiled: CompiledDecode | None = None  # see compile_decode()
         self.last_logits = torch.empty(0)  # see forward()
 
     @staticmethod
@@ -286,38 +280,23 @@ class LlamaRunner:
         return sum(seen.values())
 
     # -- helpers ---------------------------------------------------------------------------
-    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
-        # As transformers' LlamaRMSNorm: normalise in float32, round to the model dtype, then scale.
-        # F.rms_norm with a bfloat16 input and weight rounds differently: its logits were up to 1.5
-        # off transformers' and the greedy chat answer to "What is the capital of France?" was
-        # nonsense in bfloat16; this form gives transformers' logits exactly.
-        return weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
-
-    @staticmethod
-    def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
-
-    def _mlp(self, layer: _Layer, h: torch.Tensor, project: Project) -> torch.Tensor:
-        gate_up = project(layer.gate_up, self._rms(h, layer.post_norm))
+    def _mlp(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
+        gate_up = layer.gate_up(rms(h, layer.post_norm, self.eps))
         inter = gate_up.shape[-1] // 2
-        return h + project(layer.down, F.silu(gate_up[:, :inter]) * gate_up[:, inter:])
+        return h + layer.down(F.silu(gate_up[:, :inter]) * gate_up[:, inter:])
 
-    def _qkv(self, layer: _Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, project: Project):
+    def _qkv(self, layer: _Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Queries and keys after RoPE (one call for both), and values: `[n, heads, head_dim]` each."""
-        qkv = project(layer.qkv, self._rms(h, layer.input_norm))
+        qkv = layer.qkv(rms(h, layer.input_norm, self.eps))
         n, split = h.shape[0], (self.heads + self.kv_heads) * self.head_dim
-        qk = self._rope(qkv[:, :split].reshape(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
+        qk = rope(qkv[:, :split].reshape(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
         q = qk[:, :self.heads]
         if q.stride(-1) != 1:  # flash attention reads whole head_dim rows (else SDPA falls back to math)
             q = q.contiguous()
         return q, qk[:, self.heads:], qkv[:, split:].reshape(n, self.kv_heads, self.head_dim)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return linear(self._rms(h, self.norm), self.lm_head).float()
+        return linear(rms(h, self.norm, self.eps), self.lm_head).float()
 
     # -- prefill -----------------------------------------------------------------------------
     @torch.no_grad()
@@ -336,7 +315,7 @@ class LlamaRunner:
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
         k_cache, v_cache = self.cache.k, self.cache.v
         for index, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, h, cos, sin, _rows)
+            q, k, v = self._qkv(layer, h, cos, sin)
             outs = []
             start = 0
             for seq, n in zip(seqs, lengths, strict=True):
@@ -349,7 +328,7 @@ class LlamaRunner:
                 start += n
             attn = torch.cat(outs, dim=0)
             h = h + layer.o(attn)
-            h = self._mlp(layer, h, _rows)
+            h = self._mlp(layer, h)
         logits = []
         start = 0
         for i, n in enumerate(lengths):
@@ -387,6 +366,16 @@ class LlamaRunner:
         return mask
 
     # -- decode ------------------------------------------------------------------------------
+    def compile_decode(self, rows: Sequence[int]) -> float:
+        """Compile the decode step's layer functions (`decode_step.CompiledDecode`) and warm them at these
+        row counts, so that no later step compiles; returns the seconds taken. Layers only their own
+        forward runs (bitsandbytes) keep the eager step."""
+        if any(isinstance(w, torch.nn.Module) for layer in self.layers for w in layer.weights()):
+            log.info("Decode step not compiled: its quantized layers run their own kernels")
+            return 0.0
+        self.compiled = CompiledDecode()
+        return self.compiled.warm(self, rows)
+
     @torch.no_grad()
     def decode(self, tokens: list[int]) -> torch.Tensor:
         """One step for every running sequence, `tokens[i]` being row i's newest token."""
@@ -405,20 +394,17 @@ class LlamaRunner:
             if self.sliding_window:
                 keep &= torch.arange(span)[None, :] > lengths[:, None] - self.sliding_window
             mask = keep[:, None, None, :]  # [b, 1, 1, span]
-        rep = self.heads // self.kv_heads
+        first, second = (self.compiled.layer_in, self.compiled.layer_out) if self.compiled else (layer_in, layer_out)
         cos, sin = self.cos[lengths].unsqueeze(1), self.sin[lengths].unsqueeze(1)
         h = self.embed[torch.tensor(tokens, dtype=torch.long)]
         for index, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, h, cos, sin, _columns)
+            qkv, o, gate_up, down = layer.weights()
+            q, k, v = first(h, layer.input_norm, qkv, cos, sin, self.eps, self.heads, self.kv_heads)
             kc, vc = k_cache[index], v_cache[index]
             kc[rows, :, lengths] = k
             vc[rows, :, lengths] = v
-            # Grouped-query attention without copying keys: the `rep` query heads that share a
-            # key/value head become `rep` query positions of that head.
-            qg = q.view(b, self.kv_heads, rep, self.head_dim)
-            attn = F.scaled_dot_product_attention(qg, kc[:b, :, :span], vc[:b, :, :span], attn_mask=mask)
-            h = h + _columns(layer.o, attn.reshape(b, self.heads * self.head_dim))
-            h = self._mlp(layer, h, _columns)
+            attn = F.scaled_dot_product_attention(q, kc[:b, :, :span], vc[:b, :, :span], attn_mask=mask)
+            h = second(h, attn.reshape(b, self.heads * self.head_dim), o, layer.post_norm, gate_up, down, self.eps)
         for seq in seqs:
             seq.length += 1
         return self.logits(h)
@@ -426,7 +412,8 @@ class LlamaRunner:
     # -- mixed forward (chunked prefill) -------------------------------------------------------
     @torch.no_grad()
     def forward(self, rows: list[tuple[Seq, list[int]]], all_logits: list[bool] | None = None,
-                store: list[Sequence[int] | None] | None = None) -> list[torch.Tensor]:
+                store: list[Sequence[int] | None] | None = None, emits: list[bool] | None = None
+                ) -> list[torch.Tensor]:
         """One forward over a mixed batch: row i computes `rows[i][1]` at positions
         `seq.length .. seq.length + n - 1`, attending to its own cached positions (causal within
         the chunk); its keys/values join its cache row and `seq.length` advances by n.
@@ -438,6 +425,9 @@ class LlamaRunner:
         `[n, vocab]` for every token where `all_logits[i]`. `self.last_logits` is then the
         `[len(rows), vocab]` tensor of every row's last-token logits, in `rows` order: the `[1, vocab]`
         elements are views of it, so a caller that wants them stacked need not copy them again.
+        With `emits`, only the rows where it is true (a decode row, a prompt's last chunk) go through the
+        LM head (a sixth of the weights, 49152 x 576 for SmolLM2): the others return `[0, vocab]` (unless
+        `all_logits[i]`), and `self.last_logits` holds the emitting rows' logits only, in `rows` order.
         """
         if not rows:
             return []
@@ -464,9 +454,12 @@ class LlamaRunner:
                 store = None
         if all_logits is not None and not any(all_logits):
             all_logits = None
-        if store is None and all_logits is None and len(rows) == len(seqs) and max(ns) == 1:
+        if emits is not None and len(emits) != len(rows):
+            raise ValueError(f"forward: emits has {len(emits)} entries for {len(rows)} rows")
+        if store is None and all_logits is None and len(rows) == len(seqs) and max(ns) == 1 \
+                and (emits is None or all(emits)):
             return self._forward_decode(rows)
-        return self._forward_mixed(rows, ns, all_logits, store)
+        return self._forward_mixed(rows, ns, all_logits, store, emits)
 
     def _forward_decode(self, rows: list[tuple[Seq, list[int]]]) -> list[torch.Tensor]:
         """Every running seq decodes one token: the tuned `decode` step, in rows' order."""
@@ -482,7 +475,7 @@ class LlamaRunner:
         return list(logits.split(1))
 
     def _forward_mixed(self, rows: list[tuple[Seq, list[int]]], ns: list[int], all_logits: list[bool] | None,
-                       store: list[Sequence[int] | None] | None) -> list[torch.Tensor]:
+                       store: list[Sequence[int] | None] | None, emits: list[bool] | None) -> list[torch.Tensor]:
         starts = [seq.length for seq, _ in rows]
         self.cache.reserve(len(self.cache.seqs), max(s + n for s, n in zip(starts, ns, strict=True)))
         k_cache, v_cache = self.cache.k, self.cache.v
@@ -523,7 +516,7 @@ class LlamaRunner:
             st_slot = self.pool.index([p[1] for p in pairs])
 
         for index, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, h, cos, sin, _rows)
+            q, k, v = self._qkv(layer, h, cos, sin)
             kc, vc = k_cache[index], v_cache[index]
             if store is not None:
                 self.pool.k[index, st_slot] = k[st_tok]
@@ -550,17 +543,20 @@ class LlamaRunner:
                                                      attn_mask=s_mask).reshape(width, -1)
                 attn[s_tok] = out if dense else out[s_row]
             h = h + layer.o(attn)
-            h = self._mlp(layer, h, _rows)
+            h = self._mlp(layer, h)
 
-        last = self.logits(h[torch.tensor(offsets[1:], dtype=torch.long) - 1])
+        emitting = [i for i in range(len(rows)) if emits is None or emits[i]]
+        at = {i: j for j, i in enumerate(emitting)}
+        last = self.logits(h[torch.tensor([offsets[i + 1] - 1 for i in emitting], dtype=torch.long)])
         out_logits = []
         for i, n in enumerate(ns):
             if all_logits is not None and all_logits[i]:
                 full_logits = self.logits(h[offsets[i]:offsets[i] + n])
-                last[i] = full_logits[-1]  # one value per position whichever way it is read
+                if i in at:
+                    last[at[i]] = full_logits[-1]  # one value per position whichever way it is read
                 out_logits.append(full_logits)
             else:
-                out_logits.append(last[i:i + 1])
+                out_logits.append(last[at[i]:at[i] + 1] if i in at else last[:0])
         for (seq, _), n in zip(rows, ns, strict=True):
             seq.length += n
         self.last_logits = last
