@@ -245,6 +245,20 @@ def test_a_budget_smaller_than_rows_times_positions_is_re_laid_in_place():
         cache.reserve(5, 250)
 
 
+def test_a_budget_of_fewer_positions_than_rows_starts_and_holds_one_request():
+    from tgi_toolkit.engine.runner import SlotCache
+
+    # The tuner's smallest KV rung: one request of 64 + 16 - 1 = 79 tokens, with max_batch_size 256 and rows
+    # of up to 128 positions. The budget is raised to one row of 128; 128 // 256 rows = 0 positions a row,
+    # so it starts as 128 rows of 1 position (it divided by zero here before).
+    cache = SlotCache(2, 1, 4, torch.float32, max_rows=256, max_positions=128, capacity=79)
+    assert (cache.capacity, cache.rows, cache.positions) == (128, 128, 1)
+    cache.add(78)  # a prompt of 78 tokens: 79 positions; one row of 79 (128 // 79 = 1 row)
+    assert (cache.rows, cache.positions) == (1, 79)
+    with pytest.raises(RuntimeError, match="KV cache limit exceeded: 2 rows x 79 positions"):
+        cache.add(10)
+
+
 def test_rows_that_emit_no_token_skip_the_lm_head(loaded, prompt):
     runner = LlamaRunner(loaded.model, 4, 256)
     seqs, logits = runner.prefill([prompt[:10]])

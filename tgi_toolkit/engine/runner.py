@@ -138,7 +138,8 @@ class SlotCache:
         self._k = torch.empty(size, dtype=dtype).zero_()  # zero_ touches every page now
         self._v = torch.empty(size, dtype=dtype).zero_()
         self.seqs: list[Seq] = []  # seqs[i].row == i
-        positions = min(max_positions, self.capacity // max_rows) if max_rows * max_positions > self.capacity \
+        # a budget below max_rows positions (the tuner's one-request KV rung) starts as rows of one position
+        positions = max(1, min(max_positions, self.capacity // max_rows)) if max_rows * max_positions > self.capacity \
             else max_positions
         self._view(min(max_rows, self.capacity // positions), positions)
 
