@@ -1173,8 +1173,8 @@ accuracy"""),
     code("""
 overall = accuracy.set_index(["check", "regime"])
 loso, test = overall.loc[("leave one source out", "all")], overall.loc[("test set", "all")]
-print(f"Leave one source out: {loso['within ±30 %']:.0%} of {loso['figures']} published figures within ±30 %, "
-      f"median |error| {loso['median |error|']:.0%}; the test set: {test['within ±30 %']:.0%} of {test['figures']}, "
+print(f"Leave one source out: {loso['within ±30 %']:.0%} of {loso['figures']:.0f} published figures within ±30 %, "
+      f"median |error| {loso['median |error|']:.0%}; the test set: {test['within ±30 %']:.0%} of {test['figures']:.0f}, "
       f"median {test['median |error|']:.0%}.")"""),
 ]
 
