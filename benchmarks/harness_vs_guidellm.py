@@ -12,10 +12,16 @@ first and pinned so that pip does not pull a CUDA build, and point --guidellm (o
 
 Set-up (issue 29): one idle engine (`tgi-toolkit serve`'s defaults) unless --url; OpenAI completions route;
 prompts of 158 tokens, 64 new tokens forced (guidellm sends ignore_eos, ours too), 6 requests a user (24 at 4
-users). guidellm runs as users run it (`--profile kind=concurrent,streams=N`, its default rampup of 0: its
-worker processes drift out of phase by themselves), with the local model's tokenizer (no hub); ours runs
-`run_concurrency` with --ramp-up (default "auto"). The two take turns, the order swapped every round, each
-guidellm round with a new seed so that no prompt is a prefix-cache hit.
+users). guidellm runs `--profile kind=concurrent,streams=N,rampup_duration=R` with the local model's tokenizer
+(no hub); ours runs `run_concurrency` with --ramp-up (default "auto"). R is the ramp ours used at that users count
+(--guidellm-rampup same, the default: ours runs first in round 0 to resolve it), so both start their users the
+same way; with --guidellm-rampup none guidellm keeps its default of 0, and its users then stay in step for the
+whole run (measured 2026-11-26: in-step share 0.83-0.96 against 0.1-0.4 by chance, the phase check below). The two
+take turns, the order swapped every round after the first, each guidellm round with a new seed so that no prompt
+is a prefix-cache hit. Each tool's line gives the phase check of its own request start times.
+
+Each line also gives the client's CPU seconds for the whole point, start-up included (guidellm's process and its
+workers; ours, this process's): on 2 cores a client's CPU is taken from the server it measures.
 
 Compared, per users count (median over rounds):
 - TTFT p50;
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -65,21 +72,29 @@ def local_tokenizer(model_id: str, revision: str | None) -> str:
 
 
 def run_guidellm(exe: str, url: str, tokenizer: str, users: int, requests: int, prompt: int, output: int,
-                 seed: int) -> dict[str, float]:
+                 seed: int, rampup: float = 0.0) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "guidellm.json"
         cmd = [exe, "run", "--backend", f"kind=openai_http,target={url},request_format=/v1/completions",
-               "--profile", f"kind=concurrent,streams={users}",
+               "--profile", f"kind=concurrent,streams={users},rampup_duration={rampup:.3f}",
                "--constraint", f"kind=max_requests,count={requests}",
                "--data", f"kind=synthetic_text,prompt_tokens={prompt},output_tokens={output}",
                "--tokenizer", f"kind=hf_auto,model={tokenizer}", "--seed", f"kind=static,value={seed}",
                "--output", f"kind=json,path={path}", "--disable-console"]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        before = _cpu_seconds(resource.RUSAGE_CHILDREN)
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+        cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - before  # guidellm and its workers, all reaped by now
         if done.returncode != 0 or not path.exists():
             raise RuntimeError(f"guidellm failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
         bench = json.loads(path.read_text())["benchmarks"][0]
     metrics = bench["metrics"]
+    # guidellm's own request start times, judged by the harness's phase check (one decode step: its ITL p50)
+    from tgi_toolkit.bench.phase import chance_share, is_lockstep, synchronised_share
+
+    sent = sorted(r["info"]["timings"]["request_start"] for r in bench["requests"]["successful"])
+    step = float(metrics["inter_token_latency_ms"]["successful"]["median"]) / 1e3
+    sync, chance = synchronised_share(sent, step), chance_share(sent, step)
 
     def median(name: str) -> float:
         return float(metrics[name]["successful"]["median"])
@@ -89,15 +104,29 @@ def run_guidellm(exe: str, url: str, tokenizer: str, users: int, requests: int, 
         raise RuntimeError(f"guidellm finished {ok} of {requests} requests: {metrics['request_totals']}")
     return {"ttft_s": median("time_to_first_token_ms") / 1e3, "itl_s": median("inter_token_latency_ms") / 1e3,
             "output_tok_s": float(metrics["output_tokens_per_second"]["successful"]["mean"]),
-            "span_s": float(bench["duration"])}
+            "span_s": float(bench["duration"]), "client_cpu_s": cpu, "rampup_s": rampup, "sync": sync, "chance": chance,
+            "lockstep": is_lockstep(sync, chance)}
+
+
+def _pin(cores: set[int]) -> None:
+    """Every thread of this process onto `cores` (a process's affinity is per thread on Linux)."""
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), cores)
+
+
+def _cpu_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_ours(url: str, users: int, requests: int, prompt: int, output: int, ramp_up: Any) -> dict[str, float]:
     from tgi_toolkit.bench import run_concurrency
     from tgi_toolkit.bench import schema as S
 
+    before = _cpu_seconds(resource.RUSAGE_SELF)
     res = run_concurrency(url, users=[users], prompt_tokens=prompt, max_new_tokens=output, requests=requests,
                           ramp_up=ramp_up, api="completions", progress=False)
+    cpu = _cpu_seconds(resource.RUSAGE_SELF) - before  # this process: our client (the server is a child)
     point = res.points.iloc[0]
     if point[S.ERRORS] or point[S.SHORT_OUTPUTS]:
         raise RuntimeError(f"ours: {point[S.ERRORS]} errors, {point[S.SHORT_OUTPUTS]} short outputs")
@@ -105,16 +134,19 @@ def run_ours(url: str, users: int, requests: int, prompt: int, output: int, ramp
             "output_tok_s": float(point[S.OUTPUT_THROUGHPUT]), "span_s": float(point[S.DURATION_S]),
             "pooled_itl_s": float(point[S.stat_column("itl", "p50")]), "ramp_s": float(point[S.RAMP_UP_S]),
             "sync": float(point[S.ARRIVAL_SYNC_SHARE]), "chance": float(point[S.ARRIVAL_SYNC_CHANCE]),
-            "lockstep": bool(point[S.LOCKSTEP])}
+            "lockstep": bool(point[S.LOCKSTEP]), "client_cpu_s": cpu}
 
 
 def _line(tool: str, rnd: int, users: int, m: dict[str, Any]) -> str:
-    extra = ""
+    phase = f"in-step share {m['sync']:.2f} (chance {m['chance']:.2f}){', LOCKSTEP' if m['lockstep'] else ''}"
+    extra = f"  [{phase}]"
+    if tool == "guidellm":
+        extra = f"  [rampup {m['rampup_s']:.2f} s, {phase}]"
     if "ramp_s" in m:
-        extra = (f"  [pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s, in-step share "
-                 f"{m['sync']:.2f} (chance {m['chance']:.2f}){', LOCKSTEP' if m['lockstep'] else ''}]")
+        extra = f"  [pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s, {phase}]"
     return (f"round {rnd} users {users:>2} {tool:<8} TTFT p50 {m['ttft_s'] * 1e3:7.1f} ms  ITL p50 "
-            f"{m['itl_s'] * 1e3:6.1f} ms  output {m['output_tok_s']:6.1f} tok/s  span {m['span_s']:5.1f} s{extra}")
+            f"{m['itl_s'] * 1e3:6.1f} ms  output {m['output_tok_s']:6.1f} tok/s  span {m['span_s']:5.1f} s  client CPU "
+            f"{m['client_cpu_s']:5.1f} s{extra}")
 
 
 def main() -> int:
@@ -125,8 +157,14 @@ def main() -> int:
     p.add_argument("--prompt-tokens", type=int, default=158)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--requests-per-user", type=int, default=6)
+    p.add_argument("--guidellm-rampup", choices=("same", "none"), default="same",
+                   help="same (default): guidellm's rampup_duration is the ramp ours used at that users count (ours "
+                        "runs first in round 0 to resolve it); none: guidellm's default, 0")
     p.add_argument("--guidellm", help="the guidellm executable (default $GUIDELLM, /tmp/guidellm-venv, PATH)")
     p.add_argument("--url", help="a running engine (default: start `tgi-toolkit serve`'s defaults)")
+    p.add_argument("--isolate", action="store_true",
+                   help="the started engine on the first core with one torch thread, both clients on the others: "
+                        "a client's CPU then cannot slow the server it measures")
     args = p.parse_args()
     exe = find_guidellm(args.guidellm)
     if exe is None:
@@ -142,7 +180,16 @@ def main() -> int:
     print(f"prompts {args.prompt_tokens} tokens, {args.max_new_tokens} new, {args.requests_per_user} requests a user; "
           f"ours with ramp_up={args.ramp_up}; target: ours within +-{TARGET:.0%} of guidellm (median over rounds)")
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    server = None if args.url else Server(config, backend="embedded").start()
+    cores = sorted(os.sched_getaffinity(0))
+    if args.isolate and (args.url or len(cores) < 2):
+        p.error("--isolate starts the engine itself and needs 2 cores or more")
+    if args.isolate:
+        _pin({cores[0]})  # the engine inherits it, every thread of it
+        print(f"isolated: the engine on core {cores[0]} (OMP_NUM_THREADS=1), the clients on {cores[1:]}")
+    server = None if args.url else Server(config, backend="embedded",
+                                          env={"OMP_NUM_THREADS": "1"} if args.isolate else None).start()
+    if args.isolate:
+        _pin(set(cores[1:]))  # this process (our client) and guidellm, started from it
     url = args.url or server.url
     started = time.monotonic()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped early: the rounds so far, then the server
@@ -150,13 +197,15 @@ def main() -> int:
         for rnd in range(args.rounds):
             for users in args.users:
                 requests = max(args.requests_per_user * users, 8)
-                order = ("guidellm", "ours") if (rnd + users) % 2 else ("ours", "guidellm")
+                order = ("guidellm", "ours") if (rnd + users) % 2 and rnd else ("ours", "guidellm")
                 for tool in order:
                     if tool == "ours":
                         m = run_ours(url, users, requests, args.prompt_tokens, args.max_new_tokens, args.ramp_up)
                     else:
+                        ramps = [m["ramp_s"] for m in results[("ours", users)]] if args.guidellm_rampup == "same" \
+                            else [0.0]
                         m = run_guidellm(exe, url, tokenizer, users, requests, args.prompt_tokens,
-                                         args.max_new_tokens, seed=1000 * rnd + users)
+                                         args.max_new_tokens, seed=1000 * rnd + users, rampup=statistics.median(ramps))
                     results.setdefault((tool, users), []).append(m)
                     print(_line(tool, rnd, users, m), flush=True)
     except KeyboardInterrupt:
