@@ -138,12 +138,10 @@ def run_ours(url: str, users: int, requests: int, prompt: int, output: int, ramp
 
 
 def _line(tool: str, rnd: int, users: int, m: dict[str, Any]) -> str:
-    phase = f"in-step share {m['sync']:.2f} (chance {m['chance']:.2f}){', LOCKSTEP' if m['lockstep'] else ''}"
-    extra = f"  [{phase}]"
-    if tool == "guidellm":
-        extra = f"  [rampup {m['rampup_s']:.2f} s, {phase}]"
-    if "ramp_s" in m:
-        extra = f"  [pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s, {phase}]"
+    start = f"rampup {m['rampup_s']:.2f} s" if tool == "guidellm" else \
+        f"pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s"
+    extra = (f"  [{start}, in-step share {m['sync']:.2f} (chance {m['chance']:.2f})"
+             f"{', LOCKSTEP' if m['lockstep'] else ''}]")
     return (f"round {rnd} users {users:>2} {tool:<8} TTFT p50 {m['ttft_s'] * 1e3:7.1f} ms  ITL p50 "
             f"{m['itl_s'] * 1e3:6.1f} ms  output {m['output_tok_s']:6.1f} tok/s  span {m['span_s']:5.1f} s  client CPU "
             f"{m['client_cpu_s']:5.1f} s{extra}")

@@ -170,6 +170,7 @@ def test_advise_ranks_writes_results_and_draws(tmp_path):
     results = load_results(tmp_path)
     assert results.points["config_id"].nunique() == len(table)
     assert results.points["backend"].eq("simulated").all()
+    assert sorted(advice.run_ids) == sorted(results.run_ids)  # what a reused folder is filtered by (notebook 09)
     saved = load_advice(tmp_path)
     assert list(saved["table"]["candidate"]) == list(table["candidate"])
     fig = advice.figure()

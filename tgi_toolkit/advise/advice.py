@@ -41,7 +41,7 @@ class Advice:
     @property
     def run_ids(self) -> list[str]:
         """The deployed points' runs this advice wrote to its results folder (one per evaluated candidate)."""
-        return [e.run_id for e in self.evaluations if getattr(e, "run_id", None)]
+        return [e.run_id for e in self.evaluations if e.run_id]
 
     @property
     def tied(self) -> list[str]:

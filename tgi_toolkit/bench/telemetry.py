@@ -130,7 +130,6 @@ def listening_pid(url: str) -> int | None:
     return None
 
 
-
 class ProcessSampler:
     """CPU percent and RSS of a process and all its descendants (TGI's shards, vLLM's workers)."""
 
