@@ -1055,8 +1055,8 @@ hardware that is not here (`tgi_toolkit.simulate`). This notebook:
    readable linear model of a forward's time fitted to them;
 2. **simulates** a workload with it and **measures** the same workload on the real server: predicted
    beside measured, as two configurations of one results table;
-3. runs the same workloads **"on an H100" and "on an A100"** with the roofline model (the GPU's datasheet,
-   the model's shape, efficiency factors fitted once to the published cards), and sets the roofline's
+3. runs the same workloads **"on an H100" and "on an A100"** with the roofline model (what the GPU reaches in
+   published microbenchmarks, the model's shape, efficiency factors fitted once to the published cards), and sets the roofline's
    predictions for those cards' models beside the published cards in data/reference.
 
 The scheduling path is the scheduler's own: TGI 3's chunked prefill with the prefix cache by default, the
@@ -1138,8 +1138,9 @@ fig"""),
     md("""
 ## 3. The same workload on GPUs you do not have
 
-The roofline model prices a forward from the card's datasheet (dense 16-bit FLOP/s, HBM bandwidth, the
-link between GPUs) and the model's shape (config.json), with efficiency factors every card shares, plus the
+The roofline model prices a forward from what the card reaches (dense 16-bit FLOP/s and memory bandwidth as a
+published microbenchmark measured them: an H100's matmuls reach 80 % of its datasheet, an MI300X's 51 %; the
+link between GPUs from the datasheet) and the model's shape (config.json), with efficiency factors every card shares, plus the
 host time of the server it stands for (`server`: TGI 3 by default; TGI 2 and 1, vLLM V1 and V0, TensorRT-LLM,
 SGLang, LMDeploy). Both were fitted to published GPU figures (`data/reference/gpu_figures.csv`,
 `docs/gpu-corpus.md`). The KV capacity and the prefill budget are those TGI 3 would find on that card (the
