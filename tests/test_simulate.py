@@ -295,13 +295,40 @@ def test_profile_fit_finds_the_knee_below_which_tokens_ride_on_the_weight_read()
     assert model.seconds(uniform_shape(1, 64, 0)) == pytest.approx(0.082)
     assert "(tokens - 32)+" in model.formula()
     # a straight line through the same times (no knee) misses the short prompts
-    line = fit_profile(ingestion, decode, free_tokens=(0,))
+    line = fit_profile(ingestion, decode, free_tokens=(0,), token_tiles=(1,))
     assert line.free_tokens == 0
     assert max(abs(p["ratio"] - 1) for p in line.points) > 0.1
     again = load_cost_model(model.to_dict())
     assert again.free_tokens == 32 and again.seconds(uniform_shape(1, 16, 0)) == pytest.approx(0.05)
     with pytest.raises(ValueError, match="free_tokens must be a whole number of tokens >= 0"):
         load_cost_model({**model.to_dict(), "free_tokens": -3})
+
+
+def test_profile_fit_finds_the_tile_in_which_a_matmul_computes_its_rows():
+    # A forward of 60 ms plus 2 ms a token past the first 16, billed in whole tiles of 16 (a bf16 AMX matmul
+    # computes 16 rows a tile), 5 ms a request: decode steps of 1, 8 and 16 rows 60 ms; of 17 and 24 rows one
+    # more tile, 60 + 16 x 2 = 92 ms; of 32 rows 92 ms; of 33 rows 124 ms. TTFT of 16 tokens 65 ms; 64 tokens
+    # 5 + 60 + 48 x 2 = 161 ms; 100 tokens 84 past the knee, 6 tiles of 16 = 96 tokens: 5 + 60 + 192 = 257 ms.
+    ingestion = [(16, 0.065), (64, 0.161), (100, 0.257)]
+    decode = [(uniform_shape(b, 1, 100, prefilling=False), t)
+              for b, t in ((1, .06), (8, .06), (16, .06), (17, .092), (24, .092), (32, .092), (33, .124))]
+    model = fit_profile(ingestion, decode)
+    # a knee of one tile is the same model as none with the forward a tile dearer (28 ms + 16 x 2 = 60 ms): either
+    assert model.token_tile == 16 and model.free_tokens in (0, 16)
+    assert (model.token_s, model.request_overhead_s) == pytest.approx((0.002, 0.005), rel=1e-6)
+    assert "in tiles of 16" in model.formula()
+    # 20 rows: 4 past the knee, one tile, 92 ms (a straight line past the knee: 60 + 4 x 2 = 68 ms); 40 rows:
+    # 24 past it, two tiles, 60 + 32 x 2 = 124 ms
+    decode_at = lambda rows: model.seconds(uniform_shape(rows, 1, 100, prefilling=False))  # noqa: E731
+    assert (decode_at(1), decode_at(20), decode_at(40)) == pytest.approx((0.06, 0.092, 0.124), rel=1e-6)
+    again = load_cost_model(model.to_dict())
+    assert again.token_tile == 16 and again.seconds(uniform_shape(20, 1, 100, prefilling=False)) == \
+        pytest.approx(0.092, rel=1e-6)
+    # without a tile to choose, the best line (with its knee) misses some step between the tiles by over 10 %
+    line = fit_profile(ingestion, decode, token_tiles=(1,))
+    assert line.token_tile == 1 and max(abs(p["ratio"] - 1) for p in line.points) > 0.1
+    with pytest.raises(ValueError, match="token_tile must be a whole number of tokens >= 1"):
+        load_cost_model({**model.to_dict(), "token_tile": 0})
 
 
 def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot():

@@ -10,7 +10,8 @@ Two measurements, both with bench's own scenarios (real clients over HTTP, nothi
    decoding rows (what the client sees per step, scheduler and streaming included).
 
 The fit (costs.fit_linear's non-negative least squares on relative error, with the overhead as one more
-unknown, and the knee `free_tokens` chosen from FREE_TOKENS by the same error) goes in two stages. First
+unknown, and the knee `free_tokens` and the tile `token_tile` chosen from FREE_TOKENS and TOKEN_TILES by the
+same error) goes in two stages. First
 the closed form: a TTFT is its prompt's chunks, a decode latency one forward. Then by replay: the same
 scenarios run on the simulator, with TGI's scheduler deciding each forward as it did on the server, and
 each measured time is fitted to the forwards it spans there (`replay_rows`), twice. Replay is what prices
@@ -49,7 +50,9 @@ from tgi_toolkit.simulate.costs import TERMS, LinearCostModel, Shape, _nnls, uni
 # served requests, `simulate_accuracy.py --local --quick`), where the cost per token bends below ~256.
 QUICK = {"prompt_tokens": (16, 64, 128, 256, 768), "batch_sizes": (1, 4, 16), "contexts": (32, 384),
          "decode_length": 12, "repeats": 1}
-FULL = {"prompt_tokens": (16, 64, 256, 512, 1024, 1536), "batch_sizes": (1, 2, 4, 8, 16, 32),
+# FULL's decode batches of 24 sit between two 16-row tiles of a CPU's bf16 matmul, which pins `token_tile`
+# (costs.LinearCostModel): without a batch between the tiles, no fit can tell a tile from a straight line.
+FULL = {"prompt_tokens": (16, 64, 256, 512, 1024, 1536), "batch_sizes": (1, 2, 4, 8, 16, 24, 32),
         "contexts": (32, 256, 1024), "decode_length": 24, "repeats": 3}
 
 
@@ -169,6 +172,9 @@ PROFILE_TERMS = tuple(t for t in TERMS if t != "prefill_forward_s")
 # fit). Its quick grid has prompts either side of them (16, 64, 128, ...), which is what pins a knee.
 KNEES = (0, 8, 16, 24, 32, 48, 64, 96, 128)
 FREE_TOKENS = (0, 8, 16, 24, 32)
+# Tiles a fit may try (costs.LinearCostModel.token_tile), 1 (none) first so that a grid that cannot tell them
+# apart keeps the straight line.
+TOKEN_TILES = (1, 8, 16, 32)
 TOKENS = TERMS.index("token_s")
 
 
@@ -184,10 +190,10 @@ class Sample:
     about: dict[str, Any]  # what was measured (prompt tokens, rows, context), copied into model.points
     per: float = 1.0
 
-    def features(self, free_tokens: int = 0) -> np.ndarray:
-        """The summed features with the knee applied forward by forward."""
+    def features(self, free_tokens: int = 0, token_tile: int = 1) -> np.ndarray:
+        """The summed features with the knee and the tile applied forward by forward."""
         f = self.forwards.copy()
-        f[:, TOKENS] = np.maximum(f[:, TOKENS] - free_tokens, 0)
+        f[:, TOKENS] = np.ceil(np.maximum(f[:, TOKENS] - free_tokens, 0) / token_tile) * token_tile
         return f.sum(axis=0) / self.per
 
 
@@ -200,7 +206,7 @@ def forward_samples(forwards: Sequence[tuple[Shape, float]]) -> list[Sample]:
 def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[Shape, float]], *,
                 prefill_budget: int | None = None, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
                 source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
-                frontend_s: float = 0.0) -> LinearCostModel:
+                frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES) -> LinearCostModel:
     """The linear model from (prompt length, TTFT) and (decode forward shape, seconds) samples; the
     request overhead is fitted with it (it appears in every TTFT and in no decode step)."""
     samples = [Sample("ttft", prefill_forwards(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
@@ -208,31 +214,36 @@ def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[S
     samples += [Sample("decode", np.array([shape.vector()]), 0.0, seconds,
                        {"rows": shape.rows, "context": shape.context}) for shape, seconds in decode]
     return fit_samples(samples, terms=terms, name=name, source=source, free_tokens=free_tokens,
-                       frontend_s=frontend_s)
+                       frontend_s=frontend_s, token_tiles=token_tiles)
 
 
 def fit_samples(samples: Sequence[Sample], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
                 source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
-                frontend_s: float = 0.0) -> LinearCostModel:
+                frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES) -> LinearCostModel:
     """Non-negative coefficients of `terms` and the request overhead minimising relative error, at the knee
-    of `free_tokens` that fits best; `frontend_s`, measured apart (`frontend_seconds`), goes into the model."""
+    of `free_tokens` and the tile of `token_tiles` that fit best; `frontend_s`, measured apart
+    (`frontend_seconds`), goes into the model."""
     keep = [TERMS.index(t) for t in terms]
     y = np.array([s.seconds for s in samples], dtype=float)
     if not len(y) or np.any(~np.isfinite(y)) or np.any(y <= 0):
         raise ValueError("profile: every measured time must be a positive number of seconds")
     w = 1 / y
-    best: tuple[float, int, np.ndarray, np.ndarray] | None = None
-    for knee in free_tokens:
-        x = np.column_stack([np.array([s.features(knee) for s in samples])[:, keep], [s.overheads for s in samples]])
-        scale = np.maximum(np.abs(x).max(axis=0), 1e-30)
-        coef = _nnls(x * w[:, None] / scale, y * w) / scale
-        err = float(np.sum(((x @ coef - y) * w) ** 2))
-        if best is None or err < best[0] - 1e-12:
-            best = (err, knee, coef, x)
+    best: tuple[float, int, int, np.ndarray, np.ndarray] | None = None
+    for tile in token_tiles:  # every knee untiled first: a tie keeps the simpler model
+        for knee in free_tokens:
+            x = np.column_stack([np.array([s.features(knee, tile) for s in samples])[:, keep],
+                                 [s.overheads for s in samples]])
+            scale = np.maximum(np.abs(x).max(axis=0), 1e-30)
+            coef = _nnls(x * w[:, None] / scale, y * w) / scale
+            err = float(np.sum(((x @ coef - y) * w) ** 2))
+            if best is None or err < best[0] - 1e-12:
+                best = (err, knee, tile, coef, x)
     assert best is not None
-    _, knee, coef, x = best
+    _, knee, tile, coef, x = best
+    pays_tokens = coef[keep.index(TOKENS)] > 0
     model = LinearCostModel(request_overhead_s=float(coef[-1]), frontend_s=frontend_s, name=name,
-                            source=dict(source or {}), free_tokens=int(knee) if coef[keep.index(TOKENS)] > 0 else 0)
+                            source=dict(source or {}), free_tokens=int(knee) if pays_tokens else 0,
+                            token_tile=int(tile) if pays_tokens else 1)
     for i, term in zip(keep, terms, strict=True):
         setattr(model, TERMS[i], float(coef[terms.index(term)]))
     fitted = x @ coef

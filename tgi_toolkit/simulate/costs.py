@@ -24,6 +24,10 @@ computes, and up to some number of tokens the matmuls finish inside that read, s
 nothing beyond `forward_s`. On the embedded engine (2 CPU cores, bf16) a forward of 1 to 32 tokens took
 48-52 ms and each token past that about 0.7 ms; without the knee a straight line through both overprices
 a 64-token prompt by a third. A decode step of up to that many rows pays no token cost either.
+
+`token_tile` bills the tokens past the knee in whole tiles, as the matmul kernels compute them: on the embedded
+engine (AMX, bf16) decode steps of 1-16 rows took 66-86 ms and of 18-24 rows 109-124 ms, a step at 16 that a
+straight line through 1 to 32 rows prices 16 % low between the tiles. 1 (the default) is no tiling.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import numpy as np
 
 # Shape and the features of a scheduler Forward live below the cost models (gpu.py's roofline and the engine's
 # forward trace name them too); re-exported here.
-from tgi_toolkit.simulate.features import Shape, row_pairs, shape_of  # noqa: F401
+from tgi_toolkit.simulate.features import Shape, billed_tokens, row_pairs, shape_of  # noqa: F401
 
 TERMS = ("forward_s", "prefill_forward_s", "token_s", "row_s", "context_token_s", "attention_pair_s")
 TERM_HELP = {
@@ -92,6 +96,7 @@ class LinearCostModel:
     # keep it: the engine ran 16 users of 64+16 tokens as 5 waves of 16 in lockstep.
     jitter_cv: float = 0.0
     free_tokens: int = 0  # tokens a forward computes within forward_s (module docstring)
+    token_tile: int = 1  # tokens past the knee are billed in whole tiles of this many (module docstring)
     name: str = "linear"
     source: dict[str, Any] = field(default_factory=dict)
     points: list[dict[str, Any]] = field(default_factory=list)  # what it was fitted to, with the fit's error
@@ -101,7 +106,8 @@ class LinearCostModel:
 
     def seconds(self, shape: Shape) -> float:
         return (self.forward_s + self.prefill_forward_s * shape.prefilling
-                + self.token_s * max(shape.tokens - self.free_tokens, 0) + self.row_s * shape.rows
+                + self.token_s * billed_tokens(shape.tokens, self.free_tokens, self.token_tile)
+                + self.row_s * shape.rows
                 + self.context_token_s * shape.context + self.attention_pair_s * shape.pairs)
 
     def formula(self) -> str:
@@ -111,6 +117,8 @@ class LinearCostModel:
             what = t.removesuffix("_s").replace("_", " ")
             if t == "token_s" and self.free_tokens:
                 what = f"(tokens - {self.free_tokens})+"
+            if t == "token_s" and self.token_tile > 1:
+                what += f" in tiles of {self.token_tile}"
             return f"{getattr(self, t) * 1e3:.4g} ms x {what}"
 
         parts = [term(t) for t in TERMS if getattr(self, t) or t == "forward_s"]
@@ -118,7 +126,7 @@ class LinearCostModel:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "linear", "name": self.name, "formula": self.formula(),
-                **{t: getattr(self, t) for t in TERMS}, "free_tokens": self.free_tokens,
+                **{t: getattr(self, t) for t in TERMS}, "free_tokens": self.free_tokens, "token_tile": self.token_tile,
                 "request_overhead_s": self.request_overhead_s, "frontend_s": self.frontend_s,
                 "jitter_cv": self.jitter_cv, "source": self.source}
 
@@ -155,7 +163,8 @@ def load_cost_model(path_or_dict: str | Path | Mapping[str, Any]) -> CostModel:
         return RooflineCostModel.from_dict(data)
     if kind != "linear":
         raise ValueError(f"cost_model: kind {kind!r} is not known (allowed: linear, roofline)")
-    known = {*TERMS, "request_overhead_s", "frontend_s", "jitter_cv", "free_tokens", "name", "source", "points"}
+    known = {*TERMS, "request_overhead_s", "frontend_s", "jitter_cv", "free_tokens", "token_tile", "name", "source",
+             "points"}
     values = {k: v for k, v in data.items() if k in known}
     for term in (*TERMS, "request_overhead_s", "frontend_s", "jitter_cv"):
         value = values.get(term, 0.0)
@@ -164,6 +173,9 @@ def load_cost_model(path_or_dict: str | Path | Mapping[str, Any]) -> CostModel:
     free = values.get("free_tokens", 0)
     if isinstance(free, bool) or not isinstance(free, int) or free < 0:
         raise ValueError(f"cost_model: free_tokens must be a whole number of tokens >= 0; got {free!r}")
+    tile = values.get("token_tile", 1)
+    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1:
+        raise ValueError(f"cost_model: token_tile must be a whole number of tokens >= 1; got {tile!r}")
     return LinearCostModel(**values)
 
 
@@ -189,12 +201,12 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def fit_linear(samples: Iterable[tuple[Shape, float]], *, terms: Sequence[str] = TERMS,
                request_overhead_s: float = 0.0, relative: bool = True, name: str = "linear",
-               source: Mapping[str, Any] | None = None, free_tokens: int = 0) -> LinearCostModel:
+               source: Mapping[str, Any] | None = None, free_tokens: int = 0, token_tile: int = 1) -> LinearCostModel:
     """Fit the coefficients of `terms` (others stay 0) to (forward shape, seconds) samples.
 
     relative: minimise relative rather than absolute error (forwards span orders of magnitude, and the
-    targets are ratios). Coefficients are kept >= 0 so that the model stays monotone. free_tokens: the
-    knee the model is fitted at (module docstring).
+    targets are ratios). Coefficients are kept >= 0 so that the model stays monotone. free_tokens and
+    token_tile: the knee and the tile the model is fitted at (module docstring).
     """
     samples = list(samples)
     unknown = sorted(set(terms) - set(TERMS))
@@ -203,7 +215,7 @@ def fit_linear(samples: Iterable[tuple[Shape, float]], *, terms: Sequence[str] =
     if not samples:
         raise ValueError("samples: nothing to fit")
     idx = [TERMS.index(t) for t in terms]
-    x = np.array([[s.vector(free_tokens)[i] for i in idx] for s, _ in samples], dtype=float)
+    x = np.array([[s.vector(free_tokens, token_tile)[i] for i in idx] for s, _ in samples], dtype=float)
     y = np.array([t for _, t in samples], dtype=float)
     if np.any(~np.isfinite(y)) or np.any(y <= 0):
         raise ValueError("samples: every time must be a positive number of seconds")
@@ -211,7 +223,7 @@ def fit_linear(samples: Iterable[tuple[Shape, float]], *, terms: Sequence[str] =
     scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # columns of similar size for lstsq
     coef = _nnls(x * w[:, None] / scale, y * w) / scale
     model = LinearCostModel(request_overhead_s=request_overhead_s, name=name, source=dict(source or {}),
-                            free_tokens=free_tokens)
+                            free_tokens=free_tokens, token_tile=token_tile)
     for i, term in zip(idx, terms, strict=True):
         setattr(model, TERMS[i], float(coef[terms.index(term)]))
     model.points = [{"rows": s.rows, "tokens": s.tokens, "context": s.context, "pairs": s.pairs,

@@ -4,6 +4,7 @@ forward trace (tgi_toolkit.engine.metrics) writes the same features beside each 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +19,17 @@ class Shape:
     pairs: float
     prefilling: bool
 
-    def vector(self, free_tokens: int = 0) -> list[float]:
-        """The linear model's features (costs.TERMS order); tokens beyond `free_tokens` only (the knee)."""
-        return [1.0, float(self.prefilling), float(max(self.tokens - free_tokens, 0)), float(self.rows),
-                float(self.context), float(self.pairs)]
+    def vector(self, free_tokens: int = 0, token_tile: int = 1) -> list[float]:
+        """The linear model's features (costs.TERMS order); tokens beyond `free_tokens` only (the knee), in
+        whole tiles of `token_tile`."""
+        return [1.0, float(self.prefilling), float(billed_tokens(self.tokens, free_tokens, token_tile)),
+                float(self.rows), float(self.context), float(self.pairs)]
+
+
+def billed_tokens(tokens: int, free_tokens: int = 0, token_tile: int = 1) -> int:
+    """The tokens a forward pays for beyond the knee, rounded up to whole tiles: a matmul kernel computes rows in
+    tiles (16 rows a tile in a CPU's bf16 AMX kernel), so 17 rows cost as much as 32."""
+    return token_tile * math.ceil(max(tokens - free_tokens, 0) / token_tile)
 
 
 def row_pairs(start: int, length: int) -> float:
