@@ -192,7 +192,7 @@ class Sample:
 
     def features(self, free_tokens: int = 0, token_tile: int = 1) -> np.ndarray:
         """The summed features with the knee and the tile applied forward by forward."""
-        f = self.forwards.copy()
+        f = self.forwards.copy()  # features.billed_tokens over the forwards at once
         f[:, TOKENS] = np.ceil(np.maximum(f[:, TOKENS] - free_tokens, 0) / token_tile) * token_tile
         return f.sum(axis=0) / self.per
 

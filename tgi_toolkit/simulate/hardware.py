@@ -2,10 +2,11 @@
 
 A datasheet's dense tensor FLOP/s and HBM bandwidth are peaks that cards reach to different degrees: with the
 vendor's BLAS an H100 runs a large BF16 GEMM at about 80 % of its datasheet and an MI300X at about 51 %, while
-their memory copies reach 89 % and 77 % (MEASURED's sources). A roofline that multiplies every datasheet by
-the same efficiency prices an MI300X's prefill 1.6x too cheap. So the roofline starts from `achievable`:
-the measured figure where one was published, else the datasheet times the median fraction the measured
-NVIDIA cards reach (TYPICAL_FRACTION), and its fitted efficiencies are fractions of that.
+their memory copies reach 89 % and 77 % (the sources above MEASURED_TFLOPS; docs/gpu-corpus.md). A roofline
+that multiplies every datasheet by the same efficiency prices an MI300X's prefill 1.6x too cheap. So the
+roofline starts from `achievable`: the measured figure where one was published, else the datasheet times the
+median fraction the measured NVIDIA cards reach (TYPICAL_FRACTION), and its fitted efficiencies are fractions
+of that.
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ GPU_SPECS: dict[str, GpuSpec] = {
     "RTX-4090": GpuSpec(165, 1008, 64), "RTX-3090": GpuSpec(71, 936, 64), "MI300X": GpuSpec(1307, 5300, 896),
 }
 
-GEMM_SOURCE = ("Stas Bekman, ml-engineering, compute/accelerator/README.md, maximum achievable matmul FLOPS table "
-               "(BF16 torch.matmul, best shape of a sweep, cache reset between iterations), rows of 2025-01-04/06")
-COPY_SOURCE = ("Microsoft Azure AI-benchmarking-guide, Azure_Results/ND_*_results.md, BabelStream triad "
-               "(ND H100 v5 2024-09-24, ND H200 v5 2025-07-07, ND A100 v4 2024-09-25, ND MI300X v5 2025-03-27)")
-# One method per quantity, so the cards differ by what they do and not by how they were measured. The source says
-# H200's matmul is H100's (the same die and clocks); the A100-40GB has the 80GB card's die and clocks.
+# Matmul: Stas Bekman, ml-engineering, compute/accelerator/README.md, maximum achievable matmul FLOPS table (BF16
+# torch.matmul, best shape of a sweep, cache reset between iterations), rows of 2025-01-04/06. Copy: Microsoft Azure
+# AI-benchmarking-guide, Azure_Results/ND_*_results.md, BabelStream triad (ND H100 v5 2024-09-24, ND H200 v5
+# 2025-07-07, ND A100 v4 2024-09-25, ND MI300X v5 2025-03-27). One method per quantity, so the cards differ by
+# what they do and not by how they were measured. The matmul source says H200's is H100's (the same die and
+# clocks); the A100-40GB has the 80GB card's die and clocks.
 MEASURED_TFLOPS: dict[str, float] = {"H100-80GB": 794.5, "H200": 794.5, "A100-80GB": 271.2, "A100-40GB": 271.2,
                                      "MI300X": 668.4}
 MEASURED_BANDWIDTH_GBS: dict[str, float] = {"H100-80GB": 2970, "H200": 4180, "A100-80GB": 1700, "MI300X": 4100}

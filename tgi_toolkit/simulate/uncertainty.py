@@ -81,7 +81,7 @@ def coverage_notes(cost: Any, fit: dict[str, Any]) -> list[str]:
     cov = fit.get("coverage") or {}
     notes = []
     if cov.get("gpus") and cost.gpu not in cov["gpus"]:
-        unmeasured = "" if getattr(cost, "reach", None) is None or cost.reach.measured else \
+        unmeasured = "" if cost.reach.measured else \
             " nor a measured matmul or copy speed (its datasheet at the measured cards' typical fraction)"
         notes.append(f"no published figure on {cost.gpu}{unmeasured}")
     if cov.get("servers") and cost.server not in cov["servers"]:
