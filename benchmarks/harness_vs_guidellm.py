@@ -103,9 +103,37 @@ def run_guidellm(exe: str, url: str, tokenizer: str, users: int, requests: int, 
     if ok != requests:
         raise RuntimeError(f"guidellm finished {ok} of {requests} requests: {metrics['request_totals']}")
     return {"ttft_s": median("time_to_first_token_ms") / 1e3, "itl_s": median("inter_token_latency_ms") / 1e3,
+            "e2e_mean_s": float(metrics["request_latency"]["successful"]["mean"]),
             "output_tok_s": float(metrics["output_tokens_per_second"]["successful"]["mean"]),
             "span_s": float(bench["duration"]), "client_cpu_s": cpu, "rampup_s": rampup, "sync": sync, "chance": chance,
             "lockstep": is_lockstep(sync, chance)}
+
+
+SERVER_SERIES = ("tgi_request_duration", "tgi_request_queue_duration", "tgi_request_input_length",
+                 "tgi_request_generated_tokens")
+
+
+def server_totals(url: str) -> dict[str, float]:
+    """The engine's running sums and counts of each request's whole time and queue time (its /metrics)."""
+    from urllib.request import urlopen
+
+    from tgi_toolkit.bench.telemetry import parse_prometheus
+
+    with urlopen(url + "/metrics", timeout=10) as response:
+        series = parse_prometheus(response.read().decode())
+    return {name: value for name, labels, value in series if name.removesuffix("_sum").removesuffix("_count")
+            in SERVER_SERIES and name.endswith(("_sum", "_count"))}
+
+
+def server_view(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Mean seconds per request the server itself saw between two `server_totals` (warm-ups included)."""
+    def mean(name: str) -> float:
+        count = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
+        return (after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)) / count if count else float("nan")
+
+    return {"server_e2e_s": mean("tgi_request_duration"), "server_queue_s": mean("tgi_request_queue_duration"),
+            "server_input_tokens": mean("tgi_request_input_length"),
+            "server_output_tokens": mean("tgi_request_generated_tokens")}
 
 
 def _pin(cores: set[int]) -> None:
@@ -134,7 +162,8 @@ def run_ours(url: str, users: int, requests: int, prompt: int, output: int, ramp
             "output_tok_s": float(point[S.OUTPUT_THROUGHPUT]), "span_s": float(point[S.DURATION_S]),
             "pooled_itl_s": float(point[S.stat_column("itl", "p50")]), "ramp_s": float(point[S.RAMP_UP_S]),
             "sync": float(point[S.ARRIVAL_SYNC_SHARE]), "chance": float(point[S.ARRIVAL_SYNC_CHANCE]),
-            "lockstep": bool(point[S.LOCKSTEP]), "client_cpu_s": cpu}
+            "lockstep": bool(point[S.LOCKSTEP]), "client_cpu_s": cpu,
+            "e2e_mean_s": float(point[S.stat_column("e2e", "mean")])}
 
 
 def _line(tool: str, rnd: int, users: int, m: dict[str, Any]) -> str:
@@ -142,6 +171,9 @@ def _line(tool: str, rnd: int, users: int, m: dict[str, Any]) -> str:
         f"pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s"
     extra = (f"  [{start}, in-step share {m['sync']:.2f} (chance {m['chance']:.2f})"
              f"{', LOCKSTEP' if m['lockstep'] else ''}]")
+    extra += (f"\n        server's view: e2e mean {m['server_e2e_s'] * 1e3:.0f} ms (the client's "
+              f"{m['e2e_mean_s'] * 1e3:.0f}), queue {m['server_queue_s'] * 1e3:.0f} ms, "
+              f"{m['server_input_tokens']:.1f} prompt and {m['server_output_tokens']:.1f} new tokens a request")
     return (f"round {rnd} users {users:>2} {tool:<8} TTFT p50 {m['ttft_s'] * 1e3:7.1f} ms  ITL p50 "
             f"{m['itl_s'] * 1e3:6.1f} ms  output {m['output_tok_s']:6.1f} tok/s  span {m['span_s']:5.1f} s  client CPU "
             f"{m['client_cpu_s']:5.1f} s{extra}")
@@ -197,6 +229,7 @@ def main() -> int:
                 requests = max(args.requests_per_user * users, 8)
                 order = ("guidellm", "ours") if (rnd + users) % 2 and rnd else ("ours", "guidellm")
                 for tool in order:
+                    before = server_totals(url)
                     if tool == "ours":
                         m = run_ours(url, users, requests, args.prompt_tokens, args.max_new_tokens, args.ramp_up)
                     else:
@@ -204,6 +237,7 @@ def main() -> int:
                             else [0.0]
                         m = run_guidellm(exe, url, tokenizer, users, requests, args.prompt_tokens,
                                          args.max_new_tokens, seed=1000 * rnd + users, rampup=statistics.median(ramps))
+                    m.update(server_view(before, server_totals(url)))
                     results.setdefault((tool, users), []).append(m)
                     print(_line(tool, rnd, users, m), flush=True)
     except KeyboardInterrupt:
