@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tgi_toolkit.engine.packed import packed_linear
+
 log = logging.getLogger("tgi_toolkit.engine")
 
 HALF = (torch.bfloat16, torch.float16)
@@ -39,6 +41,8 @@ def project(x: torch.Tensor, w: Weight) -> torch.Tensor:
     if isinstance(w, torch.nn.Module):
         return w(x)
     weight, scale, bias = w
+    if weight.is_mkldnn:  # packed by engine.packed: one oneDNN call
+        return packed_linear(x, weight, bias)
     if scale is not None:
         y = torch._weight_int8pack_mm(x.to(torch.bfloat16), weight, scale).to(x.dtype)
     elif x.dtype not in HALF:
@@ -84,15 +88,16 @@ def layer_out(h: torch.Tensor, attn: torch.Tensor, o: Weight, norm: torch.Tensor
     return h + project(F.silu(x[:, :inter]) * x[:, inter:], down)
 
 
-def weight_of(module: torch.nn.Module) -> Weight:
-    """What `project` takes for a runner's linear layer: its tensors, or the module where only its own
-    forward runs it (bitsandbytes)."""
+def weight_of(module: torch.nn.Module, packed: bool = True) -> Weight:
+    """What `project` takes for a runner's linear layer: its tensors (the oneDNN-packed weight where it has one,
+    unless `packed` is False), or the module where only its own forward runs it (bitsandbytes)."""
     from tgi_toolkit.engine.quantization import Int8PerChannelLinear
 
     if isinstance(module, Int8PerChannelLinear):
         return (module.qweight, module.scale, module.bias)
     if type(module) is torch.nn.Linear or getattr(module, "plain_linear", False):
-        return (module.weight, None, module.bias)
+        held = getattr(module, "packed", None) if packed else None
+        return (module.weight if held is None else held, None, module.bias)
     return module
 
 

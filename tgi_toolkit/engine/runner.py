@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from tgi_toolkit.engine.decode_step import CompiledDecode, Weight, layer_in, layer_out, rms, rope, weight_of
+from tgi_toolkit.engine.packed import pack, packed_linear
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
 
@@ -75,9 +76,10 @@ class _Layer:
     def linears(self) -> dict[str, torch.nn.Module]:
         return {"qkv": self.qkv, "o": self.o, "gate_up": self.gate_up, "down": self.down}
 
-    def weights(self) -> tuple[Weight, Weight, Weight, Weight]:
-        """qkv, o, gate_up and down as the decode step's functions take them (`decode_step.project`)."""
-        return weight_of(self.qkv), weight_of(self.o), weight_of(self.gate_up), weight_of(self.down)
+    def weights(self, packed: bool = True) -> tuple[Weight, Weight, Weight, Weight]:
+        """qkv, o, gate_up and down as the decode step's functions take them (`decode_step.project`);
+        `packed` False gives the plain weights (what inductor can compile)."""
+        return tuple(weight_of(m, packed) for m in (self.qkv, self.o, self.gate_up, self.down))
 
 
 SKINNY_ROWS = 16
@@ -103,8 +105,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 class SkinnyLinear(torch.nn.Linear):
     plain_linear = True  # the decode step reads its tensors (decode_step.weight_of)
+    packed: torch.Tensor | None = None  # the weight in oneDNN's layout (engine.packed), where it has one
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None and x.dim() == 2:
+            return packed_linear(x, self.packed, self.bias)
         return linear(x, self.weight, self.bias)
 
 
@@ -114,6 +119,7 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.
     linear.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
     if bias is not None:
         linear.bias = torch.nn.Parameter(bias.contiguous(), requires_grad=False)
+    linear.packed = pack(linear.weight)
     return linear
 
 
@@ -243,6 +249,7 @@ class LlamaRunner:
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm.weight
         self.lm_head = model.lm_head.weight
+        self.lm_head_packed = pack(self.lm_head)
         self.layers = [self._fuse(layer) for layer in inner.layers]
         # RoPE table from the model's own rotary module, so every rope scaling variant is honoured.
         positions = torch.arange(max_positions).unsqueeze(0)
@@ -297,7 +304,10 @@ class LlamaRunner:
         return q, qk[:, self.heads:], qkv[:, split:].reshape(n, self.kv_heads, self.head_dim)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return linear(rms(h, self.norm, self.eps), self.lm_head).float()
+        x = rms(h, self.norm, self.eps)
+        if self.lm_head_packed is not None:
+            return packed_linear(x, self.lm_head_packed).float()
+        return linear(x, self.lm_head).float()
 
     # -- prefill -----------------------------------------------------------------------------
     @torch.no_grad()
@@ -399,7 +409,7 @@ class LlamaRunner:
         cos, sin = self.cos[lengths].unsqueeze(1), self.sin[lengths].unsqueeze(1)
         h = self.embed[torch.tensor(tokens, dtype=torch.long)]
         for index, layer in enumerate(self.layers):
-            qkv, o, gate_up, down = layer.weights()
+            qkv, o, gate_up, down = layer.weights(packed=self.compiled is None)
             q, k, v = first(h, layer.input_norm, qkv, cos, sin, self.eps, self.heads, self.kv_heads)
             kc, vc = k_cache[index], v_cache[index]
             kc[rows, :, lengths] = k
