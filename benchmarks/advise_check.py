@@ -60,7 +60,7 @@ def _profile(out: Path, progress: bool) -> object:
 
 def _objectives(cost: object, prompt: int, output: int) -> tuple[float, float]:
     """(TTFT, TPOT) limits: 3 x a lone request's predicted TTFT, 2 x a lone decode step (the profile's prices)."""
-    from tgi_toolkit.simulate.costs import uniform_shape
+    from tgi_toolkit.costs.linear import uniform_shape
 
     ttft = cost.request_overhead_s + cost.seconds(uniform_shape(1, prompt, 0))  # type: ignore[attr-defined]
     step = cost.seconds(uniform_shape(1, 1, prompt + output // 2, prefilling=False))  # type: ignore[attr-defined]

@@ -105,7 +105,7 @@ def _speed(cost: object, trace: str, offset: int) -> tuple[float, int, str]:
 
 def _scaled(cost: object, factor: float) -> object:
     """The cost model with every forward `factor` times as long (the request overhead as it was)."""
-    from tgi_toolkit.simulate.costs import TERMS
+    from tgi_toolkit.costs.linear import TERMS
 
     return dataclasses.replace(cost, **{t: getattr(cost, t) * factor for t in TERMS})  # type: ignore[arg-type]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -65,10 +66,10 @@ def test_forward_trace_writes_each_forward_as_the_cost_models_price_it(tmp_path)
     chunk 0-5 (6 tokens, context 6, pairs 1+...+6 = 21), chunk 6-9 (4 tokens each seeing 6 cached ones and
     the chunk's own: 4x6 + 1+2+3+4 = 34 pairs, context 10), then a decode of token 10 (11 pairs, context 11)."""
     from tests.test_scheduler import Recorder, add
+    from tgi_toolkit.costs.features import Shape
     from tgi_toolkit.engine.metrics import Metrics
     from tgi_toolkit.router.scheduler import Queue, Scheduler, SchedulerConfig
     from tgi_toolkit.simulate.calibrate import read_trace
-    from tgi_toolkit.simulate.features import Shape
 
     path = tmp_path / "forwards.jsonl"
     queue = Queue()
@@ -104,3 +105,14 @@ def test_a_pace_the_engine_cannot_read_is_a_one_line_error(tmp_path):
     bad.write_text('{"kind": "linear", "forward_s": -1}')
     with pytest.raises(UnsupportedSetting, match=r"TGI_TOOLKIT_PACE: .* forward_s must be a number of seconds >= 0"):
         _pace(str(bad))
+    # a GPU's roofline prices a card, not this engine: the pace reads a profile of the engine itself
+    gpu = tmp_path / "gpu.json"
+    gpu.write_text('{"kind": "roofline", "gpu": "H100"}')
+    with pytest.raises(UnsupportedSetting, match=r"TGI_TOOLKIT_PACE: .* kind 'roofline' is not a linear profile"):
+        _pace(str(gpu))
+    good = tmp_path / "good.json"
+    good.write_text('{"kind": "linear", "forward_s": 0.05, "token_s": 0.001}')
+
+    # a forward of one 10-token prompt row: 50 ms + 10 x 1 ms, by the profile's own terms
+    assert _pace(str(good))(SimpleNamespace(rows=[SimpleNamespace(start=0, length=10)], prefilling=True)) == \
+        pytest.approx(0.060)

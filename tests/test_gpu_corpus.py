@@ -146,7 +146,7 @@ def test_the_cli_prints_each_metrics_held_out_error_and_refuses_an_unknown_serve
 
 def test_a_measured_profile_carried_to_another_card_through_the_cli(tmp_path, capsys):
     from tgi_toolkit.cli import main
-    from tgi_toolkit.simulate.costs import LinearCostModel
+    from tgi_toolkit.costs.linear import LinearCostModel
 
     profile = LinearCostModel(forward_s=0.012, token_s=2e-5, context_token_s=1e-8, request_overhead_s=0.01,
                               name="measured on an A10G").save(tmp_path / "cost.json")

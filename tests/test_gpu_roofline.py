@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.simulate.corpus import Figure
-from tgi_toolkit.simulate.features import Shape
 from tgi_toolkit.simulate.figures import steady
 from tgi_toolkit.simulate.gpu import roofline
 from tgi_toolkit.simulate.servers import server_of
@@ -162,7 +162,7 @@ def test_a_chunking_server_pays_only_the_prompts_own_tokens_in_a_mixed_forward()
 
 
 def test_a_profile_carried_to_another_card_keeps_its_host_time_and_scales_its_kernels():
-    from tgi_toolkit.simulate.costs import LinearCostModel
+    from tgi_toolkit.costs.linear import LinearCostModel
     from tgi_toolkit.simulate.transfer import transfer
 
     measured = LinearCostModel(forward_s=0.004, context_token_s=1e-8, request_overhead_s=0.02)

@@ -17,6 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tgi_toolkit"
 # What these packages need from the engine lives in tgi_toolkit.config.embedded and .model_files.
 BELOW_THE_ENGINE = ("tgi_toolkit.config", "tgi_toolkit.planner", "tgi_toolkit.tune", "tgi_toolkit.app")
 ENGINE = "tgi_toolkit.engine"
+# The server stands on TGI's router rules, the configuration and what a forward costs (its pacing and forward
+# trace), never on what measures or simulates it (issue 28).
+ENGINE_FLOOR = (ENGINE, "tgi_toolkit.router", "tgi_toolkit.config", "tgi_toolkit.costs", "tgi_toolkit.version",
+                "tgi_toolkit.progress")
 
 
 def modules(root: Path) -> dict[str, tuple[Path, bool]]:
@@ -126,6 +130,14 @@ def test_configuration_planner_tune_and_app_never_reach_the_engine(package: str)
         parents = reachable(graph, module)
         engine = sorted(m for m in parents if m == ENGINE or m.startswith(ENGINE + "."))
         assert not engine, f"{module} imports the engine: {chain(parents, engine[0])}"
+
+
+def test_the_engine_stands_on_the_router_configuration_and_forward_costs_only() -> None:
+    graph = import_graph(PACKAGE)
+    for module in [m for m in graph if m == ENGINE or m.startswith(ENGINE + ".")]:
+        parents = reachable(graph, module)
+        above = sorted(m for m in parents if not any(m == f or m.startswith(f + ".") for f in ENGINE_FLOOR))
+        assert not above, f"{module} stands on {above[0]}: {chain(parents, above[0])}"
 
 
 def write(root: Path, files: dict[str, str]) -> Path:

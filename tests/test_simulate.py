@@ -16,10 +16,12 @@ import pytest
 
 from tgi_toolkit.bench import load_results
 from tgi_toolkit.bench import schema as S
+from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.linear import uniform_shape
 from tgi_toolkit.router.scheduler import SchedulerConfig
 from tgi_toolkit.simulate import LinearCostModel, fit_linear, roofline, run_concurrency
 from tgi_toolkit.simulate.calibrate import fit_profile
-from tgi_toolkit.simulate.costs import Shape, load_cost_model, uniform_shape
+from tgi_toolkit.simulate.costs import load_cost_model
 from tgi_toolkit.simulate.events import ClosedLoop, OpenLoop, SimRequest, Simulator
 
 logging.getLogger("tgi_toolkit.router.scheduler").setLevel(logging.ERROR)
@@ -268,8 +270,8 @@ def test_with_traced_forwards_a_prefilling_forwards_own_cost_is_no_longer_taken_
     # TTFT of 16 tokens 3.5 + 50 + 18 + 16 = 87.5 ms, of 64 tokens 135.5 ms: alone, any split of 21.5 ms between
     # the prefill term and the overhead fits them. The trace's forwards carry no overhead: decode steps of 1 and
     # 8 rows 51 and 58 ms, prompts of 32 and 1,000 tokens 100 and 1,068 ms.
+    from tgi_toolkit.costs.linear import TERMS
     from tgi_toolkit.simulate.calibrate import Sample, fit_samples, forward_samples, prefill_forwards
-    from tgi_toolkit.simulate.costs import TERMS
 
     ttfts = [Sample("ttft", prefill_forwards(n, None), 1.0, t, {"prompt_tokens": n})
              for n, t in ((16, 0.0875), (64, 0.1355))]

@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tgi_toolkit._lazy import lazy_getattr
-
-__version__ = "0.1.0"
+from tgi_toolkit.version import __version__
 
 _LAZY = {
     "LauncherConfig": "tgi_toolkit.config",

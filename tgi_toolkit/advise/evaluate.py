@@ -228,7 +228,7 @@ def first_guess(cost: Any, kv_tokens: int, traffic: Traffic, objectives: Objecti
     priced by the cost model itself. In steady state each forward carries B decoding rows and the prompts of
     the requests that arrive meanwhile (B x prompt / output tokens), and the replica completes B requests every
     output x forward seconds. Only a starting point: the search simulates from it."""
-    from tgi_toolkit.simulate.features import Shape
+    from tgi_toolkit.costs.features import Shape
 
     prompt, output = traffic.prompt_tokens, traffic.max_new_tokens
     if traffic.lengths:

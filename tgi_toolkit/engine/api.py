@@ -19,7 +19,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tgi_toolkit import __version__
 from tgi_toolkit.engine.infer import Engine, Event, Finish, GenerationError, Token
 from tgi_toolkit.engine.metrics import Metrics
 from tgi_toolkit.engine.validation import (
@@ -32,6 +31,7 @@ from tgi_toolkit.engine.validation import (
     validate,
     validate_best_of,
 )
+from tgi_toolkit.version import __version__
 
 TGI_API_VERSION = "3.3.6-dev0"
 

@@ -99,10 +99,11 @@ def _pace(path: str | None) -> Callable[[Any], float] | None:
     one-line error at once."""
     if not path:
         return None
-    from tgi_toolkit.simulate.costs import load_cost_model, shape_of
+    from tgi_toolkit.costs.features import shape_of
+    from tgi_toolkit.costs.linear import load_linear
 
     try:
-        cost = load_cost_model(path)
+        cost = load_linear(path)
     except (OSError, ValueError) as exc:
         raise UnsupportedSetting(f"TGI_TOOLKIT_PACE: {path!r} is not a cost model this engine can read ({exc})") \
             from None

@@ -23,13 +23,16 @@ _LAZY = {
     "run_batch": ".api", "run_concurrency": ".api", "run_rate": ".api", "measure_ingestion": ".api",
     "run_scenario": ".api", "kv_capacity": ".api", "SCENARIO_FUNCTIONS": ".api", "run_shared_prefix": ".api",
     "run_multi_turn": ".api", "run_decode_stall": ".api",
-    "LinearCostModel": ".costs", "load_cost_model": ".costs", "fit_linear": ".costs", "shape_of": ".costs",
-    "Shape": ".costs", "RooflineCostModel": ".gpu", "roofline": ".gpu",
+    "LinearCostModel": "tgi_toolkit.costs.linear", "fit_linear": "tgi_toolkit.costs.linear",
+    "shape_of": "tgi_toolkit.costs.features", "Shape": "tgi_toolkit.costs.features", "load_cost_model": ".costs",
+    "RooflineCostModel": ".gpu", "roofline": ".gpu",
     "profile": ".calibrate", "SimTarget": ".target", "make_target": ".target",
     "Simulator": ".events", "SimRequest": ".events", "VirtualClock": ".events",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.costs.features import Shape, shape_of
+    from tgi_toolkit.costs.linear import LinearCostModel, fit_linear
     from tgi_toolkit.simulate.api import (
         SCENARIO_FUNCTIONS,
         kv_capacity,
@@ -43,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
         run_shared_prefix,
     )
     from tgi_toolkit.simulate.calibrate import profile
-    from tgi_toolkit.simulate.costs import LinearCostModel, Shape, fit_linear, load_cost_model, shape_of
+    from tgi_toolkit.simulate.costs import load_cost_model
     from tgi_toolkit.simulate.events import SimRequest, Simulator, VirtualClock
     from tgi_toolkit.simulate.gpu import RooflineCostModel, roofline
     from tgi_toolkit.simulate.target import SimTarget, make_target

@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.simulate.costs import TERMS, LinearCostModel, Shape, _nnls, uniform_shape
+from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.linear import TERMS, LinearCostModel, _nnls, uniform_shape
 
 # The quick grid's prompts sit on both sides of the common 64-256-token prompts: with 16, 256 and 768 only, the
 # line through them overpriced a 128-token prefill by 14-18 % on the embedded engine (its forward trace of
@@ -267,7 +268,7 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
     `source.server` gives the limits and scheduling mode)."""
     from bisect import bisect_right
 
-    from tgi_toolkit.simulate.costs import shape_of
+    from tgi_toolkit.costs.features import shape_of
     from tgi_toolkit.simulate.events import Simulator
     from tgi_toolkit.simulate.target import make_target
     from tgi_toolkit.simulate.workloads import TokenPrompts, batch_points, ingestion_points

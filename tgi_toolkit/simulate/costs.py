@@ -1,161 +1,18 @@
-"""What one forward costs: the features a forward is priced from, and the calibrated linear model.
-
-A forward (tgi_toolkit.router.scheduler.Forward) is a list of rows; a row computes `length` tokens at
-positions `start .. start + length - 1` of its sequence. Its price depends on:
-
-- rows: sequences in the forward (per-row work: sampling, detokenization, gather/scatter);
-- tokens: tokens computed (the weight matmuls, linear in tokens);
-- context tokens: sum over rows of `start + length`, the KV entries attention reads (memory-bound
-  in decode);
-- attention pairs: sum over rows of the query-key pairs computed, `length * start + length * (length + 1) / 2`
-  (the quadratic part of a long prefill);
-- prefilling: whether the forward computes prompt tokens (TGI runs those eagerly, pure decode on a
-  CUDA graph; the embedded engine takes another code path too).
-
-The calibrated model is `t = forward_s + prefill_forward_s * prefilling + token_s * max(tokens - free_tokens, 0)
-+ row_s * rows + context_token_s * context + attention_pair_s * pairs`, coefficients non-negative, plus
-`request_overhead_s`: time between a client sending a request and its entry reaching the queue (HTTP,
-validation, tokenization), which the client sees in TTFT but no forward contains. Requests sent together pay
-it side by side, except `frontend_s` of it, which the server's front end spends on each request one at a time:
-a burst reaches the queue `frontend_s` apart.
-
-`free_tokens` is the roofline's knee seen from a forward: a forward reads every weight once whatever it
-computes, and up to some number of tokens the matmuls finish inside that read, so the first tokens cost
-nothing beyond `forward_s`. On the embedded engine (2 CPU cores, bf16) a forward of 1 to 32 tokens took
-48-52 ms and each token past that about 0.7 ms; without the knee a straight line through both overprices
-a 64-token prompt by a third. A decode step of up to that many rows pays no token cost either.
-
-`token_tile` bills the tokens past the knee in whole tiles, as the matmul kernels compute them: on the embedded
-engine (AMX, bf16) decode steps of 1-16 rows took 66-86 ms and of 18-24 rows 109-124 ms, a step at 16 that a
-straight line through 1 to 32 rows prices 16 % low between the tiles. 1 (the default) is no tiling.
-"""
+"""The cost models a simulation runs, read from their JSON by kind: the calibrated linear model
+(tgi_toolkit.costs.linear, which the engine's pacing reads too) or a GPU's roofline (tgi_toolkit.simulate.gpu)."""
 
 from __future__ import annotations
 
-import itertools
-import json
-import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-
-# Shape and the features of a scheduler Forward live below the cost models (gpu.py's roofline and the engine's
-# forward trace name them too); re-exported here.
-from tgi_toolkit.simulate.features import Shape, billed_tokens, row_pairs, shape_of  # noqa: F401
-
-TERMS = ("forward_s", "prefill_forward_s", "token_s", "row_s", "context_token_s", "attention_pair_s")
-TERM_HELP = {
-    "forward_s": "seconds per forward, whatever it holds",
-    "prefill_forward_s": "extra seconds per forward that computes prompt tokens",
-    "token_s": "seconds per token computed",
-    "row_s": "seconds per row (sequence) in the forward",
-    "context_token_s": "seconds per KV token attention reads (sum of each row's context length)",
-    "attention_pair_s": "seconds per query-key pair (quadratic in a prompt's length)",
-}
-
-
-def uniform_shape(rows: int, length: int, start: int, prefilling: bool | None = None) -> Shape:
-    """`rows` rows each computing `length` tokens after `start` cached ones (a batch of equal requests)."""
-    return Shape(rows, rows * length, rows * (start + length), rows * row_pairs(start, length),
-                 length > 1 if prefilling is None else prefilling)
-
-
-class CostModel(Protocol):
-    """Prices a forward in seconds; `request_overhead_s` is added before a request reaches the queue (and a
-    model may say with `frontend_s` how much of it requests pay one at a time; none, if it does not)."""
-
-    name: str
-    request_overhead_s: float
-
-    def seconds(self, shape: Shape) -> float: ...
-
-    def describe(self) -> dict[str, Any]: ...
-
-
-@dataclass
-class LinearCostModel:
-    """The calibrated model (module docstring); `source` says what it was fitted to."""
-
-    forward_s: float = 0.0
-    prefill_forward_s: float = 0.0
-    token_s: float = 0.0
-    row_s: float = 0.0
-    context_token_s: float = 0.0
-    attention_pair_s: float = 0.0
-    request_overhead_s: float = 0.0
-    # The part of the overhead a front end spends on one request at a time (module docstring). On the embedded
-    # engine at most 1.8 ms of a 6-22 ms overhead: bursts of 64 were all queued within one forward
-    # (calibrate.frontend_seconds). Paying a whole 14 ms overhead each, a wave of 16 users' requests reached the
-    # simulated queue over 218 ms, where the engine's trace shows them all in within one forward of 160-210 ms.
-    frontend_s: float = 0.0
-    # Spread of a forward's time around the model (coefficient of variation). Real forwards vary, and the spread
-    # decides how soon identical requests sent together fall out of lockstep (with none, never); short ones may
-    # keep it: the engine ran 16 users of 64+16 tokens as 5 waves of 16 in lockstep.
-    jitter_cv: float = 0.0
-    free_tokens: int = 0  # tokens a forward computes within forward_s (module docstring)
-    token_tile: int = 1  # tokens past the knee are billed in whole tiles of this many (module docstring)
-    name: str = "linear"
-    source: dict[str, Any] = field(default_factory=dict)
-    points: list[dict[str, Any]] = field(default_factory=list)  # what it was fitted to, with the fit's error
-
-    def coefficients(self) -> list[float]:
-        return [getattr(self, t) for t in TERMS]
-
-    def seconds(self, shape: Shape) -> float:
-        return (self.forward_s + self.prefill_forward_s * shape.prefilling
-                + self.token_s * billed_tokens(shape.tokens, self.free_tokens, self.token_tile)
-                + self.row_s * shape.rows
-                + self.context_token_s * shape.context + self.attention_pair_s * shape.pairs)
-
-    def formula(self) -> str:
-        def term(t: str) -> str:
-            if t == "forward_s":
-                return f"{self.forward_s * 1e3:.4g} ms"
-            what = t.removesuffix("_s").replace("_", " ")
-            if t == "token_s" and self.free_tokens:
-                what = f"(tokens - {self.free_tokens})+"
-            if t == "token_s" and self.token_tile > 1:
-                what += f" in tiles of {self.token_tile}"
-            return f"{getattr(self, t) * 1e3:.4g} ms x {what}"
-
-        parts = [term(t) for t in TERMS if getattr(self, t) or t == "forward_s"]
-        return "t = " + " + ".join(parts)
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": "linear", "name": self.name, "formula": self.formula(),
-                **{t: getattr(self, t) for t in TERMS}, "free_tokens": self.free_tokens, "token_tile": self.token_tile,
-                "request_overhead_s": self.request_overhead_s, "frontend_s": self.frontend_s,
-                "jitter_cv": self.jitter_cv, "source": self.source}
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["kind"] = "linear"
-        out["formula"] = self.formula()
-        out["terms"] = TERM_HELP
-        return out
-
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
-        return path
+from tgi_toolkit.costs.linear import CostModel, load_linear, read_cost_json
 
 
 def load_cost_model(path_or_dict: str | Path | Mapping[str, Any]) -> CostModel:
     """A cost model from its JSON file (or dict): `kind` linear (calibrated) or roofline."""
-    if isinstance(path_or_dict, Mapping):
-        data = dict(path_or_dict)
-    else:
-        path = Path(path_or_dict)
-        if not path.is_file():
-            raise ValueError(f"cost_model: no file at {str(path)!r}; make one with `tgi-toolkit simulate profile`")
-        try:
-            data = json.loads(path.read_text())
-        except ValueError as exc:
-            raise ValueError(f"cost_model: {path} is not JSON ({exc})") from None
+    data = read_cost_json(path_or_dict)
     kind = data.get("kind", "linear")
     if kind == "roofline":
         from tgi_toolkit.simulate.gpu import RooflineCostModel
@@ -163,70 +20,4 @@ def load_cost_model(path_or_dict: str | Path | Mapping[str, Any]) -> CostModel:
         return RooflineCostModel.from_dict(data)
     if kind != "linear":
         raise ValueError(f"cost_model: kind {kind!r} is not known (allowed: linear, roofline)")
-    known = {*TERMS, "request_overhead_s", "frontend_s", "jitter_cv", "free_tokens", "token_tile", "name", "source",
-             "points"}
-    values = {k: v for k, v in data.items() if k in known}
-    for term in (*TERMS, "request_overhead_s", "frontend_s", "jitter_cv"):
-        value = values.get(term, 0.0)
-        if not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
-            raise ValueError(f"cost_model: {term} must be a number of seconds >= 0; got {value!r}")
-    free = values.get("free_tokens", 0)
-    if isinstance(free, bool) or not isinstance(free, int) or free < 0:
-        raise ValueError(f"cost_model: free_tokens must be a whole number of tokens >= 0; got {free!r}")
-    tile = values.get("token_tile", 1)
-    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1:
-        raise ValueError(f"cost_model: token_tile must be a whole number of tokens >= 1; got {tile!r}")
-    return LinearCostModel(**values)
-
-
-# -- fitting ----------------------------------------------------------------------------------------------
-def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Non-negative least squares for a handful of columns: the best unconstrained fit over each subset
-    of columns whose coefficients all come out >= 0 (exact for so few terms; no scipy needed)."""
-    n = a.shape[1]
-    best, best_err = np.zeros(n), float(np.sum(b ** 2))
-    for k in range(1, n + 1):
-        for cols in itertools.combinations(range(n), k):
-            sub = a[:, cols]
-            coef, *_ = np.linalg.lstsq(sub, b, rcond=None)
-            if np.any(coef < 0):
-                continue
-            err = float(np.sum((sub @ coef - b) ** 2))
-            if err < best_err - 1e-18 * max(1.0, best_err):
-                full = np.zeros(n)
-                full[list(cols)] = coef
-                best, best_err = full, err
-    return best
-
-
-def fit_linear(samples: Iterable[tuple[Shape, float]], *, terms: Sequence[str] = TERMS,
-               request_overhead_s: float = 0.0, relative: bool = True, name: str = "linear",
-               source: Mapping[str, Any] | None = None, free_tokens: int = 0, token_tile: int = 1) -> LinearCostModel:
-    """Fit the coefficients of `terms` (others stay 0) to (forward shape, seconds) samples.
-
-    relative: minimise relative rather than absolute error (forwards span orders of magnitude, and the
-    targets are ratios). Coefficients are kept >= 0 so that the model stays monotone. free_tokens and
-    token_tile: the knee and the tile the model is fitted at (module docstring).
-    """
-    samples = list(samples)
-    unknown = sorted(set(terms) - set(TERMS))
-    if unknown:
-        raise ValueError(f"terms: {unknown[0]!r} is not known (allowed: {', '.join(TERMS)})")
-    if not samples:
-        raise ValueError("samples: nothing to fit")
-    idx = [TERMS.index(t) for t in terms]
-    x = np.array([[s.vector(free_tokens, token_tile)[i] for i in idx] for s, _ in samples], dtype=float)
-    y = np.array([t for _, t in samples], dtype=float)
-    if np.any(~np.isfinite(y)) or np.any(y <= 0):
-        raise ValueError("samples: every time must be a positive number of seconds")
-    w = 1 / y if relative else np.ones_like(y)
-    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # columns of similar size for lstsq
-    coef = _nnls(x * w[:, None] / scale, y * w) / scale
-    model = LinearCostModel(request_overhead_s=request_overhead_s, name=name, source=dict(source or {}),
-                            free_tokens=free_tokens, token_tile=token_tile)
-    for i, term in zip(idx, terms, strict=True):
-        setattr(model, TERMS[i], float(coef[terms.index(term)]))
-    model.points = [{"rows": s.rows, "tokens": s.tokens, "context": s.context, "pairs": s.pairs,
-                     "prefilling": s.prefilling, "measured_s": t, "fitted_s": model.seconds(s)}
-                    for s, t in samples]
-    return model
+    return load_linear(data)

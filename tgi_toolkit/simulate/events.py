@@ -28,8 +28,9 @@ from typing import Any
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.phase import ramp_offsets
+from tgi_toolkit.costs.features import shape_of
+from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.router import scheduler as sched
-from tgi_toolkit.simulate.costs import CostModel, shape_of
 
 
 class VirtualClock:

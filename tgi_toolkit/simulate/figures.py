@@ -14,8 +14,8 @@ from typing import Any
 
 from scipy.optimize import brentq
 
+from tgi_toolkit.costs.features import Shape, row_pairs
 from tgi_toolkit.simulate.corpus import METRICS, Figure
-from tgi_toolkit.simulate.features import Shape, row_pairs
 
 VLLM_MAX_NUM_SEQS = 256  # vLLM's default --max-num-seqs
 INGESTION_SHORTEST = 32  # benchmark_llm_serving's shortest ingestion prompt, about

@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, resolve_gpu
 from tgi_toolkit.planner.shape import ModelShape
-from tgi_toolkit.simulate.features import Shape
 from tgi_toolkit.simulate.hardware import GPU_SPECS, GpuSpec, achievable
 from tgi_toolkit.simulate.servers import DEFAULT_SERVER, HOST_HELP, server_profile
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tgi_toolkit.simulate.features import Shape
+from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.simulate.gpu import RooflineCostModel
 
 

@@ -1,6 +1,6 @@
-"""The features one forward is priced from, below every cost model (tgi_toolkit.simulate.costs' linear model,
-tgi_toolkit.simulate.gpu's roofline) so that each can name them and the loader can build either; the engine's
-forward trace (tgi_toolkit.engine.metrics) writes the same features beside each forward's measured seconds."""
+"""The features one forward is priced from, below every cost model (tgi_toolkit.costs.linear's calibrated model,
+tgi_toolkit.simulate.gpu's roofline); the engine's forward trace (tgi_toolkit.engine.metrics) writes the same
+features beside each forward's measured seconds."""
 
 from __future__ import annotations
 
