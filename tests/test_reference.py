@@ -30,7 +30,8 @@ PHI3_A100, PHI3_H100 = "happy-vllm-phi-3-vision-a100-rerun", "happy-vllm-phi-3-v
 def seed(prefix: str) -> str:
     path = next(SEEDS.glob(f"{prefix}_*.txt"), None)
     if path is None:
-        pytest.skip(f"seed {prefix} not present in {SEEDS}")
+        pytest.skip(f"a transcription check against the original document (seed {prefix}), which is not in {SEEDS} "
+                    "(the shared/ folder beside this project's checkout)")
     return path.read_text()
 
 

@@ -16,7 +16,8 @@ SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
 def seed(prefix: str) -> str:
     path = next(SEEDS.glob(f"{prefix}_*.txt"), None)
     if path is None:
-        pytest.skip(f"seed {prefix} not present in {SEEDS}")
+        pytest.skip(f"a transcription check against the original document (seed {prefix}), which is not in {SEEDS} "
+                    "(the shared/ folder beside this project's checkout)")
     return path.read_text()
 
 
