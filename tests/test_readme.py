@@ -1,4 +1,4 @@
-"""README.md: every `tgi-toolkit` command it shows is one the command line accepts (parsed, not run)."""
+"""README.md and docs/: every `tgi-toolkit` command they show is one the command line accepts (parsed, not run)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from tgi_toolkit.cli import build_parser
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_commands() -> list[str]:
-    """`tgi-toolkit ...` lines of the README's bash blocks, continuations joined, comments dropped;
-    usage synopses (`[--output FILE]`) left out."""
-    blocks = re.findall(r"^```bash\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.M | re.S)
+def readme_commands(*pages: Path) -> list[str]:
+    """`tgi-toolkit ...` lines of the bash blocks of the README (or of `pages`), continuations joined,
+    comments dropped; usage synopses (`[--output FILE]`) left out."""
+    text = "\n".join(page.read_text() for page in pages or (ROOT / "README.md",))
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, flags=re.M | re.S)
     lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
     commands = [shlex.split(line, comments=True) for line in lines if line.startswith("tgi-toolkit ")]
     return [shlex.join(c[1:]) for c in commands if not any(a.startswith("[") for a in c)]
@@ -27,7 +28,8 @@ def test_the_readme_shows_each_command_line_tool() -> None:
     assert {"serve", "bench", "sweep", "tune", "plan", "app"} <= shown
 
 
-@pytest.mark.parametrize("command", readme_commands())
+# The README's depth moved to docs/ (issue 28): the commands shown there are held to the same check.
+@pytest.mark.parametrize("command", readme_commands(ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))))
 def test_readme_command_parses(command: str) -> None:
     argv = shlex.split(command)
     try:
