@@ -21,13 +21,9 @@ a burst reaches the queue `frontend_s` apart.
 
 `free_tokens` is the roofline's knee seen from a forward: a forward reads every weight once whatever it
 computes, and up to some number of tokens the matmuls finish inside that read, so the first tokens cost
-nothing beyond `forward_s`. On the embedded engine (2 CPU cores, bf16) a forward of 1 to 32 tokens took
-48-52 ms and each token past that about 0.7 ms; without the knee a straight line through both overprices
-a 64-token prompt by a third. A decode step of up to that many rows pays no token cost either.
-
-`token_tile` bills the tokens past the knee in whole tiles, as the matmul kernels compute them: on the embedded
-engine (AMX, bf16) decode steps of 1-16 rows took 66-86 ms and of 18-24 rows 109-124 ms, a step at 16 that a
-straight line through 1 to 32 rows prices 16 % low between the tiles. 1 (the default) is no tiling.
+nothing beyond `forward_s`. `token_tile` bills the tokens past the knee in whole tiles, as matmul kernels
+compute them; 1 (the default) is no tiling. The measurements behind both, and behind `frontend_s` and
+`jitter_cv`, are in docs/simulator.md ("Why the linear model has these terms").
 """
 
 from __future__ import annotations
@@ -84,14 +80,9 @@ class LinearCostModel:
     context_token_s: float = 0.0
     attention_pair_s: float = 0.0
     request_overhead_s: float = 0.0
-    # The part of the overhead a front end spends on one request at a time (module docstring). On the embedded
-    # engine at most 1.8 ms of a 6-22 ms overhead: bursts of 64 were all queued within one forward
-    # (calibrate.frontend_seconds). Paying a whole 14 ms overhead each, a wave of 16 users' requests reached the
-    # simulated queue over 218 ms, where the engine's trace shows them all in within one forward of 160-210 ms.
-    frontend_s: float = 0.0
-    # Spread of a forward's time around the model (coefficient of variation). Real forwards vary, and the spread
-    # decides how soon identical requests sent together fall out of lockstep (with none, never); short ones may
-    # keep it: the engine ran 16 users of 64+16 tokens as 5 waves of 16 in lockstep.
+    frontend_s: float = 0.0  # the part of the overhead a front end spends on one request at a time
+    # spread of a forward's time around the model (coefficient of variation): it decides how soon identical
+    # requests sent together fall out of lockstep
     jitter_cv: float = 0.0
     free_tokens: int = 0  # tokens a forward computes within forward_s (module docstring)
     token_tile: int = 1  # tokens past the knee are billed in whole tiles of this many (module docstring)

@@ -35,9 +35,9 @@ Weight = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | torch.n
 
 
 def project(x: torch.Tensor, w: Weight) -> torch.Tensor:
-    """`x @ W.T (+ bias)` for decode rows. Half precision computes `(W @ x.T).T` (oneDNN streams the weight
-    rows once: 15-25 % faster than `x @ W.T` for a few rows on the 2-core AMX CPU, one row computed as
-    two to take the same kernel); float32 keeps `F.linear` (MKL's GEMV, 2.2x faster there at one row)."""
+    """`x @ W.T (+ bias)` for decode rows: one oneDNN call on a packed weight; else, in half precision,
+    `(W @ x.T).T`, which streams the weight rows once (one row computed as two to take the same kernel);
+    float32 keeps `F.linear` (MKL's GEMV). Measured in docs/engine.md, "The decode step's speed"."""
     if isinstance(w, torch.nn.Module):
         return w(x)
     weight, scale, bias = w

@@ -209,11 +209,8 @@ def _warm_up(runner: Any, cuda_graphs: list[int] | None) -> None:
     decode step warmed at those batch sizes, as TGI captures its CUDA graphs at warm-up, so that no
     request pays a compile.
 
-    Not by default: on the 2-core CPU the compiled step was no faster than the eager one (bfloat16,
-    1 thread: 66 against 58 ms at 1 row, 86 against 85 at 16, 120 against 127 at 32; every kernel is
-    waiting on memory, which fusing the elementwise ops does not change) and compiling took 2-4 minutes
-    of start-up on the busy machine (inductor's on-disk cache shortens later starts). The compiled step
-    multiplies the plain weights: inductor takes no oneDNN-packed tensor as an input (engine.packed)."""
+    Not by default: on the 2-core CPU the compiled step was no faster than the eager one, and it took minutes
+    of start-up (docs/engine.md, "The decode step's speed")."""
     seqs, logits = runner.prefill([[0, 1, 2, 3]])
     runner.decode([int(logits[0][-1].argmax())])
     for seq in seqs:
