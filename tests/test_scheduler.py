@@ -102,7 +102,7 @@ def test_blocks_reserve_input_plus_max_new_tokens_minus_one_and_stop_at_first_mi
     sched.step()
     assert rec.calls[0] == ("prefill", [a.id, b.id])
     assert [e.id for e in queue._entries] == [c.id, d.id]
-    assert sched.reserved_tokens == 88 and sched.allocator.free_count == 11
+    assert sched.max_tokens == 88 and sched.allocator.free_count == 11
 
 
 def test_prefill_budget_limits_the_new_batch():
@@ -183,7 +183,7 @@ def test_cancelled_waiting_entries_are_dropped_and_running_ones_freed():
     assert b.id in rec.released and [e.id for e in sched.running] == [a.id]
     assert gone.id not in [i for call in rec.calls for i in call[1]]
     assert len(queue) == 0
-    assert sched.reserved_tokens == a.reserved_tokens
+    assert sched.max_tokens == a.reserved_tokens
 
 
 def test_finished_entries_free_budget_for_waiting_ones():
