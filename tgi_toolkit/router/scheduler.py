@@ -54,7 +54,7 @@ from tgi_toolkit.router.blocks import Allocation, RadixAllocator, SimpleAllocato
 __all__ = ["Backend", "Clock", "Entry", "Forward", "MonotonicClock", "Observer", "Queue", "Row", "SEGMENT_TOKENS",
            "Scheduler", "SchedulerConfig", "WALL", "make_allocator", "segment"]
 
-log = logging.getLogger("tgi_toolkit.engine.scheduler")
+log = logging.getLogger(__name__)
 
 
 class Clock(Protocol):
