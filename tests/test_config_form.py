@@ -15,7 +15,7 @@ from tgi_toolkit.config.form import (
     raw_values,
     render_command,
 )
-from tgi_toolkit.widgets import launcher_form
+from tgi_toolkit.config.widgets import launcher_form
 
 # -- field metadata -------------------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ from tgi_toolkit.engine.infer import Engine, Event, GenerationError, ModelBacken
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.sampling import SamplingParams
-from tgi_toolkit.engine.scheduler import Observer, SchedulerConfig
 from tgi_toolkit.engine.validation import ValidRequest
+from tgi_toolkit.router.scheduler import Observer, SchedulerConfig
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import httpx
 
 from tests.conftest import in_process_api
 from tgi_toolkit.engine.infer import Engine, Event, GenerationError, Token
-from tgi_toolkit.engine.scheduler import Forward, SchedulerConfig
+from tgi_toolkit.router.scheduler import Forward, SchedulerConfig
 
 
 class WordTokenizer:

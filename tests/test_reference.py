@@ -16,8 +16,8 @@ from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.main_metrics import COLUMNS, METRICS, approx, kv_text, main_metrics, main_metrics_table
 from tgi_toolkit.bench.results import Results, empty
 from tgi_toolkit.config import LauncherConfig, from_vllm_table
+from tgi_toolkit.config.vllm_args import parse_parameter_table
 from tgi_toolkit.reference import list_references, load_reference, load_references
-from tgi_toolkit.vllm_args import parse_parameter_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT.parent / "shared" / "seeds"

@@ -53,7 +53,7 @@ class Recorder:
 
 # The older path: no chunking, no prefix cache, block size 1 (so a request holds input + max_new - 1
 # blocks of the allocator's max_batch_total_tokens - 1: block 0 is reserved).
-def BatchingLimits(**kw) -> SchedulerConfig:  # noqa: N802 (the old name, as tests built it)
+def unchunked(**kw) -> SchedulerConfig:
     return SchedulerConfig(**{"chunking": False, "prefix_caching": False, **kw})
 
 
@@ -74,8 +74,8 @@ def add(queue: Queue, input_length: int, max_new_tokens: int, ids: list[int] | N
     return entry
 
 
-LIMITS = BatchingLimits(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000,
-                        waiting_served_ratio=0.3, max_waiting_tokens=20)
+LIMITS = unchunked(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000,
+                   waiting_served_ratio=0.3, max_waiting_tokens=20)
 
 
 def test_idle_scheduler_prefills_everything_that_fits_then_decodes():
@@ -93,7 +93,7 @@ def test_idle_scheduler_prefills_everything_that_fits_then_decodes():
 
 def test_blocks_reserve_input_plus_max_new_tokens_minus_one_and_stop_at_first_misfit():
     # 100 tokens of KV = blocks 1..99 (block 0 reserved): 99 free.
-    limits = BatchingLimits(max_batch_prefill_tokens=1000, max_batch_total_tokens=100)
+    limits = unchunked(max_batch_prefill_tokens=1000, max_batch_total_tokens=100)
     queue, sched, rec = make(limits)
     a = add(queue, 20, 20)  # 20 + 20 - 1 = 39 blocks
     b = add(queue, 20, 30)  # 49 -> 88
@@ -102,11 +102,11 @@ def test_blocks_reserve_input_plus_max_new_tokens_minus_one_and_stop_at_first_mi
     sched.step()
     assert rec.calls[0] == ("prefill", [a.id, b.id])
     assert [e.id for e in queue._entries] == [c.id, d.id]
-    assert sched.reserved_tokens == 88 and sched.allocator.free_count == 11
+    assert sched.max_tokens == 88 and sched.allocator.free_count == 11
 
 
 def test_prefill_budget_limits_the_new_batch():
-    limits = BatchingLimits(max_batch_prefill_tokens=25, max_batch_total_tokens=10_000)
+    limits = unchunked(max_batch_prefill_tokens=25, max_batch_total_tokens=10_000)
     queue, sched, rec = make(limits)
     a, b, c = add(queue, 10, 5), add(queue, 10, 5), add(queue, 10, 5)
     sched.step()
@@ -116,7 +116,7 @@ def test_prefill_budget_limits_the_new_batch():
 
 
 def test_max_batch_size_caps_running_batch():
-    limits = BatchingLimits(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000, max_batch_size=2)
+    limits = unchunked(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000, max_batch_size=2)
     queue, sched, rec = make(limits)
     a, b, c = add(queue, 4, 5), add(queue, 4, 5), add(queue, 4, 5)
     sched.step()
@@ -126,8 +126,8 @@ def test_max_batch_size_caps_running_batch():
 
 
 def test_waiting_served_ratio_sets_min_size_until_max_waiting_tokens_forces_it():
-    limits = BatchingLimits(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000,
-                            waiting_served_ratio=1.0, max_waiting_tokens=4)
+    limits = unchunked(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000,
+                       waiting_served_ratio=1.0, max_waiting_tokens=4)
     queue, sched, rec = make(limits)
     running = [add(queue, 4, 50) for _ in range(3)]
     sched.step()  # prefill the 3
@@ -145,8 +145,8 @@ def test_waiting_served_ratio_sets_min_size_until_max_waiting_tokens_forces_it()
 
 def two_prefilled_joining_at_two() -> tuple[Queue, Scheduler, Recorder, list[Entry]]:
     """The older path with two requests just prefilled and min_size floor(2 * 1.0) = 2 for a while."""
-    limits = BatchingLimits(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000,
-                            waiting_served_ratio=1.0, max_waiting_tokens=100)
+    limits = unchunked(max_batch_prefill_tokens=1000, max_batch_total_tokens=10_000,
+                       waiting_served_ratio=1.0, max_waiting_tokens=100)
     queue, sched, rec = make(limits)
     first = [add(queue, 4, 50) for _ in range(2)]
     sched.step()
@@ -162,7 +162,7 @@ def test_enough_waiting_requests_join_before_max_waiting_tokens():
 
 
 def test_min_size_not_met_puts_everything_back_in_order():
-    queue, sched, _ = make(BatchingLimits(max_batch_prefill_tokens=100, max_batch_total_tokens=10))
+    queue, sched, _ = make(unchunked(max_batch_prefill_tokens=100, max_batch_total_tokens=10))
     a, b = add(queue, 4, 4), add(queue, 4, 4)
     assert queue.next_batch(min_size=3, max_size=None, prefill_budget=100, token_budget=100) is None
     # 9 free blocks hold a (4 + 4 - 1 = 7) but not b too: fewer than min_size 2, so both go back,
@@ -183,12 +183,12 @@ def test_cancelled_waiting_entries_are_dropped_and_running_ones_freed():
     assert b.id in rec.released and [e.id for e in sched.running] == [a.id]
     assert gone.id not in [i for call in rec.calls for i in call[1]]
     assert len(queue) == 0
-    assert sched.reserved_tokens == a.reserved_tokens
+    assert sched.max_tokens == a.reserved_tokens
 
 
 def test_finished_entries_free_budget_for_waiting_ones():
-    limits = BatchingLimits(max_batch_prefill_tokens=1000, max_batch_total_tokens=30,
-                            waiting_served_ratio=0.0)
+    limits = unchunked(max_batch_prefill_tokens=1000, max_batch_total_tokens=30,
+                       waiting_served_ratio=0.0)
     queue, sched, rec = make(limits)
     a = add(queue, 10, 2)  # 11 of the 29 free blocks
     b = add(queue, 10, 10)  # 19 -> 30 > 29: waits
@@ -220,7 +220,7 @@ def test_queue_reports_its_length_on_append_and_when_entries_leave_it():
 
     rec = Recorder()
     queue = Queue(Sizes(), clock=rec.clock)  # the three arrive at one instant
-    scheduler = Scheduler(queue, rec, BatchingLimits(max_batch_prefill_tokens=20, max_batch_total_tokens=10_000))
+    scheduler = Scheduler(queue, rec, unchunked(max_batch_prefill_tokens=20, max_batch_total_tokens=10_000))
     first, second, third = add(queue, 10, 5), add(queue, 10, 5), add(queue, 10, 5)
     assert sizes == [1, 2, 3]  # at once, before any step
     second.cancelled = True
@@ -543,7 +543,7 @@ def test_a_request_no_empty_batch_can_hold_is_refused_with_the_reason_and_the_qu
 def test_without_chunking_a_prompt_over_the_prefill_budget_is_refused_not_left_at_the_head():
     refused: list[str] = []
     queue = Queue()
-    sched = Scheduler(queue, Recorder(), BatchingLimits(max_batch_prefill_tokens=8, max_batch_total_tokens=100),
+    sched = Scheduler(queue, Recorder(), unchunked(max_batch_prefill_tokens=8, max_batch_total_tokens=100),
                       on_failure=lambda entries, error: refused.append(str(error)))
     add(queue, 10, 2)
     assert not sched.step() and len(queue) == 0

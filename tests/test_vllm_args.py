@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tgi_toolkit.config import ConfigError, LauncherConfig, VllmArgs, from_vllm_table, to_vllm_args
-from tgi_toolkit.vllm_args import NO_VLLM_EQUIVALENT, QUANTIZATION_TO_VLLM, parse_parameter_table
+from tgi_toolkit.config.vllm_args import NO_VLLM_EQUIVALENT, QUANTIZATION_TO_VLLM, parse_parameter_table
 
 SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
 

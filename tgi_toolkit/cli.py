@@ -37,13 +37,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and name != only:
             sub.add_parser(name, help=f"(see `tgi-toolkit {name} --help`)")
             continue
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue  # a concept not built yet
-        mod.add_parser(sub)
+        importlib.import_module(module).add_parser(sub)
     return parser
 
 

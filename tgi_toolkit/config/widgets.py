@@ -1,6 +1,6 @@
 """A notebook form for LauncherConfig: grouped fields, checked as you type, with the command it runs.
 
-    from tgi_toolkit.config.widgets import launcher_form   # also importable as tgi_toolkit.widgets
+    from tgi_toolkit.config.widgets import launcher_form
     form = launcher_form()
     form.widget          # display it (the last expression of a cell)
     form.config          # the current valid LauncherConfig, or None while a rule is broken

@@ -51,10 +51,10 @@ from typing import Any, Protocol
 
 from tgi_toolkit.router.blocks import Allocation, RadixAllocator, SimpleAllocator
 
-__all__ = ["BatchingLimits", "Backend", "Clock", "Entry", "Forward", "MonotonicClock", "NullObserver", "Observer",
-           "Queue", "Row", "SEGMENT_TOKENS", "Scheduler", "SchedulerConfig", "WALL", "make_allocator", "segment"]
+__all__ = ["Backend", "Clock", "Entry", "Forward", "MonotonicClock", "Observer", "Queue", "Row", "SEGMENT_TOKENS",
+           "Scheduler", "SchedulerConfig", "WALL", "make_allocator", "segment"]
 
-log = logging.getLogger("tgi_toolkit.engine.scheduler")
+log = logging.getLogger(__name__)
 
 
 class Clock(Protocol):
@@ -163,10 +163,6 @@ def segment(input_ids: list[int], max_new_tokens: int, **kwargs: Any) -> Entry:
     return Entry(input_ids, min(max_new_tokens, SEGMENT_TOKENS), max_total_new_tokens=max_new_tokens, **kwargs)
 
 
-# The name the engine used before TGI 3's rules: kept for callers that build limits by keyword.
-BatchingLimits = SchedulerConfig
-
-
 class Backend(Protocol):
     """What the scheduler asks of the model side."""
 
@@ -192,9 +188,6 @@ class Observer:
     def computed(self, prompt_tokens: int) -> None: ...
     def emitted(self, entry: Entry, now: float) -> None: ...
     def failed(self, entries: list[Entry], error: BaseException) -> None: ...
-
-
-NullObserver = Observer
 
 
 def make_allocator(config: SchedulerConfig) -> SimpleAllocator:
@@ -382,15 +375,9 @@ class Scheduler:
 
     # -- the batch's numbers ----------------------------------------------------------------
     @property
-    def limits(self) -> SchedulerConfig:
-        return self.config
-
-    @property
     def max_tokens(self) -> int:
         """S7: blocks times block size over the batch (shared prefix blocks counted per request)."""
         return sum(entry.reserved_tokens for entry in self.running)
-
-    reserved_tokens = max_tokens
 
     @property
     def current_tokens(self) -> int:

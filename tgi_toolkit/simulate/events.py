@@ -156,7 +156,6 @@ class OpenLoop(Driver):
                  max_concurrency: int | None = None) -> None:
         self.pending = sorted(zip(send_times, range(len(requests)), requests, strict=True))
         self.limit = max_concurrency
-        self.in_flight = 0
         self.held: list[tuple[float, int, SimRequest]] = []
         self.t0 = 0.0
 
@@ -166,7 +165,6 @@ class OpenLoop(Driver):
             return [(t0 + t, r) for t, _, r in self.pending]
         out = [(t0 + t, r) for t, _, r in self.pending[:self.limit]]
         self.held = self.pending[self.limit:]
-        self.in_flight = len(out)
         return out
 
     def finished(self, request: SimRequest, t: float) -> list[tuple[float, SimRequest]]:
