@@ -124,7 +124,7 @@ def main() -> int:
     from tgi_toolkit.bench import schema as S
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.simulate import load_cost_model
-    from tgi_toolkit.tune.search import model_config_path
+    from tgi_toolkit.tune.sizing import model_config_path
 
     began = time.perf_counter()
     out = Path(args.output or tempfile.mkdtemp(prefix="advise-check-"))

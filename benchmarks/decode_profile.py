@@ -30,9 +30,10 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from tgi_toolkit.engine.linear import linear
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
 from tgi_toolkit.engine.packed import packed_linear
-from tgi_toolkit.engine.runner import LlamaRunner, linear
+from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.sampling import SamplingParams, TokenChooser, choose_batch
 
 STEP_TARGET = 2.0  # a 16-row step over the weight-read time

@@ -27,8 +27,9 @@ from collections.abc import Callable
 
 import torch
 
+from tgi_toolkit.engine.kv_cache import Seq
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
-from tgi_toolkit.engine.runner import LlamaRunner, Seq
+from tgi_toolkit.engine.runner import LlamaRunner
 
 CLOCK = time.perf_counter
 

@@ -293,7 +293,7 @@ def test_vllm_cpu_figure_from_cpu_perf_is_reproduced():
 def test_embedded_engine_prediction_mirrors_its_code():
     torch = pytest.importorskip("torch")
     from tgi_toolkit.config.embedded import DEFAULT_KV_CACHE_BYTES
-    from tgi_toolkit.engine.runner import SlotCache
+    from tgi_toolkit.engine.kv_cache import SlotCache
 
     shape = ModelShape.from_config(SMOLLM2)
     for dtype in ("float32", "bfloat16"):

@@ -21,7 +21,7 @@ def test_the_quickstart_sweep_is_small_and_valid() -> None:
     # the KV capacity each fraction gives, by the planner (the engine's own arithmetic): one request of the
     # concurrency workload fits the small one (384 + 32 - 1 = 415 tokens reserved), two do not
     from tgi_toolkit.planner import plan_embedded
-    from tgi_toolkit.tune.search import model_config_path
+    from tgi_toolkit.tune.sizing import model_config_path
 
     config = configs[0].config
     tokens = plan_embedded(model_config_path(config), memory_fraction=small, max_input_tokens=512,

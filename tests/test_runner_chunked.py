@@ -8,8 +8,9 @@ import random
 import pytest
 import torch
 
+from tgi_toolkit.engine.kv_cache import Seq
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
-from tgi_toolkit.engine.runner import LlamaRunner, Seq
+from tgi_toolkit.engine.runner import LlamaRunner
 
 # float32 logits of this model are ~10-30 in magnitude; the chunked and whole-prompt forwards
 # differ only in how MKL blocks GEMMs of different row counts (measured: <1e-4).
@@ -211,7 +212,7 @@ def test_kv_limit_and_bad_rows_are_refused(loaded, prompt):
 
 
 def test_the_cache_is_allocated_when_built_and_never_reallocated():
-    from tgi_toolkit.engine.runner import SlotCache
+    from tgi_toolkit.engine.kv_cache import SlotCache
 
     # Room for every shape: 8 rows x 100 positions, allocated at once; no reserve within it moves anything.
     cache = SlotCache(2, 1, 4, torch.float32, max_rows=8, max_positions=100)
@@ -226,7 +227,7 @@ def test_the_cache_is_allocated_when_built_and_never_reallocated():
 
 
 def test_a_budget_smaller_than_rows_times_positions_is_re_laid_in_place():
-    from tgi_toolkit.engine.runner import SlotCache
+    from tgi_toolkit.engine.kv_cache import SlotCache
 
     # 1000 positions in all for up to 8 rows of up to 400: first 8 rows of 1000 // 8 = 125.
     cache = SlotCache(2, 1, 4, torch.float32, max_rows=8, max_positions=400, capacity=1000)
@@ -246,7 +247,7 @@ def test_a_budget_smaller_than_rows_times_positions_is_re_laid_in_place():
 
 
 def test_a_budget_of_fewer_positions_than_rows_starts_and_holds_one_request():
-    from tgi_toolkit.engine.runner import SlotCache
+    from tgi_toolkit.engine.kv_cache import SlotCache
 
     # The tuner's smallest KV rung: one request of 64 + 16 - 1 = 79 tokens, with max_batch_size 256 and rows
     # of up to 128 positions. The budget is raised to one row of 128; 128 // 256 rows = 0 positions a row,

@@ -495,8 +495,8 @@ def test_simulates_32_users_1000_requests_in_under_10_seconds():
 
 # -- tune --simulate ------------------------------------------------------------------------------------------
 def test_widened_ladder_is_geometric_between_its_ends():
-    from tgi_toolkit.tune.search import Knob
     from tgi_toolkit.tune.simulated import widen
+    from tgi_toolkit.tune.space import Knob
 
     knob = widen(Knob("max_batch_prefill_tokens", [100, 400, 1600], "test"), 5)
     assert knob.values == [100, 200, 400, 800, 1600]

@@ -26,7 +26,9 @@ from tgi_toolkit.tune import (
     workload_demand,
 )
 from tgi_toolkit.tune.cli import _values
-from tgi_toolkit.tune.search import Knob, coarse, kv_sizing, refine, repair, tuned_base
+from tgi_toolkit.tune.search import coarse, refine
+from tgi_toolkit.tune.sizing import kv_sizing, tuned_base
+from tgi_toolkit.tune.space import Knob, repair
 
 SMOLLM2 = Path(__file__).parent / "data" / "configs" / "smollm2-135m.json"
 TTFT, TPOT = S.stat_column("ttft", "p90"), S.stat_column("tpot", "p90")

@@ -68,7 +68,7 @@ def memory_fraction_for(tokens: int, base: Any, backend: str = "embedded") -> fl
     this machine (the tuner's `KvSizing`: the embedded engine's dtype, TGI_TOOLKIT_KV_CACHE_GIB): how the
     cookbook gives a server "KV memory for one request" the way a smaller GPU would."""
     from tgi_toolkit.config import LauncherConfig
-    from tgi_toolkit.tune.search import Demand, kv_sizing, plan_for
+    from tgi_toolkit.tune.sizing import Demand, kv_sizing, plan_for
 
     config = base if isinstance(base, LauncherConfig) else LauncherConfig(**base)
     prompt = config.max_input_tokens or 1

@@ -1148,7 +1148,7 @@ capacity planner, the launcher's FLOPs rule). Each prediction carries how far su
 published figures they were not fitted to (section 4).
 """),
     timed("""
-from tgi_toolkit.tune.search import model_config_path
+from tgi_toolkit.tune.sizing import model_config_path
 
 config_json = model_config or model_config_path(LauncherConfig(**launcher))
 rows = []

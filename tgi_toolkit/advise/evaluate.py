@@ -2,7 +2,7 @@
 the load one replica sustains, the replicas the traffic needs, and the latency predicted at that deployment.
 
 The knobs (max_batch_prefill_tokens and the KV memory, --cuda-memory-fraction) are searched as `tune --simulate`
-searches them, with the tuner's own pieces: the planner-bounded ladders (tune.search.build_space, kv_sizing),
+searches them, with the tuner's own pieces: the planner-bounded ladders (tune.space.build_space, tune.sizing.kv_sizing),
 a spread subset of their combinations (coarse), the launcher's rules (repair) and the simulated ranking
 (tune.simulated.simulate_configs). They are ranked at the first load the defaults could not sustain: a setting
 that meets the objectives there raises the replica's capacity, and the capacity search runs again for it.
@@ -85,7 +85,8 @@ def base_config(candidate: Candidate, model: dict[str, Any], traffic: Traffic) -
     traffic: TGI 3's defaults, with the request limits the planner derives from the longest lengths."""
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.sweep.spec import Workload
-    from tgi_toolkit.tune.search import kv_sizing, plan_for, repair, tuned_base, workload_demand
+    from tgi_toolkit.tune.sizing import kv_sizing, plan_for, tuned_base, workload_demand
+    from tgi_toolkit.tune.space import repair
 
     prompt, output = traffic.longest
     values: dict[str, Any] = {"cuda_memory_fraction": candidate.memory_fraction}
@@ -112,7 +113,8 @@ def knob_candidates(shared: Any, kv: Any, plan: Any, demand: Any, cost: Any, bac
     left out."""
     from tgi_toolkit.simulate.target import make_target
     from tgi_toolkit.sweep.spec import make_config
-    from tgi_toolkit.tune.search import build_space, coarse, repair
+    from tgi_toolkit.tune.search import coarse
+    from tgi_toolkit.tune.space import build_space, repair
 
     space = build_space(shared, demand, plan, KNOBS, kv=kv)
     seed = {"max_batch_prefill_tokens": space["max_batch_prefill_tokens"].values[-1],

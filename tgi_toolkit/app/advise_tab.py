@@ -35,7 +35,7 @@ def _model(name: str) -> Any:
         return name
     if name == APP_MODEL:
         from tgi_toolkit.config import LauncherConfig
-        from tgi_toolkit.tune.search import model_config_path
+        from tgi_toolkit.tune.sizing import model_config_path
 
         return model_config_path(LauncherConfig())
     raise ValueError(f"model: {name!r} is not one of {', '.join(MODELS)}")

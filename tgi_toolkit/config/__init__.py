@@ -9,21 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from tgi_toolkit.config.errors import ConfigError, Problem
-from tgi_toolkit.config.launcher import (
-    BITSANDBYTES,
+from tgi_toolkit.config.launcher import DOCKER_IMAGE, OPTIONS, LauncherConfig
+from tgi_toolkit.config.launcher_fields import (
     DEFAULT_HOSTNAME,
-    DEFAULT_MODEL_ID,
-    DOCKER_IMAGE,
     DTYPE_VALUES,
     GROUPS,
     KV_CACHE_DTYPE_VALUES,
-    OPTIONS,
     QUANTIZE_VALUES,
-    LauncherConfig,
-    OptionSpec,
-    env_for,
-    flag_for,
 )
+from tgi_toolkit.config.launcher_rules import BITSANDBYTES
+from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID
+from tgi_toolkit.config.options import OptionSpec, env_for, flag_for
 
 _VLLM = ("VllmArgs", "to_vllm_args", "from_vllm_table")
 

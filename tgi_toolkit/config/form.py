@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tgi_toolkit.config.errors import ConfigError, Problem
-from tgi_toolkit.config.launcher import GROUPS, OPTIONS, LauncherConfig
+from tgi_toolkit.config.launcher import OPTIONS, LauncherConfig
+from tgi_toolkit.config.launcher_fields import GROUPS
 from tgi_toolkit.config.options import COMMA_LISTS
 
 Kind = Literal["bool", "choice", "int", "float", "text", "list"]

@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from tgi_toolkit.engine.runner import LlamaRunner, Seq
+from tgi_toolkit.engine.kv_cache import Seq
+from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.sampling import TokenChooser, choose_batch
 from tgi_toolkit.engine.validation import ValidRequest
 from tgi_toolkit.router.scheduler import Entry, Forward, Observer, Queue, Row, Scheduler, SchedulerConfig, segment

@@ -45,6 +45,8 @@ import torch
 import torch.nn.functional as F
 
 from tgi_toolkit.engine.decode_step import CompiledDecode, Weight, layer_in, layer_out, rms, rope, weight_of
+from tgi_toolkit.engine.kv_cache import KVPool, Seq, SlotCache
+from tgi_toolkit.engine.linear import _linear, linear
 from tgi_toolkit.engine.packed import pack, packed_linear
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
@@ -54,14 +56,6 @@ log = logging.getLogger("tgi_toolkit.engine")
 
 class UnsupportedModelError(RuntimeError):
     pass
-
-
-@dataclass
-class Seq:
-    """A sequence's place in the cache. `row` changes when rows are compacted."""
-
-    row: int
-    length: int  # tokens whose keys/values are in the cache
 
 
 @dataclass
@@ -80,142 +74,6 @@ class _Layer:
         """qkv, o, gate_up and down as the decode step's functions take them (`decode_step.project`);
         `packed` False gives the plain weights (what inductor can compile)."""
         return tuple(weight_of(m, packed) for m in (self.qkv, self.o, self.gate_up, self.down))
-
-
-SKINNY_ROWS = 16
-SKINNY_DTYPES = (torch.bfloat16, torch.float16)
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear`, fast for the few-row inputs of decode steps.
-
-    In bfloat16 (oneDNN/AMX kernels), `x @ W.T` for a handful of rows ran 15-25% slower on the
-    2-core CPU than the same product computed as `(W @ x.T).T`, which streams the weight rows
-    once; one row is computed as two, which takes that same kernel. In float32 the opposite
-    holds (MKL's GEMV path): `(W @ x.T).T` made a one-row decode step 2.2x slower (71 against
-    32 ms), so float32 keeps `F.linear`. Measured with benchmarks/engine_throughput.py's model.
-    """
-    rows = x.shape[0]
-    if x.dim() != 2 or rows > SKINNY_ROWS or x.dtype not in SKINNY_DTYPES or x.device.type != "cpu":
-        return F.linear(x, weight, bias)
-    xt = x.T if rows > 1 else torch.cat([x, x]).T
-    y = torch.mm(weight, xt).T[:rows].contiguous()
-    return y if bias is None else y + bias
-
-
-class SkinnyLinear(torch.nn.Linear):
-    plain_linear = True  # the decode step reads its tensors (decode_step.weight_of)
-    packed: torch.Tensor | None = None  # the weight in oneDNN's layout (engine.packed), where it has one
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None and x.dim() == 2:
-            return packed_linear(x, self.packed, self.bias)
-        return linear(x, self.weight, self.bias)
-
-
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Linear:
-    linear = SkinnyLinear(weight.shape[1], weight.shape[0], bias=bias is not None,
-                             dtype=weight.dtype, device="meta")
-    linear.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
-    if bias is not None:
-        linear.bias = torch.nn.Parameter(bias.contiguous(), requires_grad=False)
-    linear.packed = pack(linear.weight)
-    return linear
-
-
-class SlotCache:
-    """Keys and values for every running sequence, one row each, in one buffer allocated at start-up.
-
-    The buffer holds `capacity` token positions per layer (by default `max_rows x max_positions`; the
-    engine passes the scheduler's KV budget) and is written once when built, so its pages are resident
-    before the first request, as TGI allocates its KV blocks at the end of warm-up: no forward pays for
-    fresh memory (a lazily grown cache took 4.4 s inside one forward here, growing to 64 rows x 1101
-    positions). It is seen as `[layers, rows, kv_heads, positions, head_dim]`; when `rows x
-    positions` cannot cover every shape the scheduler may ask for within the budget, a longer sequence
-    re-lays the same buffer as fewer, longer rows (copying the rows in use, no new memory).
-    """
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 max_rows: int, max_positions: int, capacity: int | None = None) -> None:
-        self.layers, self.kv_heads, self.head_dim, self.dtype = layers, kv_heads, head_dim, dtype
-        self.max_rows, self.max_positions = max_rows, max_positions
-        self.capacity = max(capacity or max_rows * max_positions, max_positions)
-        size = layers * self.capacity * kv_heads * head_dim
-        self._k = torch.empty(size, dtype=dtype).zero_()  # zero_ touches every page now
-        self._v = torch.empty(size, dtype=dtype).zero_()
-        self.seqs: list[Seq] = []  # seqs[i].row == i
-        # a budget below max_rows positions (the tuner's one-request KV rung) starts as rows of one position
-        positions = max(1, min(max_positions, self.capacity // max_rows)) if max_rows * max_positions > self.capacity \
-            else max_positions
-        self._view(min(max_rows, self.capacity // positions), positions)
-
-    def _view(self, rows: int, positions: int) -> None:
-        shape = (self.layers, rows, self.kv_heads, positions, self.head_dim)
-        n = self.layers * rows * self.kv_heads * positions * self.head_dim
-        self.k, self.v = self._k[:n].view(shape), self._v[:n].view(shape)
-        self.rows, self.positions = rows, positions
-
-    def bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * torch.finfo(self.dtype).bits // 8
-
-    def reserve(self, rows: int, positions: int) -> None:
-        """Room for `rows` rows of `positions` positions: nothing to do within the current view; else the
-        buffer is re-laid as rows long enough (doubling, as far as the rows in use allow)."""
-        if rows <= self.rows and positions <= self.positions:
-            return
-        positions = max([positions] + [seq.length + 1 for seq in self.seqs])  # no row in use loses keys
-        if rows > self.max_rows or positions > self.max_positions or rows * positions > self.capacity:
-            raise RuntimeError(
-                f"KV cache limit exceeded: {rows} rows x {positions} positions (limits {self.max_rows} rows, "
-                f"{self.max_positions} positions, {self.capacity} positions in all: TGI_TOOLKIT_KV_CACHE_GIB)")
-        want = max(positions, min(2 * self.positions, self.max_positions)) if positions > self.positions \
-            else self.positions
-        new_positions = max(positions, min(want, self.capacity // rows))
-        used, kept = len(self.seqs), min(self.positions, new_positions)
-        k, v = self.k[:, :used, :, :kept].clone(), self.v[:, :used, :, :kept].clone()
-        self._view(min(self.max_rows, self.capacity // new_positions), new_positions)
-        self.k[:, :used, :, :kept] = k
-        self.v[:, :used, :, :kept] = v
-        log.debug("KV cache re-laid as %d rows x %d positions", self.rows, self.positions)
-
-    def add(self, length: int) -> Seq:
-        self.reserve(len(self.seqs) + 1, length + 1)
-        seq = Seq(row=len(self.seqs), length=length)
-        self.seqs.append(seq)
-        return seq
-
-    def release(self, seq: Seq) -> None:
-        last = self.seqs.pop()
-        if last is not seq:
-            row, n = seq.row, last.length
-            self.k[:, row, :, :n] = self.k[:, last.row, :, :n]
-            self.v[:, row, :, :n] = self.v[:, last.row, :, :n]
-            last.row = row
-            self.seqs[row] = last
-        seq.row = -1
-
-    def clear(self) -> None:
-        self.seqs.clear()
-
-
-class KVPool:
-    """Keys and values at token slots `[layers, n_slots, kv_heads, head_dim]`: the physical store
-    behind the scheduler's block allocator (slot = block_id * block_size + offset).
-
-    `torch.empty`, not `zeros`: the pool is sized for `max_batch_total_tokens` (~90k tokens, ~2 GiB
-    in bfloat16 for the default model) and pages nobody has written stay unresident.
-    """
-
-    def __init__(self, layers: int, n_slots: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
-        self.n_slots = n_slots
-        self.k = torch.empty((layers, n_slots, kv_heads, head_dim), dtype=dtype)
-        self.v = torch.empty((layers, n_slots, kv_heads, head_dim), dtype=dtype)
-
-    def index(self, slots: Sequence[int]) -> torch.Tensor:
-        idx = torch.as_tensor(slots, dtype=torch.long)
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.n_slots):
-            raise ValueError(f"pool slots must lie in 0..{self.n_slots - 1}; got {int(idx.min())}..{int(idx.max())}")
-        return idx
 
 
 def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:

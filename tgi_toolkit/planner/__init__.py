@@ -10,19 +10,12 @@ embedded engine reported, and `compare(p, reported)` gives the relative error.
 
 from __future__ import annotations
 
-from tgi_toolkit.planner.capacity import (
-    TGI_WIGGLE_ROOM,
-    Plan,
-    activation_bytes_per_token,
-    kv_bytes_per_token,
-    kv_cache_tokens,
-    plan,
-    plan_embedded,
-    weight_bytes,
-)
+from tgi_toolkit.planner.capacity import TGI_WIGGLE_ROOM, plan, plan_embedded
+from tgi_toolkit.planner.capacity_plan import Plan
 from tgi_toolkit.planner.cli import add_parser
 from tgi_toolkit.planner.dtypes import QUANT_SCHEMES, QuantScheme
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, Gpu, parse_size, resolve_gpu
+from tgi_toolkit.planner.memory import activation_bytes_per_token, kv_bytes_per_token, kv_cache_tokens, weight_bytes
 from tgi_toolkit.planner.reported import compare, parse_reported_capacity
 from tgi_toolkit.planner.shape import ModelShape, load_config
 

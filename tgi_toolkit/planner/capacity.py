@@ -1,4 +1,4 @@
-"""The capacity plan: weights, KV cache per token, the token budget that fits, and launcher settings.
+"""The capacity plan: the KV token budget that fits a card, the users it serves and the launcher settings that follow.
 
 How TGI 3 sizes its KV cache (docs/tgi-rules.md, section 6 L2; flash_causal_lm.py
 `warmup`): it loads the weights, runs one prefill of `max_batch_prefill_tokens` (the warm-up batch holds
@@ -20,10 +20,8 @@ formula (L1) and the default lengths TGI 3's warm-up ones (L3), from tgi_toolkit
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tgi_toolkit.config.scheduling import (
@@ -35,318 +33,30 @@ from tgi_toolkit.config.scheduling import (
     warmup_blocks,
     warmup_requests,
 )
-from tgi_toolkit.planner.dtypes import canonical_dtype, dtype_bytes, kv_dtype_bytes, quant_scheme
+from tgi_toolkit.planner.capacity_plan import TGI_DEFAULT_MAX_CONCURRENT_REQUESTS, Plan
+from tgi_toolkit.planner.dtypes import canonical_dtype, kv_dtype_bytes, quant_scheme
 from tgi_toolkit.planner.gpus import GiB, Gpu, resolve_gpu
+from tgi_toolkit.planner.lengths import _check_positive, _known_lengths, _Lengths, _lengths, _prefill_budget
+from tgi_toolkit.planner.memory import (
+    _gib,
+    _n,
+    activation_bytes_per_token,
+    kv_bytes_per_token,
+    kv_heads_per_shard,
+    weight_bytes,
+)
 from tgi_toolkit.planner.shape import ModelShape
 
 TGI_WIGGLE_ROOM = 0.90
 DEFAULT_OVERHEAD_BYTES = 1 * GiB
 TGI_DEFAULT_CUDA_GRAPHS = (1, 2, 4, 8, 16, 32)
-TGI_DEFAULT_MAX_TOTAL_TOKENS = 4096  # TGI 2's default max_total_tokens; a fallback for plans with no KV room
-TGI_DEFAULT_MAX_CONCURRENT_REQUESTS = 128
 # Methods whose kernels TGI cannot capture in CUDA graphs (the launcher turns them off).
 _NO_CUDA_GRAPHS = {"bitsandbytes", "bitsandbytes-nf4", "bitsandbytes-fp4", "exl2"}
 _SUGGESTED_QUANTIZATION = ("fp8", "eetq", "awq", "bitsandbytes-nf4")
 
 
-def _n(value: float) -> str:
-    return f"{int(value):,}"
-
-
-def _gib(value: float) -> str:
-    return f"{value / GiB:,.2f} GiB"
-
-
-@dataclass
-class Plan:
-    """Every number of a capacity plan; `explain()` shows how each was reached."""
-
-    model: str
-    architecture: str
-    gpu: str
-    gpu_memory_bytes: int
-    dtype: str
-    quantize: str | None
-    kv_cache_dtype: str | None
-    num_shard: int
-    memory_fraction: float
-    wiggle_room: float
-    block_size: int
-    parameters: int
-    active_parameters: int
-    parameter_breakdown: dict[str, int]
-    weight_bytes: int
-    weight_bytes_per_shard: int
-    kv_heads_per_shard: int
-    kv_bytes_per_token: int  # on one shard; each shard holds its heads' share of every token
-    usable_bytes: int
-    overhead_bytes: int
-    activation_bytes: int
-    kv_budget_bytes: int
-    max_batch_total_tokens: int
-    sliding_window: int | None
-    prompt_tokens: int | None
-    output_tokens: int | None
-    tokens_per_request: int  # KV tokens one request reserves (window-capped, block-padded)
-    concurrent_users: int
-    max_input_tokens: int
-    max_total_tokens: int
-    max_batch_prefill_tokens: int
-    max_batch_size: int | None
-    cuda_graphs: list[int]
-    fits: bool
-    steps: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    suggestions: list[str] = field(default_factory=list)
-    server: str = "tgi"
-
-    # -- outputs ---------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def launcher_args(self) -> list[str]:
-        """The recommended `text-generation-launcher` flags."""
-        args = []
-        if self.quantize:
-            args += ["--quantize", self.quantize]
-        if self._dtype_flag():
-            args += ["--dtype", self.dtype]
-        if self.kv_cache_dtype:
-            args += ["--kv-cache-dtype", self.kv_cache_dtype]
-        if self.num_shard > 1:
-            args += ["--num-shard", str(self.num_shard)]
-        if self.memory_fraction != 1.0:
-            args += ["--cuda-memory-fraction", f"{self.memory_fraction:g}"]
-        args += ["--max-input-tokens", str(self.max_input_tokens),
-                 "--max-total-tokens", str(self.max_total_tokens),
-                 "--max-batch-prefill-tokens", str(self.max_batch_prefill_tokens)]
-        # No --max-batch-total-tokens: TGI 3 (and the embedded engine) ignore it on flash models and warn.
-        if self.max_batch_size:
-            args += ["--max-batch-size", str(self.max_batch_size)]
-            if self.max_batch_size > TGI_DEFAULT_MAX_CONCURRENT_REQUESTS:
-                args += ["--max-concurrent-requests", str(self.max_batch_size)]
-        if self.server == "tgi":
-            args += ["--cuda-graphs", ",".join(map(str, self.cuda_graphs)) if self.cuda_graphs else "0"]
-        return args
-
-    def _dtype_flag(self) -> bool:
-        # The launcher refuses --dtype with quantizations other than bitsandbytes, and takes no float32.
-        if self.quantize and not self.quantize.startswith("bitsandbytes"):
-            return False
-        return self.dtype in ("float16", "bfloat16")
-
-    def command_line(self, model_id: str | None = None) -> str:
-        program = "tgi-toolkit serve" if self.server == "embedded" else "text-generation-launcher"
-        model = model_id or self.model
-        head = [program] + (["--model-id", model] if model else [])
-        return " ".join(head + self.launcher_args())
-
-    def to_launcher_config(self, model_id: str | None = None, **overrides: Any) -> Any:
-        """A `tgi_toolkit.config.LauncherConfig` holding the recommended settings."""
-        from tgi_toolkit.config import LauncherConfig
-
-        if not self.fits:
-            raise ValueError("this plan does not fit (see its warnings and suggestions); there is nothing to launch")
-        values: dict[str, Any] = dict(
-            max_input_tokens=self.max_input_tokens, max_total_tokens=self.max_total_tokens,
-            max_batch_prefill_tokens=self.max_batch_prefill_tokens,
-            max_batch_size=self.max_batch_size,
-            quantize=self.quantize, num_shard=self.num_shard if self.num_shard > 1 else None,
-            cuda_memory_fraction=self.memory_fraction,
-        )
-        if self.server == "tgi":
-            values["cuda_graphs"] = list(self.cuda_graphs) or [0]
-        if self.kv_cache_dtype:
-            values["kv_cache_dtype"] = self.kv_cache_dtype
-        if self._dtype_flag():
-            values["dtype"] = self.dtype
-        if self.max_batch_size and self.max_batch_size > TGI_DEFAULT_MAX_CONCURRENT_REQUESTS:
-            values["max_concurrent_requests"] = self.max_batch_size
-        model = model_id or self.model
-        if model:
-            values["model_id"] = model
-        values.update(overrides)
-        return LauncherConfig(**values)
-
-    def explain(self) -> str:
-        title = f"Capacity plan: {self.model or self.architecture} on {self.gpu}"
-        if self.num_shard > 1:
-            title += f" x {self.num_shard} shards"
-        lines = [f"## {title}", ""]
-        lines += [f"{i}. {step}" for i, step in enumerate(self.steps, 1)]
-        lines += ["", "### Recommended launcher settings", ""]
-        recs = [("max-input-tokens", self.max_input_tokens), ("max-total-tokens", self.max_total_tokens),
-                ("max-batch-prefill-tokens", self.max_batch_prefill_tokens),
-                ("max-batch-size", self.max_batch_size)]
-        lines += [f"- `--{k}` {_n(v) if v is not None else '(unset)'}" for k, v in recs]
-        lines.append(f"- max_batch_total_tokens {_n(self.max_batch_total_tokens)}: what the server will infer "
-                     "(`--max-batch-total-tokens` is ignored by TGI 3, so it is not passed)")
-        if self.server == "tgi":
-            lines.append(f"- `--cuda-graphs` {','.join(map(str, self.cuda_graphs)) or '0 (off)'}")
-        lines += ["", "```", self.command_line(), "```"]
-        if self.warnings:
-            lines += ["", "### Warnings", ""] + [f"- {w}" for w in self.warnings]
-        if self.suggestions:
-            lines += ["", "### What would fit", ""] + [f"- {s}" for s in self.suggestions]
-        return "\n".join(lines)
-
-    def _repr_markdown_(self) -> str:
-        return self.explain()
-
-    def __str__(self) -> str:
-        return self.explain()
-
-
-# -- the arithmetic ----------------------------------------------------------------------------
-def weight_bytes(shape: ModelShape, dtype: str, quantize: str | None = None) -> tuple[int, str]:
-    """Bytes of all weights, and the sentence that shows the sum."""
-    scheme = quant_scheme(quantize, shape.quantization_config)
-    parts = shape.parameter_breakdown()
-    total = sum(parts.values())
-    act = dtype_bytes(dtype)
-    if scheme is None:
-        return total * act, f"{_n(total)} parameters x {act} B ({canonical_dtype(dtype)}) = {_gib(total * act)}"
-    packed = parts["attention"] + parts["mlp"]
-    rest = total - packed
-    bits = scheme.bits_per_weight(shape.hidden_size)
-    nbytes = math.ceil(packed * bits / 8) + rest * act
-    return nbytes, (f"{_n(packed)} linear weights x {bits:.3f} bits ({scheme.name}: {scheme.note}) "
-                    f"+ {_n(rest)} embeddings/norms/biases x {act} B = {_gib(nbytes)}")
-
-
-def kv_heads_per_shard(shape: ModelShape, num_shard: int) -> int:
-    # TGI splits KV heads across shards; with fewer heads than shards each shard keeps a copy of one.
-    return max(1, shape.num_kv_heads // num_shard)
-
-
-def kv_bytes_per_token(shape: ModelShape, dtype: str, kv_cache_dtype: str | None = None, num_shard: int = 1) -> int:
-    """2 (K and V) x layers x KV heads on one shard x head dim x bytes per element."""
-    return 2 * shape.num_layers * kv_heads_per_shard(shape, num_shard) * shape.head_dim * \
-        kv_dtype_bytes(kv_cache_dtype, dtype)
-
-
-def kv_cache_tokens(model_config: Any, kv_cache_bytes: int, *, dtype: str = "bfloat16",
-                    kv_cache_dtype: str | None = None, num_shard: int = 1, block_size: int = 1) -> int:
-    """Tokens a KV space of `kv_cache_bytes` holds, in whole blocks of `block_size` tokens.
-
-    vLLM reports exactly this as "GPU KV cache size: N tokens" (its CPU backend: VLLM_CPU_KVCACHE_SPACE
-    bytes, block size 128; on GPUs the space left after profiling, block size 16).
-    """
-    shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
-    per_block = kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard) * block_size
-    return int(kv_cache_bytes) // per_block * block_size
-
-
-def activation_bytes_per_token(shape: ModelShape, dtype: str, num_shard: int = 1) -> int:
-    act = dtype_bytes(dtype)
-    if shape.num_experts:
-        inner = shape.experts_per_token * shape.expert_intermediate_size + shape.shared_intermediate_size
-    else:
-        inner = shape.intermediate_size
-    mlp = (3 if shape.gated_mlp else 2) * inner
-    width = 4 * shape.hidden_size + (shape.q_dim + 2 * shape.kv_dim + mlp) // num_shard
-    return act * width
-
-
 def _padded(tokens: int, block: int) -> int:
     return -(-tokens // block) * block
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
-
-
-@dataclass
-class _Lengths:
-    max_input: int
-    max_total: int
-    prefill: int
-    prompt: int | None
-    output: int | None
-    notes: list[str]
-
-
-def _known_lengths(prompt_tokens: int | None, output_tokens: int | None, max_input_tokens: int | None,
-                   max_total_tokens: int | None, max_batch_prefill_tokens: int | None) -> tuple[int | None, int | None]:
-    """(max_input_tokens, max_total_tokens) known before the KV cache is sized: given, or from the workload."""
-    for name, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens),
-                        ("max_input_tokens", max_input_tokens), ("max_total_tokens", max_total_tokens),
-                        ("max_batch_prefill_tokens", max_batch_prefill_tokens)):
-        _check_positive(name, value)
-    if (prompt_tokens is None) != (output_tokens is None):
-        raise ValueError("prompt_tokens and output_tokens describe one workload: give both or neither")
-    if prompt_tokens is None or output_tokens is None:
-        if max_input_tokens is not None and max_total_tokens is not None and max_input_tokens >= max_total_tokens:
-            raise ValueError(f"max_input_tokens ({max_input_tokens}) must be < max_total_tokens ({max_total_tokens})")
-        return max_input_tokens, max_total_tokens
-    total = max_total_tokens or prompt_tokens + output_tokens
-    max_input = max_input_tokens or min(prompt_tokens, total - 1)
-    if prompt_tokens + output_tokens > total:
-        raise ValueError(f"max_total_tokens ({total}) is below the workload's prompt_tokens + output_tokens "
-                         f"({prompt_tokens + output_tokens})")
-    if prompt_tokens > max_input:
-        raise ValueError(f"max_input_tokens ({max_input}) is below the workload's prompt_tokens ({prompt_tokens})")
-    if max_input >= total:
-        raise ValueError(f"max_input_tokens ({max_input}) must be < max_total_tokens ({total})")
-    return max_input, total
-
-
-def _prefill_budget(given: int | None, default: int, default_steps: list[str], known_input: int | None,
-                    chunking: bool) -> tuple[int, list[str]]:
-    """max_batch_prefill_tokens: given, else the launcher's default (L1); without chunking at least the prompt limit."""
-    if given is not None:
-        return given, [f"max_batch_prefill_tokens {_n(given)} as given"]
-    notes = [f"max_batch_prefill_tokens = **{_n(default)}**, the launcher's default: " + "; ".join(default_steps)]
-    if not chunking and known_input is not None and known_input > default:
-        notes.append(f"raised to max_input_tokens {_n(known_input)}: without prefill chunking a whole prompt must "
-                     "fit one prefill (the router refuses to start otherwise)")
-        return known_input, notes
-    return default, notes
-
-
-def _lengths(shape: ModelShape, prompt_tokens: int | None, output_tokens: int | None, known_input: int | None,
-             known_total: int | None, prefill: int, *, chunking: bool, kv_tokens: int,
-             warmup_prompt_tokens: int, prefill_notes: list[str]) -> _Lengths:
-    """Request limits from the workload, or TGI 3's warm-up defaults (docs/tgi-rules.md L3).
-
-    With chunking max_total_tokens = min(KV capacity, max_position_embeddings) (the tokenizer's
-    model_max_length, which TGI also takes, is not in config.json); without, the warm-up batch's
-    prompt tokens. max_input_tokens = max_total_tokens - 1.
-    """
-    notes = list(prefill_notes)
-    max_pos = shape.max_position_embeddings
-    total = known_total
-    if prompt_tokens is not None:
-        notes.append(f"max_total_tokens {_n(known_total or 0)} and max_input_tokens {_n(known_input or 0)} "
-                     + (f"from the workload ({_n(prompt_tokens)} prompt + {_n(output_tokens or 0)} output tokens)"))
-    elif total is None:
-        if chunking:
-            candidates = [kv_tokens] + ([max_pos] if max_pos else [])
-            total = min(candidates)
-            how = (f"min(KV capacity {_n(kv_tokens)}, max_position_embeddings {_n(max_pos)})" if max_pos
-                   else f"the KV capacity {_n(kv_tokens)}")
-            if total < 2:
-                total = max_pos or TGI_DEFAULT_MAX_TOTAL_TOKENS  # no KV room at all: the plan does not fit
-            notes.append(f"max_total_tokens = {how} = {_n(total)} (TGI 3's warm-up default with prefill chunking)")
-        else:
-            total = warmup_prompt_tokens
-            notes.append(f"max_total_tokens = the warm-up batch's prompt tokens = {_n(total)} (TGI 3's warm-up "
-                         "default without prefill chunking)")
-    assert total is not None
-    max_input = known_input if known_input is not None else total - 1
-    if known_input is None and prompt_tokens is None:
-        notes.append(f"max_input_tokens = max_total_tokens - 1 = {_n(max_input)}")
-    if max_input >= total:
-        raise ValueError(f"max_input_tokens ({max_input}) must be < max_total_tokens ({total}) (TGI's router "
-                         "refuses it; without chunking the default max_total_tokens is the warm-up prompt, "
-                         "max_batch_prefill_tokens)")
-    if max_pos and total > max_pos:
-        notes.append(f"warning: max_total_tokens {_n(total)} exceeds the model's max_position_embeddings {_n(max_pos)}")
-    if not chunking and prefill < max_input:
-        raise ValueError(f"max_batch_prefill_tokens ({prefill}) must be >= max_input_tokens ({max_input}) "
-                         "without prefill chunking")
-    return _Lengths(max_input, total, prefill, prompt_tokens, output_tokens, notes)
 
 
 def _finish(shape: ModelShape, *, server: str, model: str, gpu: str, gpu_memory: int, dtype: str,

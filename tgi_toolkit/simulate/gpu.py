@@ -129,7 +129,7 @@ class RooflineCostModel:
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        from tgi_toolkit.planner.capacity import kv_bytes_per_token, weight_bytes
+        from tgi_toolkit.planner.memory import kv_bytes_per_token, weight_bytes
 
         self.gpu, self.spec = gpu_spec(self.gpu)
         self.reach = achievable(self.gpu)

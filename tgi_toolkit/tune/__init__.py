@@ -12,7 +12,7 @@
     result.pareto                # operating points on the latency/throughput frontier
     result.to_launcher_config()  # the winner as a LauncherConfig
 
-The capacity planner bounds the space (tgi_toolkit.tune.search explains how, and why the KV knob is
+The capacity planner bounds the space (tgi_toolkit.tune.sizing explains how, and why the KV knob is
 cuda_memory_fraction: TGI 3 ignores a given max_batch_total_tokens), the sweep runner
 measures each candidate into one folder (resumable), the selection (tgi_toolkit.tune.select) ranks
 them, and tune.json beside the results keeps the outcome (`load_tune(folder)`).
@@ -27,24 +27,15 @@ from tgi_toolkit._lazy import lazy_getattr
 from tgi_toolkit.tune.cli import add_parser
 
 _LAZY = {
-    "tune": ".search", "build_space": ".search", "workload_demand": ".search", "plan_for": ".search", "Knob": ".search",
-    "DEFAULT_KNOBS": ".search", "KvSizing": ".search", "kv_sizing": ".search",
+    "tune": ".search", "build_space": ".space", "workload_demand": ".sizing", "plan_for": ".sizing", "Knob": ".space",
+    "DEFAULT_KNOBS": ".space", "KvSizing": ".sizing", "kv_sizing": ".sizing",
     "Objectives": ".select", "TuneResult": ".select", "choose": ".select",
     "rank_configs": ".select", "pareto_points": ".select", "evaluate_points": ".select", "load_tune": ".select",
     "tune_simulated": ".simulated",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tgi_toolkit.tune.search import (
-        DEFAULT_KNOBS,
-        Knob,
-        KvSizing,
-        build_space,
-        kv_sizing,
-        plan_for,
-        tune,
-        workload_demand,
-    )
+    from tgi_toolkit.tune.search import tune
     from tgi_toolkit.tune.select import (
         Objectives,
         TuneResult,
@@ -55,6 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
         rank_configs,
     )
     from tgi_toolkit.tune.simulated import tune_simulated
+    from tgi_toolkit.tune.sizing import KvSizing, kv_sizing, plan_for, workload_demand
+    from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob, build_space
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -7,7 +7,7 @@
 
 The KV knob is --cuda-memory-fraction, its values chosen for a ladder of KV capacities in tokens (on
 the embedded engine a share of TGI_TOOLKIT_KV_CACHE_GIB): TGI 3 ignores --max-batch-total-tokens on
-flash models, so it is no knob (tgi_toolkit.tune.search explains the arithmetic).
+flash models, so it is no knob (tgi_toolkit.tune.sizing explains the arithmetic).
 
 Launcher flags after `--` are the settings every candidate shares. Exit codes: 0 a configuration
 met the objectives; 1 none did (the closest is printed); 2 bad input; 130 interrupted (run the
@@ -109,8 +109,9 @@ def _workload(args: argparse.Namespace) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     from tgi_toolkit.bench import schema as S
     from tgi_toolkit.config import ConfigError, LauncherConfig
-    from tgi_toolkit.tune.search import DEFAULT_KNOBS, tune
+    from tgi_toolkit.tune.search import tune
     from tgi_toolkit.tune.select import Objectives
+    from tgi_toolkit.tune.space import DEFAULT_KNOBS
 
     try:
         extra = [a for a in args.launcher_args if a != "--"] if args.launcher_args else []
@@ -148,8 +149,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _simulated(args: argparse.Namespace, base: Any, objectives: Any, server: dict[str, Any]) -> int:
-    from tgi_toolkit.tune.search import DEFAULT_KNOBS
     from tgi_toolkit.tune.simulated import agreement_text, tune_simulated
+    from tgi_toolkit.tune.space import DEFAULT_KNOBS
 
     if args.cost_model:
         cost: Any = args.cost_model

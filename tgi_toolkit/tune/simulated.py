@@ -1,6 +1,6 @@
 """Tuning in simulation first: hundreds of configurations on the simulator, then a few on the real server.
 
-1. The space: tune.search's planner-bounded knobs, each ladder filled out to `levels` values (geometric
+1. The space: tune.space's planner-bounded knobs, each ladder filled out to `levels` values (geometric
    between its ends), every combination (repaired to the launcher's rules): typically hundreds.
 2. Each configuration runs the workload on `tgi_toolkit.simulate` (the engine's own scheduler with the
    given cost model, a few milliseconds each), and `select.rank_configs` ranks them as it ranks measured ones.
@@ -27,20 +27,10 @@ import pandas as pd
 
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.sweep.spec import Sweep, Workload, as_base, make_config
-from tgi_toolkit.tune.search import (
-    DEFAULT_KNOBS,
-    Knob,
-    _entries,
-    _label,
-    _points,
-    build_space,
-    kv_sizing,
-    plan_for,
-    repair,
-    tuned_base,
-    workload_demand,
-)
+from tgi_toolkit.tune.search import _entries, _label, _points
 from tgi_toolkit.tune.select import Objectives, TuneResult, choose, rank_configs
+from tgi_toolkit.tune.sizing import kv_sizing, plan_for, tuned_base, workload_demand
+from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob, build_space, repair
 
 
 def widen(knob: Knob, levels: int) -> Knob:
@@ -55,7 +45,7 @@ def widen(knob: Knob, levels: int) -> Knob:
     grid = {low * ratio ** i for i in range(levels)} | set(values)
     if all(isinstance(v, int) for v in values):
         grid = {int(round(v)) for v in grid}
-    else:  # e.g. cuda_memory_fraction: 4 significant digits, as tune.search shows its own rungs
+    else:  # e.g. cuda_memory_fraction: 4 significant digits, as tune.sizing shows its own rungs
         grid = {float(f"{v:.4g}") for v in grid}
     return Knob(knob.name, sorted(grid), knob.source + f"; filled out to {levels} values for the simulation")
 

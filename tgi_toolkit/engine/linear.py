@@ -1,0 +1,50 @@
+"""The engine's linear layers: `SkinnyLinear`, a `torch.nn.Linear` fast for the few-row inputs of decode steps
+(`linear`), multiplying with the weight packed in oneDNN's layout where it has one.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tgi_toolkit.engine.packed import pack, packed_linear
+
+SKINNY_ROWS = 16
+SKINNY_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear`, fast for the few-row inputs of decode steps.
+
+    In bfloat16 (oneDNN/AMX kernels), `x @ W.T` for a handful of rows ran 15-25% slower on the
+    2-core CPU than the same product computed as `(W @ x.T).T`, which streams the weight rows
+    once; one row is computed as two, which takes that same kernel. In float32 the opposite
+    holds (MKL's GEMV path): `(W @ x.T).T` made a one-row decode step 2.2x slower (71 against
+    32 ms), so float32 keeps `F.linear`. Measured with benchmarks/engine_throughput.py's model.
+    """
+    rows = x.shape[0]
+    if x.dim() != 2 or rows > SKINNY_ROWS or x.dtype not in SKINNY_DTYPES or x.device.type != "cpu":
+        return F.linear(x, weight, bias)
+    xt = x.T if rows > 1 else torch.cat([x, x]).T
+    y = torch.mm(weight, xt).T[:rows].contiguous()
+    return y if bias is None else y + bias
+
+
+class SkinnyLinear(torch.nn.Linear):
+    plain_linear = True  # the decode step reads its tensors (decode_step.weight_of)
+    packed: torch.Tensor | None = None  # the weight in oneDNN's layout (engine.packed), where it has one
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None and x.dim() == 2:
+            return packed_linear(x, self.packed, self.bias)
+        return linear(x, self.weight, self.bias)
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Linear:
+    linear = SkinnyLinear(weight.shape[1], weight.shape[0], bias=bias is not None,
+                             dtype=weight.dtype, device="meta")
+    linear.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
+    if bias is not None:
+        linear.bias = torch.nn.Parameter(bias.contiguous(), requires_grad=False)
+    linear.packed = pack(linear.weight)
+    return linear

@@ -1,0 +1,71 @@
+"""Bytes a served model needs: its weights, its KV cache per token and its prefill activations.
+
+The arithmetic every capacity plan sums (tgi_toolkit.planner.capacity), and the number formats its steps print.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tgi_toolkit.planner.dtypes import canonical_dtype, dtype_bytes, kv_dtype_bytes, quant_scheme
+from tgi_toolkit.planner.gpus import GiB
+from tgi_toolkit.planner.shape import ModelShape
+
+
+def _n(value: float) -> str:
+    return f"{int(value):,}"
+
+
+def _gib(value: float) -> str:
+    return f"{value / GiB:,.2f} GiB"
+
+
+def weight_bytes(shape: ModelShape, dtype: str, quantize: str | None = None) -> tuple[int, str]:
+    """Bytes of all weights, and the sentence that shows the sum."""
+    scheme = quant_scheme(quantize, shape.quantization_config)
+    parts = shape.parameter_breakdown()
+    total = sum(parts.values())
+    act = dtype_bytes(dtype)
+    if scheme is None:
+        return total * act, f"{_n(total)} parameters x {act} B ({canonical_dtype(dtype)}) = {_gib(total * act)}"
+    packed = parts["attention"] + parts["mlp"]
+    rest = total - packed
+    bits = scheme.bits_per_weight(shape.hidden_size)
+    nbytes = math.ceil(packed * bits / 8) + rest * act
+    return nbytes, (f"{_n(packed)} linear weights x {bits:.3f} bits ({scheme.name}: {scheme.note}) "
+                    f"+ {_n(rest)} embeddings/norms/biases x {act} B = {_gib(nbytes)}")
+
+
+def kv_heads_per_shard(shape: ModelShape, num_shard: int) -> int:
+    # TGI splits KV heads across shards; with fewer heads than shards each shard keeps a copy of one.
+    return max(1, shape.num_kv_heads // num_shard)
+
+
+def kv_bytes_per_token(shape: ModelShape, dtype: str, kv_cache_dtype: str | None = None, num_shard: int = 1) -> int:
+    """2 (K and V) x layers x KV heads on one shard x head dim x bytes per element."""
+    return 2 * shape.num_layers * kv_heads_per_shard(shape, num_shard) * shape.head_dim * \
+        kv_dtype_bytes(kv_cache_dtype, dtype)
+
+
+def kv_cache_tokens(model_config: Any, kv_cache_bytes: int, *, dtype: str = "bfloat16",
+                    kv_cache_dtype: str | None = None, num_shard: int = 1, block_size: int = 1) -> int:
+    """Tokens a KV space of `kv_cache_bytes` holds, in whole blocks of `block_size` tokens.
+
+    vLLM reports exactly this as "GPU KV cache size: N tokens" (its CPU backend: VLLM_CPU_KVCACHE_SPACE
+    bytes, block size 128; on GPUs the space left after profiling, block size 16).
+    """
+    shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
+    per_block = kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard) * block_size
+    return int(kv_cache_bytes) // per_block * block_size
+
+
+def activation_bytes_per_token(shape: ModelShape, dtype: str, num_shard: int = 1) -> int:
+    act = dtype_bytes(dtype)
+    if shape.num_experts:
+        inner = shape.experts_per_token * shape.expert_intermediate_size + shape.shared_intermediate_size
+    else:
+        inner = shape.intermediate_size
+    mlp = (3 if shape.gated_mlp else 2) * inner
+    width = 4 * shape.hidden_size + (shape.q_dim + 2 * shape.kv_dim + mlp) // num_shard
+    return act * width
