@@ -76,14 +76,6 @@ class _Layer:
         return tuple(weight_of(m, packed) for m in (self.qkv, self.o, self.gate_up, self.down))
 
 
-def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
-    """Bytes of keys and values one token takes in the cache of a model with this config."""
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return 2 * config.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
-
-
 class LlamaRunner:
     """Forward passes for Llama-shaped decoders (Llama, Mistral, Qwen2, SmolLM)."""
 

@@ -120,8 +120,9 @@ def _load(cfg: Any) -> tuple[Any, Any, Any, Any, Any]:
     """
     import torch
 
+    from tgi_toolkit.engine.kv_cache import kv_bytes_per_token
     from tgi_toolkit.engine.model import load_model, resolve_model
-    from tgi_toolkit.engine.runner import LlamaRunner, kv_bytes_per_token
+    from tgi_toolkit.engine.runner import LlamaRunner
 
     source = resolve_model(cfg.model_id, cfg.revision)
     log.info("Loading %s", source.describe())
