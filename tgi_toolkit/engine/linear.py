@@ -14,14 +14,9 @@ SKINNY_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear`, fast for the few-row inputs of decode steps.
-
-    In bfloat16 (oneDNN/AMX kernels), `x @ W.T` for a handful of rows ran 15-25% slower on the
-    2-core CPU than the same product computed as `(W @ x.T).T`, which streams the weight rows
-    once; one row is computed as two, which takes that same kernel. In float32 the opposite
-    holds (MKL's GEMV path): `(W @ x.T).T` made a one-row decode step 2.2x slower (71 against
-    32 ms), so float32 keeps `F.linear`. Measured with benchmarks/engine_throughput.py's model.
-    """
+    """`F.linear`, fast for the few-row inputs of decode steps: in half precision `(W @ x.T).T`, which streams
+    the weight rows once (one row computed as two, to take the same kernel); float32 keeps `F.linear` (MKL's
+    GEMV is faster there). Measured in docs/engine.md, "The decode step's speed"."""
     rows = x.shape[0]
     if x.dim() != 2 or rows > SKINNY_ROWS or x.dtype not in SKINNY_DTYPES or x.device.type != "cpu":
         return F.linear(x, weight, bias)

@@ -24,14 +24,9 @@ Chunked prefill and the prefix cache (TGI 3's scheduling) use two more pieces:
 Why two stores rather than attention reading the pool directly, as TGI's paged kernels do: the
 running batch computes attention with SDPA, which on CPU reads each row's keys as one strided
 `[kv_heads, positions, head_dim]` tensor. Reading a row from scattered slots means gathering every
-row's keys and values each decode step, one copy per layer of the whole batch's context. Measured
-with benchmarks/runner_forward.py --cpu-time (bfloat16, 192 tokens of context per row, one
-`index_select` per layer for keys and one for values, the least a gather costs), two runs: 7.8-8.9%
-of the step at 16 rows (8.0 of 103 ms, 8.6 of 97 ms) and 9.0-16.5% at 32 (15.7 of 175 ms, 19.1 of
-116 ms), on the 2-core machine while it was busy with other work (thread CPU time, one thread; steps
-took several times their idle time, so the shares are indicative, not exact).
-The contiguous rows cost a copy only where it pays: prompt tokens into the pool once (`store`), a
-cached prefix out of it once per hit (`new_seq`).
+row's keys and values each decode step, one copy per layer of the whole batch's context: about a tenth
+of a step (docs/engine.md, "Where the keys and values live"). The contiguous rows cost a copy only where it
+pays: prompt tokens into the pool once (`store`), a cached prefix out of it once per hit (`new_seq`).
 """
 
 from __future__ import annotations
