@@ -147,7 +147,7 @@ def _server_facts(server: Any) -> dict[str, Any]:
 
 
 def _mode(environ: Mapping[str, str]) -> dict[str, Any]:
-    from tgi_toolkit.config.scheduling import resolve_mode
+    from tgi_toolkit.config.scheduling_mode import resolve_mode
 
     mode = resolve_mode({k: v for k, v in environ.items() if k in ("ATTENTION", "PREFIX_CACHING",
                                                                      "PREFILL_CHUNKING")})
