@@ -88,7 +88,7 @@ def _speed(cost: object, trace: str, offset: int) -> tuple[float, int, str]:
     """How the cost model prices the forwards the server ran since `offset` in its trace: measured / priced
     seconds over all of them (the machine's speed then against the profile's: a shared machine drifts),
     a line with decode-only and prefilling forwards apart, and the offset to read on from."""
-    from tgi_toolkit.simulate.calibrate import read_trace
+    from tgi_toolkit.simulate.trace import read_trace
 
     samples, offset = read_trace(trace, offset)
     priced = [(s.prefilling, t, cost.seconds(s)) for s, t in samples]  # type: ignore[attr-defined]
@@ -154,7 +154,7 @@ def local(cost_path: str | None, quick: bool, threads: int | None = 1, knee: boo
     threads: OMP_NUM_THREADS of the servers. On a machine shared with other torch processes, torch's
     default (a thread per core, spinning while it waits) made a SmolLM2 decode step take ~3 s instead of
     ~0.2 s with one thread, and vary by 2x from one run to the next: a profile then predicts nothing.
-    knee: let the profile choose a knee (calibrate.FREE_TOKENS, its default); False fits a straight line.
+    knee: let the profile choose a knee (simulate.fit.FREE_TOKENS, its default); False fits a straight line.
     only: run just these points, each `PATH:POINT` or `POINT` (as printed: `chunked:users=4,prompt=64,output=64`)."""
     import logging
 

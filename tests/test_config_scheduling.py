@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from tgi_toolkit.config import ConfigError
-from tgi_toolkit.config.scheduling import (
-    CHUNKING_IGNORES_WARNING,
-    DEPRECATED_BATCH_TOTAL_WARNING,
+from tgi_toolkit.config.prefill_default import (
     GPU_FP16_FLOPS,
-    SPECULATION_WARNING,
+    launcher_max_batch_prefill_tokens,
+    launcher_vram_tokens,
+    model_flops_per_token,
+)
+from tgi_toolkit.config.scheduling import (
     default_max_input_tokens,
     default_max_total_tokens,
     derive_limits,
@@ -23,15 +25,17 @@ from tgi_toolkit.config.scheduling import (
     kv_bytes_per_block,
     kv_capacity_tokens,
     kv_num_blocks,
-    launcher_max_batch_prefill_tokens,
-    launcher_vram_tokens,
     max_batch_total_tokens,
-    model_flops_per_token,
-    resolve_mode,
     router_problems,
     warmup_blocks,
     warmup_kv_bytes,
     warmup_requests,
+)
+from tgi_toolkit.config.scheduling_mode import (
+    CHUNKING_IGNORES_WARNING,
+    DEPRECATED_BATCH_TOTAL_WARNING,
+    SPECULATION_WARNING,
+    resolve_mode,
 )
 
 CONFIGS = Path(__file__).parent / "data" / "configs"

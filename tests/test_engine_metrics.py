@@ -69,7 +69,7 @@ def test_forward_trace_writes_each_forward_as_the_cost_models_price_it(tmp_path)
     from tgi_toolkit.costs.features import Shape
     from tgi_toolkit.engine.metrics import Metrics
     from tgi_toolkit.router.scheduler import Queue, Scheduler, SchedulerConfig
-    from tgi_toolkit.simulate.calibrate import read_trace
+    from tgi_toolkit.simulate.trace import read_trace
 
     path = tmp_path / "forwards.jsonl"
     queue = Queue()

@@ -81,7 +81,7 @@ def test_a_prompt_longer_than_the_prefill_budget_is_chunked_while_others_decode(
     # The forward trace (TGI_TOOLKIT_FORWARD_TRACE) shows the same: the 900-token prompt computed in forwards
     # of at most 256 prompt tokens, beside the decoding request's row (2 rows, up to 256 + 1 tokens), the
     # chunks' tokens adding up to the prompt; and each forward's own seconds.
-    from tgi_toolkit.simulate.calibrate import read_trace
+    from tgi_toolkit.simulate.trace import read_trace
 
     forwards, _ = read_trace(str(trace))
     beside = [shape for shape, _ in forwards if shape.prefilling and shape.rows == 2]

@@ -240,7 +240,7 @@ def test_04_compare_and_visualize() -> None:
 
 @pytest.mark.slow
 def test_05_model_card(tmp_path) -> None:
-    from tgi_toolkit.report import card_figures
+    from tgi_toolkit.report_figures import card_figures
 
     output = tmp_path / "card" / "model_card.md"
     nb = execute("05_model_card", results_dir=str(example_results_dir()), output=str(output), figure_format="html")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tgi_toolkit import report
+from tgi_toolkit import report, report_figures, report_sections
 from tgi_toolkit.bench import load_results
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.results import Results
@@ -106,10 +106,10 @@ def test_several_configurations_get_one_column_each(example: Results) -> None:
     two.requests = pd.concat([two.requests, other.requests], ignore_index=True)
     two.runs = two.runs + other.runs
     assert list(report.split_by_config(two)) == [example.runs[0]["config_label"], "max_batch_size=4"]
-    params = report.parameters(two)
+    params = report_sections.parameters(two)
     assert list(params.columns) == [example.runs[0]["config_label"], "max_batch_size=4"]
     assert params.loc["max_batch_size"].tolist() == ["16", "4"]
-    assert [f.name for f in report.card_figures(two)][-1] == "pareto"
+    assert [f.name for f in report_figures.card_figures(two)][-1] == "pareto"
     table = report.main_metrics_table(report.main_metrics(two))
     assert table.columns.tolist() == params.columns.tolist()
     assert table.index[1].startswith("Mean generation speed for 10 parallel requests with a prompt of 1024")
@@ -123,7 +123,7 @@ def test_several_configurations_get_one_column_each(example: Results) -> None:
 
 
 def test_parameters_come_from_the_provenance(example: Results) -> None:
-    params = report.parameters(example).iloc[:, 0]
+    params = report_sections.parameters(example).iloc[:, 0]
     assert params["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert params["backend"] == "embedded"
     assert params["max_total_tokens"] == "2048" and params["max_batch_size"] == "16"
@@ -181,7 +181,7 @@ def test_png_asked_for_without_a_renderer_is_refused(example: Results, tmp_path,
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not report.png_renderer_available(), reason="needs kaleido and an installed Chromium")
+@pytest.mark.skipif(not report_figures.png_renderer_available(), reason="needs kaleido and an installed Chromium")
 def test_write_report_with_png_figures(example: Results, tmp_path) -> None:
     md = report.write_report(example, tmp_path, figure_format="png").read_text()
     images = re.findall(r'<img src="(\./figures/[^"]+\.png)" width="800"/>', md)
@@ -229,7 +229,7 @@ def test_a_poor_ingestion_fit_is_never_a_number_alone(example: Results) -> None:
               f"requests fitted, 0.9 needed)")
     assert row["text"].endswith(f" t/s, {reason}")
     assert reason in row["basis"]
-    (figure,) = [f for f in report.card_figures(poor) if f.name.startswith("prompt_ingestion")]
+    (figure,) = [f for f in report_figures.card_figures(poor) if f.name.startswith("prompt_ingestion")]
     assert reason in figure.figure.layout.title.text
     # too few requests: 4 of two lengths fit a line perfectly, and mean nothing
     few = _copy(example)
@@ -274,7 +274,8 @@ def test_each_configurations_ingestion_figure_agrees_with_its_table_cell(example
     two.runs = two.runs + other.runs
     metrics = report.main_metrics(two)
     speeds = metrics[metrics["metric"] == report.INGESTION].set_index("config_label")["value"]
-    titles = [f.figure.layout.title.text for f in report.card_figures(two) if f.name.startswith("prompt_ingestion")]
+    titles = [f.figure.layout.title.text for f in report_figures.card_figures(two)
+              if f.name.startswith("prompt_ingestion")]
     assert len(titles) == 2 == len(speeds)
     for (config, speed), title in zip(speeds.items(), titles, strict=True):
         assert title.startswith(f"Prompt ingestion, {config}: {speed:,.0f} tokens/s")

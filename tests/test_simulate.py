@@ -20,9 +20,9 @@ from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.linear import uniform_shape
 from tgi_toolkit.router.scheduler import SchedulerConfig
 from tgi_toolkit.simulate import LinearCostModel, fit_linear, roofline, run_concurrency
-from tgi_toolkit.simulate.calibrate import fit_profile
 from tgi_toolkit.simulate.costs import load_cost_model
 from tgi_toolkit.simulate.events import ClosedLoop, OpenLoop, SimRequest, Simulator
+from tgi_toolkit.simulate.fit import fit_profile
 
 logging.getLogger("tgi_toolkit.router.scheduler").setLevel(logging.ERROR)
 
@@ -131,7 +131,7 @@ def test_a_burst_pays_the_overhead_side_by_side_and_the_front_end_one_request_at
 
 
 def test_front_end_time_from_a_traced_burst_as_worked_by_hand():
-    from tgi_toolkit.simulate.calibrate import frontend_seconds
+    from tgi_toolkit.simulate.trace import frontend_seconds
 
     def forwards(rows: list[int], starts: list[float], seconds: float = 0.05) -> list[dict]:
         return [{"rows": r, "t": s + seconds, "seconds": seconds} for r, s in zip(rows, starts, strict=True)]
@@ -251,7 +251,7 @@ def test_traced_forwards_pin_what_timed_requests_cannot_and_the_requests_still_p
     # two numbers for four unknowns. The engine's trace adds three forwards: 1 row at 100 positions (100
     # pairs) 50 + 1 + 0.1 = 51.1 ms; 8 such rows 50 + 8 + 0.8 = 58.8 ms; a 1,000-token prompt (500,500
     # pairs) 50 + 1000 + 500.5 = 1,550.5 ms.
-    from tgi_toolkit.simulate.calibrate import Sample, fit_samples, forward_samples, prefill_forwards
+    from tgi_toolkit.simulate.fit import Sample, fit_samples, forward_samples, prefill_forwards
 
     ttfts = [Sample("ttft", prefill_forwards(n, None), 1.0, t, {"prompt_tokens": n})
              for n, t in ((16, 0.071136), (64, 0.12108))]
@@ -271,7 +271,7 @@ def test_with_traced_forwards_a_prefilling_forwards_own_cost_is_no_longer_taken_
     # the prefill term and the overhead fits them. The trace's forwards carry no overhead: decode steps of 1 and
     # 8 rows 51 and 58 ms, prompts of 32 and 1,000 tokens 100 and 1,068 ms.
     from tgi_toolkit.costs.linear import TERMS
-    from tgi_toolkit.simulate.calibrate import Sample, fit_samples, forward_samples, prefill_forwards
+    from tgi_toolkit.simulate.fit import Sample, fit_samples, forward_samples, prefill_forwards
 
     ttfts = [Sample("ttft", prefill_forwards(n, None), 1.0, t, {"prompt_tokens": n})
              for n, t in ((16, 0.0875), (64, 0.1355))]
@@ -289,7 +289,7 @@ def test_profile_fit_finds_the_knee_below_which_tokens_ride_on_the_weight_read()
     # a decode step of 1, 8 or 32 rows 50 ms, of 64 rows 82 ms.
     ingestion = [(16, 0.055), (32, 0.055), (64, 0.087), (128, 0.151), (256, 0.279)]
     decode = [(uniform_shape(b, 1, 100, prefilling=False), t) for b, t in ((1, .05), (8, .05), (32, .05), (64, .082))]
-    from tgi_toolkit.simulate.calibrate import KNEES
+    from tgi_toolkit.simulate.fit import KNEES
 
     model = fit_profile(ingestion, decode, free_tokens=KNEES)
     assert model.free_tokens == 32
@@ -341,7 +341,7 @@ def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot():
     # every coefficient again; the closed form, which reads a batch as one decode forward and a prompt as its
     # chunks alone, does not.
     from tgi_toolkit import simulate
-    from tgi_toolkit.simulate.calibrate import fit_samples, replay_rows
+    from tgi_toolkit.simulate.fit import fit_samples, replay_rows
 
     server = {"max_input_tokens": 1024, "max_total_tokens": 1100, "max_batch_prefill_tokens": 256,
               "max_batch_total_tokens": 60_000, "attention": "flashinfer", "prefix_caching": True, "chunking": True}
@@ -580,7 +580,7 @@ def test_an_engine_started_with_a_pace_holds_each_forward_to_its_price(tmp_path)
     import httpx
 
     from tests.conftest import engine_process
-    from tgi_toolkit.simulate.calibrate import read_trace
+    from tgi_toolkit.simulate.trace import read_trace
 
     pace = LinearCostModel(forward_s=0.3, prefill_forward_s=0.1, name="pace").save(tmp_path / "pace.json")
     trace = tmp_path / "forwards.jsonl"

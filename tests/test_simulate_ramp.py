@@ -101,7 +101,7 @@ def test_one_user_gets_no_ramp_and_a_bad_ramp_is_refused():
 
 def test_the_flag_is_shown_like_client_bound_and_the_cli_takes_ramp_up():
     from tgi_toolkit.bench import cli as bench_cli
-    from tgi_toolkit.report import _conditions
+    from tgi_toolkit.report_sections import _conditions
     from tgi_toolkit.simulate.cli import _bench_args
 
     res = run_concurrency(PerForward(), users=[2], prompt_tokens=10, max_new_tokens=3, requests=4, ramp_up=0,

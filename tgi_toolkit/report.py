@@ -17,25 +17,19 @@ The main metrics say how each was obtained (`basis`): a card made from a small C
 holds the exact 10 x 1024/128 point, and a model with a short context cannot take it at all; the
 nearest measured point is used and named instead of being passed off as the asked-for one. They
 are computed in `tgi_toolkit.bench.main_metrics` (re-exported here), which `Results.main_metrics()`
-and the app share.
+and the app share. The figures are drawn in `tgi_toolkit.report_figures`, the sections and tables put
+together in `tgi_toolkit.report_sections`; this module renders them and writes the files.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import html
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import pandas as pd
-
-from tgi_toolkit.bench import schema as S
 
 # The main metrics live in bench (Results.main_metrics, the app and the notebooks use them too); the
 # card's names stay importable from here.
@@ -58,198 +52,15 @@ from tgi_toolkit.bench.main_metrics import (  # noqa: F401
     split_by_config,
 )
 from tgi_toolkit.bench.results import as_results
+from tgi_toolkit.report_figures import _FIGURE_HEIGHT, _write_htmls, _write_pngs, card_figures, png_renderer_available
+from tgi_toolkit.report_sections import _Section, _sections, _title, parameters
 
 FIGURE_FORMATS = ("auto", "png", "html")
 FIGURES_DIR = "figures"
 _FILE_SUFFIXES = (".md", ".html", ".htm")  # an output ending otherwise is a folder (e.g. "results.v2")
-_FIGURE_WIDTH, _FIGURE_HEIGHT = 1000, 550
-# The main metrics' column headers when configurations are rows; the legend above the table gives each
-# happy_vllm's full row name.
-_SHORT_HEADERS = {INGESTION: "Prompt ingestion", GENERATION: "Generation speed", KV_CAPACITY: "KV-cache capacity"}
-
-
-# -- parameters ---------------------------------------------------------------------------------------------
-def parameters(results: Any) -> pd.DataFrame:
-    """The card's parameters table: for each configuration, where and how the server ran (model,
-    backend, engine, versions, hardware, first run's start) then every launcher setting as recorded
-    in the runs' provenance, and the budgets the server resolved at start-up. One column per
-    configuration, one row per parameter, values as text."""
-    results = as_results(results)
-    columns: dict[str, dict[str, str]] = {}
-    for config, part in split_by_config(results).items():
-        runs = part.runs
-        first = runs[0] if runs else {}
-        info = run_info(part)
-        versions = first.get("versions") or {}
-        hardware = first.get("hardware") or {}
-        gpus = ", ".join(g.get("name", "?") for g in hardware.get("gpus") or [])
-        col: dict[str, str] = {
-            "model": info.get("model_id") or (part.points[S.MODEL_ID].dropna().iloc[0]
-                                              if part.points[S.MODEL_ID].notna().any() else "?"),
-            "backend": first.get("backend", "?"),
-            "server": " ".join(str(v) for v in (info.get("engine") or info.get("router"), info.get("version")) if v),
-            "model_dtype": info.get("model_dtype"),
-            "suite_started_at": first.get("started_at"),
-            "runs": ", ".join(f"{r.get('scenario')} ({r.get('status')})" for r in runs),
-            "tgi_toolkit_version": versions.get("tgi_toolkit"),
-            "torch_version": versions.get("torch"),
-            "transformers_version": versions.get("transformers"),
-            "hardware": gpus or f"{hardware.get('cpu', '?')} ({hardware.get('cores_logical', '?')} cores, CPU)",
-            "git_revision": ((first.get("git") or {}).get("revision") or "")[:12] or None,
-        }
-        launcher = next((r["launcher_config"] for r in runs if r.get("launcher_config")), None) or {}
-        col.update({key: launcher[key] for key in launcher})
-        for key in ("max_batch_total_tokens", "max_batch_prefill_tokens", "max_input_tokens", "max_total_tokens"):
-            if info.get(key) is not None and launcher.get(key) != info[key]:
-                col[f"{key} (resolved by the server)"] = info[key]
-        columns[config] = {k: _cell(v) for k, v in col.items()}
-    keys: list[str] = []
-    for col in columns.values():
-        keys += [k for k in col if k not in keys]
-    return pd.DataFrame({name: [col.get(k, "") for k in keys] for name, col in columns.items()},
-                        index=pd.Index(keys, name="parameter"))
-
-
-def _cell(value: Any) -> str:
-    # happy_vllm's table prints Python's repr of lists and None
-    return "None" if value is None else str(value)
-
-
-# -- figures ----------------------------------------------------------------------------------------------
-@dataclass
-class Figure:
-    """A figure of the card: its name (file stem), section, caption and plotly figure."""
-
-    name: str
-    section: str
-    caption: str
-    figure: Any = field(repr=False)
-
-
-def card_figures(results: Any) -> list[Figure]:
-    """The figures the results can draw, in card order: total throughput and per-request speed with
-    TTFT against parallel users (one per prompt/output pair, as the seeds), prompt ingestion,
-    text-generation-benchmark's latency against throughput, ITL distributions, the server's queue and
-    batch over time, KV usage, and the Pareto frontier when there are several configurations."""
-    from tgi_toolkit import plots
-
-    results = as_results(results)
-    figures = []
-    concurrency = results.points[results.points[S.SCENARIO] == "concurrency"]
-    if len(concurrency):
-        figures.append(Figure("total_speed_generation_graph", "Total generation speed",
-                              "Total output throughput against the number of parallel requests, one line per "
-                              "prompt/output length.", plots.throughput_vs_users(concurrency)))
-        pairs = concurrency[[S.PROMPT_TOKENS, S.MAX_NEW_TOKENS]].drop_duplicates().sort_values(
-            [S.PROMPT_TOKENS, S.MAX_NEW_TOKENS], ascending=False)
-        for prompt, output in pairs.itertuples(index=False):
-            part = concurrency[(concurrency[S.PROMPT_TOKENS] == prompt) & (concurrency[S.MAX_NEW_TOKENS] == output)]
-            figures.append(Figure(
-                f"speed_generation/speed_generation_graph_input_{prompt}_output_{output}",
-                "Generation speed and latency",
-                f"Prompt of {prompt} tokens and {output} tokens generated: the lines show the median, the bars "
-                f"the 25th and 75th percentiles.",
-                plots.speed_and_ttft_vs_users(part, title=f"Per-request speed and TTFT, prompt {prompt} / "
-                                                          f"output {output} tokens")))
-    # One ingestion fit per configuration, as the main metrics table has: a fit over every
-    # configuration's requests at once would give a figure that the table contradicts.
-    parts = split_by_config(results)
-    for i, (config, part) in enumerate(parts.items()):
-        ingestion = part.requests[part.requests[S.SCENARIO] == "ingestion"]
-        if not len(ingestion):
-            continue
-        name, title = "prompt_ingestion", None
-        if len(parts) > 1:
-            name = f"prompt_ingestion_{i}"
-            fit = plots.fit_ingestion(ingestion)
-            speed = f": {fit['speed_tok_s']:,.0f} tokens/s" if np.isfinite(fit["speed_tok_s"]) else ""
-            if speed and fit.get("unreliable"):
-                speed += f", {fit['unreliable']}"
-            title = f"Prompt ingestion, {config}{speed}"
-        figures.append(Figure(name, "Prompt ingestion",
-                              "TTFT against prompt length, one request at a time; the slope of the fitted line is "
-                              "the time per prompt token, its inverse the ingestion speed.",
-                              plots.ingestion_plot(ingestion, title=title)))
-    if len(results.batch):
-        figures.append(Figure("batch_latency_throughput", "Batch benchmark (text-generation-benchmark)",
-                              "Prefill and decode latency against throughput, one colour per batch size, one "
-                              "marker per run: up and to the right is more throughput bought with more latency.",
-                              plots.batch_latency_throughput(results.batch)))
-    conc_requests = results.requests[results.requests[S.SCENARIO] == "concurrency"]
-    if len(conc_requests):
-        figures.append(Figure("itl_distribution", "Inter-token latency",
-                              "Gaps between consecutive tokens of every request, per point: a wide or bimodal "
-                              "violin shows decode steps held up by other requests' prefills.",
-                              plots.itl_distribution(conc_requests)))
-    if len(results.server) and len(conc_requests):
-        run_id = conc_requests[S.RUN_ID].iloc[-1]
-        figures.append(Figure("server_timeline", "Server", "Queue and running batch size during the last "
-                              "concurrency run, with each request's TTFT at the moment it was sent.",
-                              plots.server_timeline(results.server, requests=conc_requests, run_id=run_id)))
-        figures.append(Figure("kv_usage", "Server", "Share of the KV-cache budget in use during the same run.",
-                              plots.kv_usage_timeline(results.server, run_id=run_id)))
-    if results.points[S.CONFIG_ID].nunique() > 1 and len(concurrency):
-        figures.append(Figure("pareto", "Configurations", "Every point of every configuration: output throughput "
-                              "against median TTFT; the joined points are the ones no other configuration beats "
-                              "on both.", plots.pareto_plot(concurrency)))
-    return figures
-
-
-def png_renderer_available() -> bool:
-    """True where plotly can write PNG offline: kaleido >= 1 and a Chromium-based browser already
-    installed (kaleido never downloads one here: that would need a network at run time)."""
-    try:
-        import kaleido  # noqa: F401
-        from choreographer.browsers.chromium import Chromium
-    except ImportError:
-        return False
-    try:
-        return Chromium.find_browser(skip_local=False) is not None
-    except Exception:  # a broken install: say no rather than fail the report
-        return False
-
-
-def _write_pngs(figures: Sequence[Figure], folder: Path) -> bool:
-    """All figures as PNG in one browser session; False (nothing kept) if the renderer fails."""
-    import plotly.io as pio
-
-    paths = [folder / f"{f.name}.png" for f in figures]
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        pio.write_images([f.figure for f in figures], paths, width=_FIGURE_WIDTH, height=_FIGURE_HEIGHT)
-    except Exception:  # no usable browser after all: the caller falls back to HTML figures
-        for path in paths:
-            with contextlib.suppress(OSError):
-                path.unlink()
-        return False
-    return all(p.exists() for p in paths)
-
-
-def _write_htmls(figures: Sequence[Figure], folder: Path) -> None:
-    # plotly.js once in the figures folder, each figure pointing at it: offline, 4 MB once, not per figure
-    from plotly.offline import get_plotlyjs
-
-    (folder / "plotly.min.js").write_text(get_plotlyjs())
-    for f in figures:
-        path = folder / f"{f.name}.html"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        script = Path(os.path.relpath(folder / "plotly.min.js", path.parent)).as_posix()
-        f.figure.write_html(path, include_plotlyjs=script, full_html=True)
 
 
 # -- the card ---------------------------------------------------------------------------------------------------
-def _title(results: Any) -> str:
-    info = run_info(results)
-    model = (info.get("model_id") or "an unknown model").split("/")[-1]
-    first = results.runs[0] if results.runs else {}
-    hardware = first.get("hardware") or {}
-    gpus = [g.get("name", "GPU") for g in hardware.get("gpus") or []]
-    where = (f"{len(gpus)}x {gpus[0]}" if len(gpus) > 1 else gpus[0]) if gpus else \
-        f"{hardware.get('cores_logical', '?')}-core CPU"
-    return f"Model card for {model} on {where}"
-
-
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     # happy_vllm's centred tables; a pipe inside a cell would end it early
     def row(cells: Sequence[str]) -> str:
@@ -261,90 +72,6 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-@dataclass
-class _Section:
-    title: str
-    paragraphs: list[str] = field(default_factory=list)
-    tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
-    preformatted: str = ""
-
-
-def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures: Sequence[Figure]) -> list[_Section]:
-    configs = list(dict.fromkeys(metrics["config_label"]))
-    table = main_metrics_table(metrics)
-    if len(configs) == 1:
-        main = _Section("Main metrics", ["The main metrics are summarized in the following table :"])
-        main.tables.append((["Metric", "Value"], [[label, *cells] for label, cells in
-                                                  zip(table.index, table.values.tolist(), strict=True)]))
-    else:  # one row per configuration under short headers, so that 4 configurations fit a 1,280-pixel window
-        short = [_SHORT_HEADERS.get(key, key) for key in METRICS]
-        legend = "; ".join(f"{name}: {label}" for name, label in zip(short, table.index, strict=True))
-        main = _Section("Main metrics", [f"The main metrics are summarized in the following table, one row per "
-                                         f"configuration ({legend}) :"])
-        main.tables.append((["Configuration", *short], [[config, *table[config].tolist()] for config in configs]))
-    main.paragraphs.append("How each value was obtained:")
-    main.tables.append((["Configuration", "Metric", "Basis"] if len(configs) > 1 else ["Metric", "Basis"],
-                        [[*([r.config_label] if len(configs) > 1 else []), r.label, r.basis]
-                         for r in metrics.itertuples()]))
-    sections = [main]
-    conditions = _conditions(results)
-    if conditions is not None:
-        sections.append(conditions)
-    by_section: dict[str, _Section] = {}
-    intros = {
-        "Total generation speed": "The following graph shows the total throughput with respect to the number of "
-                                  "parallel queries for different scenarii :",
-        "Generation speed and latency": "The following graphs show the throughput for each request with respect to "
-                                        "the number of parallel queries, and the time to first token. The lines "
-                                        "show the median whereas the bars show the 25th and 75th percentile.",
-    }
-    for fig in figures:
-        if fig.section not in by_section:
-            by_section[fig.section] = _Section(fig.section, [intros[fig.section]] if fig.section in intros else [])
-            sections.append(by_section[fig.section])
-        by_section[fig.section].figures.append(fig)
-    if len(results.batch) and "Batch benchmark (text-generation-benchmark)" in by_section:
-        with contextlib.suppress(Exception):  # the tables are extra: a partial batch run still gets its figure
-            by_section["Batch benchmark (text-generation-benchmark)"].preformatted = results.tables()
-    launched = _Section("Parameters", ["The server was launched using the following arguments :"])
-    launched.tables.append((["Parameter", *params.columns] if len(params.columns) > 1 else ["Parameter", "Value"],
-                            [[k, *row] for k, row in zip(params.index, params.values.tolist(), strict=True)]))
-    sections.append(launched)
-    return sections
-
-
-def _conditions(results: Any) -> _Section | None:
-    """The points whose numbers the machine stretched: measured while other processes took CPU
-    (machine_busy), while the benchmark client itself was the bottleneck (client_bound), or with the users
-    in step (lockstep)."""
-    points = results.points
-    flags = {S.MACHINE_BUSY: "machine busy (other processes took CPU)",
-             S.CLIENT_BOUND: "client-bound (the benchmark client's own CPU limited the point)",
-             S.LOCKSTEP: "lockstep (the users sent in step: TTFT and ITL show that phase; run with a ramp-up)"}
-    marked = pd.Series(False, index=points.index)
-    for column in flags:
-        if column in points:
-            marked |= points[column].fillna(False).astype(bool)
-    if not marked.any():
-        return None
-    rows = []
-    for _, point in points[marked].iterrows():
-        said = [text for column, text in flags.items() if column in points and pd.notna(point[column])
-                and bool(point[column])]
-        other = point.get(S.OTHER_CPU_CORES)
-        load = f"{other:.1f}" if isinstance(other, float) and np.isfinite(other) else "-"
-        rows.append([str(point[S.CONFIG_LABEL] or point[S.CONFIG_ID] or ""), str(point[S.SCENARIO]),
-                     str(point[S.POINT_ID]), "; ".join(said), load])
-    section = _Section("Measurement conditions", [
-        f"{int(marked.sum())} of {len(points)} points were measured under conditions other than the server's "
-        f"own (Flag): the machine or the client limited them (latencies stretched, throughputs understated), or "
-        f"their users sent in step (TTFT and ITL show that phase). Measure again on an idle machine, with a "
-        f"ramp-up, before comparing them."])
-    section.tables.append((["Configuration", "Scenario", "Point", "Flag", "Other processes (cores)"], rows))
-    return section
 
 
 def _markdown(title: str, sections: Sequence[_Section], figure_links: dict[str, str], fmt: str) -> str:

@@ -704,7 +704,9 @@ from IPython.display import Markdown
 
 from tgi_toolkit.bench import load_results
 from tgi_toolkit.cookbook import example_results_dir, out_dir
-from tgi_toolkit.report import card_figures, main_metrics, parameters, report_paths, write_report
+from tgi_toolkit.report import main_metrics, report_paths, write_report
+from tgi_toolkit.report_figures import card_figures
+from tgi_toolkit.report_sections import parameters
 
 results = load_results(results_dir or example_results_dir())
 output = output or str(out_dir("05_model_card") / "model_card.md")

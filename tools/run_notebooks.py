@@ -30,7 +30,7 @@ FIGURE_JSON_CAP = 150_000  # characters of one figure's JSON kept beside its PNG
 
 
 def _png_available() -> bool:
-    from tgi_toolkit.report import png_renderer_available
+    from tgi_toolkit.report_figures import png_renderer_available
 
     return png_renderer_available()
 

@@ -1,7 +1,7 @@
 """What the benchmark tab shows of a results folder: figures, a summary table per point, the model
 card's main metrics and text-generation-benchmark's tables. Plain functions of `Results`.
 
-The figures are the model card's (`tgi_toolkit.report.card_figures`), so the app, the card and the
+The figures are the model card's (`tgi_toolkit.report_figures.card_figures`), so the app, the card and the
 notebooks draw the same pictures; while a run goes only the scenario's main figure is redrawn
 after each point (drawing them all takes a second or two).
 """
@@ -66,7 +66,7 @@ def batch_markdown(results: Any) -> str:
 
 def figures(results: Any) -> dict[str, Any]:
     """The model card's figures these results can draw, as {title: plotly figure}, in card order."""
-    from tgi_toolkit.report import card_figures
+    from tgi_toolkit.report_figures import card_figures
 
     out: dict[str, Any] = {}
     for figure in card_figures(results):

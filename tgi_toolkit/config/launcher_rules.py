@@ -32,7 +32,7 @@ class LauncherRules(LauncherFields):
         """
         if backend == "vllm":
             return None
-        from tgi_toolkit.config.scheduling import resolve_mode
+        from tgi_toolkit.config.scheduling_mode import resolve_mode
 
         mode = resolve_mode(os.environ if env is None else env, speculate=self.speculate or 0,
                             lora=self.lora_adapters is not None)
@@ -152,7 +152,7 @@ class LauncherRules(LauncherFields):
 
         Section 6 of docs/tgi-rules.md, without a GPU to measure:
         - max_batch_prefill_tokens <- the launcher's default for an unknown card: 4096, capped at
-          max_position_embeddings (L1; `config.scheduling.launcher_max_batch_prefill_tokens` with a card);
+          max_position_embeddings (L1; `config.prefill_default.launcher_max_batch_prefill_tokens` with a card);
         - max_total_tokens <- with prefill chunking min(KV capacity, tokenizer model_max_length,
           max_position_embeddings), each when known; without chunking the warm-up batch's prompt tokens (L3);
         - max_input_tokens <- the legacy max_input_length if given, else max_total_tokens - 1 (L3);

@@ -156,12 +156,9 @@ def scheduling_limits(cfg: Any, loaded: Any, kv_bytes_per_token: int, env: Mappi
     (TGI_TOOLKIT_KV_CACHE_GIB x --cuda-memory-fraction) in whole blocks, a user value being ignored
     with TGI's warning; `max_total_tokens` and `max_input_tokens` default as TGI's warm-up sets them.
     """
-    from tgi_toolkit.config.scheduling import (
-        derive_limits,
-        embedded_kv_bytes,
-        launcher_max_batch_prefill_tokens,
-        resolve_mode,
-    )
+    from tgi_toolkit.config.prefill_default import launcher_max_batch_prefill_tokens
+    from tgi_toolkit.config.scheduling import derive_limits, embedded_kv_bytes
+    from tgi_toolkit.config.scheduling_mode import resolve_mode
     from tgi_toolkit.router.scheduler import SchedulerConfig
 
     model_config = loaded.config.to_dict()

@@ -15,7 +15,8 @@ context (~0.5 GiB on recent cards), cuBLAS workspaces and, with shards, NCCL buf
 activations are estimated as `max_batch_prefill_tokens x dtype bytes x (4 x hidden + q/k/v widths +
 gated-MLP widths)`: the residual stream, its normalised copy, the attention and MLP outputs and the
 widest intermediates alive at once. The default `max_batch_prefill_tokens` is the launcher's FLOPs
-formula (L1) and the default lengths TGI 3's warm-up ones (L3), from tgi_toolkit.config.scheduling.
+formula (L1) and the default lengths TGI 3's warm-up ones (L3), from tgi_toolkit.config.prefill_default
+and tgi_toolkit.config.scheduling.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from tgi_toolkit.config.prefill_default import GPU_FP16_FLOPS, launcher_max_batch_prefill_tokens
 from tgi_toolkit.config.scheduling import (
-    GPU_FP16_FLOPS,
     derive_limits,
     embedded_kv_bytes,
     kv_capacity_tokens,
-    launcher_max_batch_prefill_tokens,
     warmup_blocks,
     warmup_requests,
 )
@@ -306,7 +306,7 @@ def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str 
                   env: Mapping[str, str] | None = None) -> Plan:
     """Predict what the embedded CPU engine logs as "Setting max batch total tokens to N".
 
-    The engine follows TGI 3 (tgi_toolkit.config.scheduling, the same functions): its scheduling mode
+    The engine follows TGI 3 (tgi_toolkit.config.scheduling and its neighbours, the same functions): its scheduling mode
     from ATTENTION / PREFIX_CACHING / PREFILL_CHUNKING in `env` (None: this process's environment), a
     fixed KV space of TGI_TOOLKIT_KV_CACHE_GIB (default 2) GiB x --cuda-memory-fraction in whole blocks
     (keys and values in the model dtype whatever --quantize says), TGI's warm-up defaults for
@@ -315,7 +315,7 @@ def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str 
     where the CPU computes in it, else float32. Raises ValueError where the engine refuses to start.
     """
     from tgi_toolkit.config.embedded import cpu_has_bf16
-    from tgi_toolkit.config.scheduling import resolve_mode
+    from tgi_toolkit.config.scheduling_mode import resolve_mode
 
     env = os.environ if env is None else env
     shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)

@@ -19,7 +19,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -35,6 +34,8 @@ from tgi_toolkit.progress import redraws_in_place as _redraws_in_place
 from tgi_toolkit.server.base import TAIL_LINES, Backend, ManagedProcess, ServerError
 from tgi_toolkit.server.docker import DockerBackend
 from tgi_toolkit.server.embedded import EmbeddedBackend
+from tgi_toolkit.server.ports import _client_host, free_port, port_is_free
+from tgi_toolkit.server.startup import _LogLines, _RedrawnLine, _StartupDisplay
 from tgi_toolkit.server.tgi import TgiBackend
 from tgi_toolkit.server.url import UrlBackend
 from tgi_toolkit.server.vllm import VllmBackend
@@ -344,95 +345,6 @@ class Server:
         display, self._startup = self._startup, None  # the lines that follow are the server's work
         if display is not None:
             display.close(self.seconds_to_healthy)
-
-
-class _StartupDisplay:
-    """What start-up progress shows: log lines as they arrive, the time each poll, the end."""
-
-    def log_line(self, line: str) -> None:  # from the log reader thread
-        pass
-
-    def tick(self, elapsed: float) -> None:
-        pass
-
-    def close(self, healthy_after: float | None) -> None:  # None: start-up failed (the error says why)
-        pass
-
-
-class _RedrawnLine(_StartupDisplay):
-    """One tqdm line redrawn in place: the time since start and the latest log line."""
-
-    def __init__(self, server: Server) -> None:
-        from tqdm.auto import tqdm
-
-        self.server = server
-        self.bar = tqdm(total=None, desc=f"starting {server.backend} server at {server.url}",
-                        bar_format="{desc}: {elapsed} {postfix}", leave=False)
-
-    def tick(self, elapsed: float) -> None:
-        self.bar.update(elapsed - self.bar.n)
-        proc = self.server._proc
-        if proc is not None and (tail := proc.tail(1)):
-            self.bar.set_postfix_str(tail[0][-100:], refresh=False)
-
-    def close(self, healthy_after: float | None) -> None:
-        self.bar.close()
-
-
-class _LogLines(_StartupDisplay):
-    """Where nothing is redrawn (CI, papermill --log-output, a redirected stderr): each log line
-    printed once as it arrives, and one line when the server is healthy. A redrawn progress line
-    there came out as one new line per refresh, each repeating the same log tail."""
-
-    def __init__(self, server: Server, stream: Any) -> None:
-        self.server, self.stream = server, stream
-        self.prefix = f"[{server.backend} server] "
-        log = f" (log: {server.log_path})" if server.log_path is not None else ""
-        self._print(f"starting {server.backend} server at {server.url}{log}")
-
-    def _print(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
-
-    def log_line(self, line: str) -> None:
-        self._print(self.prefix + line)
-
-    def close(self, healthy_after: float | None) -> None:
-        if healthy_after is not None:
-            self._print(f"{self.server.backend} server healthy at {self.server.url} after {healthy_after:.1f} s")
-
-
-def _client_host(hostname: str) -> str:
-    """The address a client on this machine uses for a server bound to `hostname`."""
-    if hostname in ("0.0.0.0", "", "*"):
-        return "127.0.0.1"
-    if hostname in ("::", "[::]"):
-        return "[::1]"
-    return f"[{hostname}]" if ":" in hostname and not hostname.startswith("[") else hostname
-
-
-def _bind_host(hostname: str) -> tuple[int, str]:
-    host = hostname.strip("[]") or "0.0.0.0"
-    return (socket.AF_INET6 if ":" in host else socket.AF_INET), host
-
-
-def free_port(hostname: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on now (the OS's choice)."""
-    family, host = _bind_host(hostname)
-    with socket.socket(family) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(hostname: str, port: int) -> bool:
-    family, host = _bind_host(hostname)
-    with socket.socket(family) as s:
-        # as servers do: a port whose old connections linger in TIME_WAIT is free for a listener
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def _default_log_path(backend: str, port: int) -> Path:

@@ -198,12 +198,8 @@ class RooflineCostModel:
         launcher's FLOPs-based max_batch_prefill_tokens (L1), max_total_tokens = min(KV capacity, the model's
         context) with chunking (L3), and the server profile's batching rule (chunking or not), which
         ATTENTION / PREFIX_CACHING / PREFILL_CHUNKING in the environment still override."""
-        from tgi_toolkit.config.scheduling import (
-            GPU_FP16_FLOPS,
-            default_max_input_tokens,
-            default_max_total_tokens,
-            launcher_max_batch_prefill_tokens,
-        )
+        from tgi_toolkit.config.prefill_default import GPU_FP16_FLOPS, launcher_max_batch_prefill_tokens
+        from tgi_toolkit.config.scheduling import default_max_input_tokens, default_max_total_tokens
 
         capacity = int(self.plan().max_batch_total_tokens)
         prefill, _ = launcher_max_batch_prefill_tokens(

@@ -198,12 +198,8 @@ def kv_sizing(base: LauncherConfig, backend: str, demand: Demand, plan: Plan, *,
     `env`: the server's environment, read now (TGI_TOOLKIT_KV_CACHE_GIB, PREFILL_CHUNKING, ...; None: this
     process's).
     """
-    from tgi_toolkit.config.scheduling import (
-        GPU_FP16_FLOPS,
-        embedded_kv_bytes,
-        kv_capacity_tokens,
-        launcher_max_batch_prefill_tokens,
-    )
+    from tgi_toolkit.config.prefill_default import GPU_FP16_FLOPS, launcher_max_batch_prefill_tokens
+    from tgi_toolkit.config.scheduling import embedded_kv_bytes, kv_capacity_tokens
     from tgi_toolkit.planner.shape import load_config
 
     model = model_config if model_config is not None else model_config_path(base)

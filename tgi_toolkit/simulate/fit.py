@@ -1,0 +1,211 @@
+"""Fitting the linear cost model to measured times: the samples (a time and the forwards it spans), the
+closed-form and replayed forwards behind each, and the fit over knees and tiles; calibrate.py measures them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.linear import TERMS, LinearCostModel, _nnls, uniform_shape
+
+
+def prefill_forwards(length: int, budget: int | None) -> np.ndarray:
+    """The features (one row per forward) of the forwards computing one prompt alone: chunks of `budget`
+    tokens (the last one emits the first token), each a prefilling forward of one row."""
+    step = length if not budget or budget >= length else budget
+    return np.array([uniform_shape(1, min(step, length - start), start, prefilling=True).vector()
+                     for start in range(0, length, step)])
+
+
+
+# prefill_forward_s is left out of a fit to timed requests alone: every TTFT of the grid holds one prefilling
+# forward and one request overhead, so the two would be the same column; the overhead is what a client sees
+# outside the server's forwards. A forward trace separates them (its forwards carry no overhead), and there the
+# term is real: in one profile's trace the engine's one-row prefills of 6-16 tokens took 87-102 ms where a decode
+# step took 70, and without the term the fit put that into the request overhead (12.4 ms, where the engine spends
+# 3.5 ms outside a forward on a request: intake 2.2, wake 0.4, first token out 1.1).
+PROFILE_TERMS = tuple(t for t in TERMS if t != "prefill_forward_s")
+
+
+# Knees a fit may try (costs.LinearCostModel.free_tokens). The knee is the CPU's (or GPU's), not the engine's:
+# on one 2-core machine here the runner's forwards showed it clearly (1 to 32 tokens 48-52 ms, then ~0.7 ms a
+# token); on another (AMD EPYC, AVX-512 bf16), fitted to the engine's own forward trace of a profile and
+# tested on the forwards of the served workloads that followed, no knee overpriced prefills of up to 100
+# tokens by 7 % (mean log error +0.072) and a knee of 16 did not (-0.008), prefills of 400+ tokens and decode
+# steps as well either way. The profile searches small knees only (FREE_TOKENS): with the knee free up to 128,
+# a noisy profile once traded a knee of 96 tokens against a 49 ms request overhead (15-20 ms in every other
+# fit). Its quick grid has prompts either side of them (16, 64, 128, ...), which is what pins a knee.
+KNEES = (0, 8, 16, 24, 32, 48, 64, 96, 128)
+FREE_TOKENS = (0, 8, 16, 24, 32)
+# Tiles a fit may try (costs.LinearCostModel.token_tile), 1 (none) first so that a grid that cannot tell them
+# apart keeps the straight line.
+TOKEN_TILES = (1, 8, 16, 32)
+TOKENS = TERMS.index("token_s")
+
+
+@dataclass
+class Sample:
+    """One measured time and the forwards it spans (their features at no knee, one row each, divided by
+    `per`: a decode latency is the mean of its steps), plus the request overheads it includes."""
+
+    kind: str  # ttft | prefill | decode
+    forwards: np.ndarray  # [forwards, len(TERMS)]
+    overheads: float
+    seconds: float
+    about: dict[str, Any]  # what was measured (prompt tokens, rows, context), copied into model.points
+    per: float = 1.0
+
+    def features(self, free_tokens: int = 0, token_tile: int = 1) -> np.ndarray:
+        """The summed features with the knee and the tile applied forward by forward."""
+        f = self.forwards.copy()  # features.billed_tokens over the forwards at once
+        f[:, TOKENS] = np.ceil(np.maximum(f[:, TOKENS] - free_tokens, 0) / token_tile) * token_tile
+        return f.sum(axis=0) / self.per
+
+
+def forward_samples(forwards: Sequence[tuple[Shape, float]]) -> list[Sample]:
+    """Traced forwards (`read_trace`) as fit samples: one forward each, no request overhead."""
+    return [Sample("forward", np.array([shape.vector()]), 0.0, seconds, {}) for shape, seconds in forwards
+            if seconds > 0]
+
+
+def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[Shape, float]], *,
+                prefill_budget: int | None = None, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
+                source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
+                frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES) -> LinearCostModel:
+    """The linear model from (prompt length, TTFT) and (decode forward shape, seconds) samples; the
+    request overhead is fitted with it (it appears in every TTFT and in no decode step)."""
+    samples = [Sample("ttft", prefill_forwards(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
+               for length, ttft in ingestion]
+    samples += [Sample("decode", np.array([shape.vector()]), 0.0, seconds,
+                       {"rows": shape.rows, "context": shape.context}) for shape, seconds in decode]
+    return fit_samples(samples, terms=terms, name=name, source=source, free_tokens=free_tokens,
+                       frontend_s=frontend_s, token_tiles=token_tiles)
+
+
+def fit_samples(samples: Sequence[Sample], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
+                source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
+                frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES) -> LinearCostModel:
+    """Non-negative coefficients of `terms` and the request overhead minimising relative error, at the knee
+    of `free_tokens` and the tile of `token_tiles` that fit best; `frontend_s`, measured apart
+    (`frontend_seconds`), goes into the model."""
+    keep = [TERMS.index(t) for t in terms]
+    y = np.array([s.seconds for s in samples], dtype=float)
+    if not len(y) or np.any(~np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("profile: every measured time must be a positive number of seconds")
+    w = 1 / y
+    best: tuple[float, int, int, np.ndarray, np.ndarray] | None = None
+    for tile in token_tiles:  # every knee untiled first: a tie keeps the simpler model
+        for knee in free_tokens:
+            x = np.column_stack([np.array([s.features(knee, tile) for s in samples])[:, keep],
+                                 [s.overheads for s in samples]])
+            scale = np.maximum(np.abs(x).max(axis=0), 1e-30)
+            coef = _nnls(x * w[:, None] / scale, y * w) / scale
+            err = float(np.sum(((x @ coef - y) * w) ** 2))
+            if best is None or err < best[0] - 1e-12:
+                best = (err, knee, tile, coef, x)
+    assert best is not None
+    _, knee, tile, coef, x = best
+    pays_tokens = coef[keep.index(TOKENS)] > 0
+    model = LinearCostModel(request_overhead_s=float(coef[-1]), frontend_s=frontend_s, name=name,
+                            source=dict(source or {}), free_tokens=int(knee) if pays_tokens else 0,
+                            token_tile=int(tile) if pays_tokens else 1)
+    for i, term in zip(keep, terms, strict=True):
+        setattr(model, TERMS[i], float(coef[terms.index(term)]))
+    fitted = x @ coef
+    # traced forwards are fitted too but not listed: a profile's trace holds thousands
+    model.points = [{"kind": s.kind, "measured_s": float(s.seconds), "fitted_s": float(f),
+                     "ratio": float(f / s.seconds), **s.about} for s, f in zip(samples, fitted, strict=True)
+                    if s.kind != "forward"]
+    # the decode steps' spread around the fit: how much one forward's time varied on that machine
+    spread = [math.log(p["measured_s"] / p["fitted_s"]) for p in model.points if p["kind"] == "decode"
+              and p["fitted_s"] > 0]
+    if len(spread) >= 2:
+        model.jitter_cv = float(math.sqrt(math.expm1(float(np.var(spread)))))
+    return model
+
+
+def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], *, repeats: int,
+                warmups: int = 1) -> list[Sample]:
+    """Every measured time of the profile (`ingestion`: bench's ingestion Results; `batches`: run_batch
+    Results, one per prompt length, each of `repeats` runs after `warmups`) with the features of the
+    forwards it spans when the same scenarios run on the simulator priced by `model` (whose
+    `source.server` gives the limits and scheduling mode)."""
+    from bisect import bisect_right
+
+    from tgi_toolkit.costs.features import shape_of
+    from tgi_toolkit.simulate.events import Simulator
+    from tgi_toolkit.simulate.target import make_target
+    from tgi_toolkit.simulate.workloads import TokenPrompts, batch_points, ingestion_points
+
+    target = make_target(dataclasses.replace(model, jitter_cv=0.0), environ={})
+    prompts = TokenPrompts(0)
+    points = ingestion_points(prompts, sorted({int(p) for p in ingestion.requests[S.PROMPT_TOKENS]}), repeats)
+    for res in batches:
+        b = res.batch
+        points += batch_points(prompts, sorted({int(v) for v in b[S.BATCH_SIZE]}), int(b[S.SEQUENCE_LENGTH].iloc[0]),
+                               int(b[S.DECODE_LENGTH].iloc[0]), repeats, warmups)
+    sim = Simulator(target.scheduler, target.cost)
+    ends: list[int] = []
+    vectors: list[list[float]] = []
+
+    def on_forward(forward: Any, seconds: float) -> None:
+        ends.append(int(round(sim.clock.t * 1e9)))  # the stamp its emitted tokens carry
+        vectors.append(shape_of(forward).vector())
+
+    sim.backend.on_forward = on_forward
+    for point in points:
+        for phase in point.phases:
+            sim.run(phase.driver, phase.requests)
+    every = np.array(vectors).reshape(-1, len(TERMS))
+
+    def span(after_ns: int, until_ns: int) -> np.ndarray:
+        return every[bisect_right(ends, after_ns):bisect_right(ends, until_ns)]
+
+    simulated_ttft: dict[tuple[str, int], np.ndarray] = {}
+    simulated_batch: dict[tuple[int, int, int, bool], tuple[np.ndarray, np.ndarray, int]] = {}
+    for point in points:
+        if point.batch is None:
+            for r in point.requests:
+                simulated_ttft[(point.point_id, r.tag[2])] = span(r.record.sent_ns, r.record.token_ns[0])
+            continue
+        runs: dict[tuple[int, bool], list[Any]] = {}
+        for r in point.requests:
+            runs.setdefault((r.tag[0], r.tag[1]), []).append(r.record)
+        for (repeat, warm), records in runs.items():
+            first = max(rec.token_ns[0] for rec in records)
+            steps = max(len(rec.token_ns) for rec in records) - 1
+            simulated_batch[(*point.batch[:2], repeat, warm)] = (
+                span(min(rec.sent_ns for rec in records), first),
+                span(first, max(rec.token_ns[-1] for rec in records)), max(steps, 1))
+
+    samples = []
+    req = ingestion.requests
+    req = req[~req[S.WARMUP] & req[S.ERROR].isna()]
+    for pid, index, length, ttft in zip(req[S.POINT_ID], req[S.REQUEST_INDEX], req[S.PROMPT_TOKENS], req[S.TTFT_S],
+                                        strict=True):
+        if (pid, int(index)) in simulated_ttft and ttft == ttft and ttft > 0:
+            samples.append(Sample("ttft", simulated_ttft[(pid, int(index))], 1.0, float(ttft),
+                                  {"prompt_tokens": int(length)}))
+    for res in batches:
+        b = res.batch[~res.batch[S.WARMUP]]
+        for size, ctx, d, repeat, prefill, latency in zip(b[S.BATCH_SIZE], b[S.SEQUENCE_LENGTH], b[S.DECODE_LENGTH],
+                                                          b[S.REPEAT], b[S.PREFILL_LATENCY_S],
+                                                          b[S.DECODE_TOKEN_LATENCY_S], strict=True):
+            key = (int(size), int(ctx), int(repeat), False)
+            if key not in simulated_batch:
+                continue
+            pre, steps, per = simulated_batch[key]
+            if prefill == prefill and prefill > 0:
+                samples.append(Sample("prefill", pre, 1.0, float(prefill),
+                                      {"rows": int(size), "prompt_tokens": int(ctx)}))
+            if latency == latency and latency > 0:
+                samples.append(Sample("decode", steps, 0.0, float(latency),
+                                      {"rows": int(size), "context": int(size) * (int(ctx) + int(d) // 2)}, per))
+    return samples
