@@ -98,7 +98,7 @@ class Metrics(Observer):
         self.batch_forward_duration.labels(method=method).observe(seconds)
 
     def ran(self, forward: Forward, seconds: float) -> None:
-        if self._trace is not None:  # Shape's fields, as simulate.calibrate.read_trace reads them back
+        if self._trace is not None:  # Shape's fields, as simulate.trace.read_trace reads them back
             self._trace.write(json.dumps({"t": time.time(), "rpc": forward.rpc,
                                           **dataclasses.asdict(shape_of(forward)), "seconds": seconds}) + "\n")
 
