@@ -117,7 +117,7 @@ def server_totals(url: str) -> dict[str, float]:
     """The engine's running sums and counts of each request's whole time and queue time (its /metrics)."""
     from urllib.request import urlopen
 
-    from tgi_toolkit.bench.telemetry import parse_prometheus
+    from tgi_toolkit.bench.prometheus import parse_prometheus
 
     with urlopen(url + "/metrics", timeout=10) as response:
         series = parse_prometheus(response.read().decode())

@@ -11,9 +11,10 @@ import pytest
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench import stats
 from tgi_toolkit.bench.client import StreamRecord
+from tgi_toolkit.bench.prometheus import parse_prometheus
 from tgi_toolkit.bench.scenarios import arrival_offsets
 from tgi_toolkit.bench.tables import markdown_table
-from tgi_toolkit.bench.telemetry import Telemetry, client_bound, machine_busy, parse_prometheus
+from tgi_toolkit.bench.telemetry import Telemetry, client_bound, machine_busy
 
 MS = 1_000_000  # ns
 
@@ -198,13 +199,14 @@ def test_telemetry_window_reads_tgi_and_vllm_gauges():
 
 
 def test_server_metric_names_are_the_schemas_and_what_telemetry_samples():
-    from tgi_toolkit.bench import telemetry
+    from tgi_toolkit.bench import samplers, telemetry
 
     names = ("BATCH_SIZE_METRICS", "QUEUE_SIZE_METRICS", "KV_TOTAL_METRIC", "KV_USED_METRIC", "KV_USAGE_METRICS",
-             "PROCESS_CPU_PERCENT", "PROCESS_RSS_BYTES", "GPU_UTILIZATION", "GPU_MEMORY_USED_BYTES",
              "CLIENT_LOOP_LAG_MS", "CLIENT_CPU_PERCENT")
-    assert all(getattr(telemetry, n) is getattr(S, n) for n in names)  # one definition, still importable there
-    sampled = [metric for metric, _labels, _value in telemetry.ProcessSampler(os.getpid()).sample()]
+    assert all(getattr(telemetry, n) is getattr(S, n) for n in names)  # one definition, the schema's
+    sampler_names = ("PROCESS_CPU_PERCENT", "PROCESS_RSS_BYTES", "GPU_UTILIZATION", "GPU_MEMORY_USED_BYTES")
+    assert all(getattr(samplers, n) is getattr(S, n) for n in sampler_names)
+    sampled = [metric for metric, _labels, _value in samplers.ProcessSampler(os.getpid()).sample()]
     assert sampled == [S.PROCESS_CPU_PERCENT, S.PROCESS_RSS_BYTES] == ["process_cpu_percent", "process_rss_bytes"]
 
 

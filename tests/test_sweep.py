@@ -296,7 +296,7 @@ def test_interrupted_sweep_resumes_skipping_finished_configs_and_points(tmp_path
 def _hold_cores(folder: str, out: multiprocessing.Queue) -> None:
     import time
 
-    from tgi_toolkit.sweep.runner import own_cores
+    from tgi_toolkit.sweep.executors import own_cores
 
     with own_cores(1, poll=0.05, folder=folder) as cores:
         out.put((cores, time.monotonic(), None))
@@ -305,7 +305,7 @@ def _hold_cores(folder: str, out: multiprocessing.Queue) -> None:
 
 
 def test_cpu_configurations_claim_distinct_cores_and_wait_when_none_is_free(tmp_path):
-    # What each Ray task of a CPU configuration does on its node (runner._ray_task): with as many
+    # What each Ray task of a CPU configuration does on its node (executors._ray_task): with as many
     # claimants as cores plus one, each of the first gets a core nobody else holds, the last waits.
     usable = sorted(os.sched_getaffinity(0))
     ctx = multiprocessing.get_context("fork")

@@ -224,7 +224,7 @@ def kv_capacity(server: Any, *, api_key: str | None = None) -> float:
     concurrency points' kv_capacity_tokens estimate it from cache usage under load)."""
     import httpx
 
-    from tgi_toolkit.bench.telemetry import parse_prometheus
+    from tgi_toolkit.bench.prometheus import parse_prometheus
 
     target = resolve(server, api_key=api_key)
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}

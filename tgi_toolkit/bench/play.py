@@ -21,9 +21,10 @@ import numpy as np
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import StreamRecord, now_ns
 from tgi_toolkit.bench.errors import BenchError
+from tgi_toolkit.bench.prometheus import parse_prometheus
 from tgi_toolkit.bench.prompts import PromptFactory, make_tokenizer
-from tgi_toolkit.bench.run import Run, gather_all
-from tgi_toolkit.bench.telemetry import parse_prometheus
+from tgi_toolkit.bench.run import Run
+from tgi_toolkit.bench.run_requests import gather_all
 from tgi_toolkit.bench.workloads import DecodeStall, MultiTurn, PlannedRequest, SharedPrefix
 
 NO_COUNTERS = ("prefix-cache hit rate: the server exposes no tgi_toolkit_prefix_cache_*_tokens_total counters "

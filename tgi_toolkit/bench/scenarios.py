@@ -21,7 +21,8 @@ from typing import Any
 from tgi_toolkit.bench import phase, stats
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import StreamRecord, now_ns
-from tgi_toolkit.bench.run import Run, gather_all
+from tgi_toolkit.bench.run import Run
+from tgi_toolkit.bench.run_requests import gather_all
 
 
 def batch_point_id(batch_size: int, sequence_length: int, decode_length: int) -> str:

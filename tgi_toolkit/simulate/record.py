@@ -24,7 +24,7 @@ import pandas as pd
 from tgi_toolkit.bench import phase, provenance, stats
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.results import ResultsFolder, frame
-from tgi_toolkit.bench.run import RunTables
+from tgi_toolkit.bench.run_tables import RunTables
 from tgi_toolkit.simulate.events import Sample, Simulator
 from tgi_toolkit.simulate.workloads import Point
 

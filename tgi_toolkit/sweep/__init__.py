@@ -62,12 +62,13 @@ from tgi_toolkit.sweep.cli import add_parser
 _LAZY = {
     "Sweep": ".spec", "Workload": ".spec", "SweepConfig": ".spec", "SweepError": ".spec", "make_config": ".spec",
     "Manifest": ".manifest", "load_manifest": ".manifest", "sweep_status": ".manifest",
-    "RayExecutor": ".runner", "LocalExecutor": ".runner", "resources_for": ".runner",
+    "RayExecutor": ".executors", "LocalExecutor": ".executors", "resources_for": ".config_job",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.sweep.config_job import resources_for
+    from tgi_toolkit.sweep.executors import LocalExecutor, RayExecutor
     from tgi_toolkit.sweep.manifest import Manifest, load_manifest, sweep_status
-    from tgi_toolkit.sweep.runner import LocalExecutor, RayExecutor, resources_for
     from tgi_toolkit.sweep.spec import Sweep, SweepConfig, SweepError, Workload, make_config
 
 

@@ -38,7 +38,7 @@ from tgi_toolkit.sweep.grid import (  # noqa: F401
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.bench.results import Results
-    from tgi_toolkit.sweep.runner import Executor
+    from tgi_toolkit.sweep.executors import Executor
 
 
 class Sweep:

@@ -43,7 +43,7 @@ from tgi_toolkit.tune.space import DEFAULT_KNOBS, KV_KNOB, Knob, build_space, re
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.config import LauncherConfig
-    from tgi_toolkit.sweep.runner import Executor
+    from tgi_toolkit.sweep.executors import Executor
 
 
 def _spread(n: int, levels: int) -> list[int]:
@@ -116,8 +116,8 @@ def _points(folder: Path, entries: Sequence[Mapping[str, Any]], workload: Worklo
 def _confirm(folder: Path, base: LauncherConfig, backend: str, server: Mapping[str, Any], overrides: dict[str, Any],
              searched: Workload, again: Workload, objectives: Objectives, progress: bool) -> dict[str, Any]:
     """Measure one configuration again with `again` (other prompts); its best point against the objectives."""
+    from tgi_toolkit.sweep.config_job import ConfigJob, run_config
     from tgi_toolkit.sweep.manifest import Manifest
-    from tgi_toolkit.sweep.runner import ConfigJob, run_config
 
     made = make_config(base, overrides)
     manifest = Manifest(folder)
