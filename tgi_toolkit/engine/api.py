@@ -16,7 +16,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from tgi_toolkit.engine.errors import OVERLOADED, ApiError, install_error_handlers
-from tgi_toolkit.engine.infer import Engine, Event, Finish, GenerationError
+from tgi_toolkit.engine.events import Event, Finish, GenerationError
+from tgi_toolkit.engine.infer import Engine
 from tgi_toolkit.engine.metrics import Metrics
 from tgi_toolkit.engine.middleware import BearerAuth, PayloadLimit
 from tgi_toolkit.engine.render import _OPENAI_FINISH, _details, _one, _openai_logprob, _timing_headers, _token, sse

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from tgi_toolkit.engine.infer import Finish, Token
+from tgi_toolkit.engine.events import Finish, Token
 
 
 # -- response rendering ---------------------------------------------------------------------------
