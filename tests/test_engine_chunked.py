@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from tgi_toolkit.engine.infer import Engine, Event, GenerationError, ModelBackend
+from tgi_toolkit.engine.backend import ModelBackend
+from tgi_toolkit.engine.events import Event, GenerationError
+from tgi_toolkit.engine.infer import Engine
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.sampling import SamplingParams

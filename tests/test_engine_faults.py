@@ -8,7 +8,8 @@ import threading
 import httpx
 
 from tests.conftest import in_process_api
-from tgi_toolkit.engine.infer import Engine, Event, GenerationError, Token
+from tgi_toolkit.engine.events import Event, GenerationError, Token
+from tgi_toolkit.engine.infer import Engine
 from tgi_toolkit.router.scheduler import Forward, SchedulerConfig
 
 

@@ -1,9 +1,9 @@
-"""TGI's HTTP API (routes, schemas, errors, headers) on FastAPI, over an `Engine`."""
+"""TGI's HTTP API on FastAPI, over an `Engine`: the `Api` class, its routes and their bookkeeping. What the routes
+parse, render and answer errors with is in schemas.py, render.py, errors.py and middleware.py."""
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 import uuid
@@ -11,19 +11,25 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tgi_toolkit.engine.infer import Engine, Event, Finish, GenerationError, Token
+from tgi_toolkit.engine.errors import OVERLOADED, ApiError, install_error_handlers
+from tgi_toolkit.engine.events import Event, Finish, GenerationError
+from tgi_toolkit.engine.infer import Engine
 from tgi_toolkit.engine.metrics import Metrics
+from tgi_toolkit.engine.middleware import BearerAuth, PayloadLimit
+from tgi_toolkit.engine.render import _OPENAI_FINISH, _details, _one, _openai_logprob, _timing_headers, _token, sse
+from tgi_toolkit.engine.schemas import (
+    ChatRequest,
+    CompatGenerateRequest,
+    CompletionRequest,
+    GenerateRequest,
+    TokenizeRequest,
+    _OpenAIBase,
+)
 from tgi_toolkit.engine.validation import (
-    U32,
-    U64,
     GenerateParameters,
     Limits,
     ValidationError,
@@ -48,133 +54,6 @@ class ServerInfo:
     model_dtype: str = "float32"
     quantize: str | None = None
     payload_limit: int = 2_000_000  # --payload-limit, bytes
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, error_type: str) -> None:
-        super().__init__(message)
-        self.status, self.message, self.error_type = status, message, error_type
-
-    def body(self) -> dict[str, str]:
-        return {"error": self.message, "error_type": self.error_type}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
-
-
-OVERLOADED = ApiError(429, "Model is overloaded", "overloaded")
-
-
-# -- request schemas (TGI's names; unknown keys ignored) ---------------------------------------
-class GenerateRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    inputs: str
-    parameters: GenerateParameters = GenerateParameters()
-
-
-class CompatGenerateRequest(GenerateRequest):
-    stream: bool = False
-
-
-class TokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    inputs: str
-    add_special_tokens: bool = True
-
-
-class StreamOptions(BaseModel):
-    include_usage: bool = False
-
-
-class _OpenAIBase(BaseModel):
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # as GenerateParameters
-    model: str | None = None
-    max_tokens: U32 | None = None
-    max_completion_tokens: U32 | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: U64 | None = None
-    stop: str | list[str] | None = None
-    frequency_penalty: float | None = None
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    n: U64 | None = None
-    ignore_eos: bool | None = False  # vLLM's extension, for benchmarks
-
-
-class ContentPart(BaseModel):
-    """One part of a message's content (OpenAI's form); only text parts reach the prompt."""
-
-    model_config = ConfigDict(extra="allow")
-    type: str
-    text: str | None = None  # a text that is not a string is a 422, not a 500 when joined
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: str
-    content: str | list[ContentPart] | None = None
-
-
-class ChatRequest(_OpenAIBase):
-    messages: list[ChatMessage]
-    logprobs: bool | None = False
-    top_logprobs: U32 | None = None
-
-
-class CompletionRequest(_OpenAIBase):
-    prompt: str | list[str]
-
-
-# -- response rendering ---------------------------------------------------------------------------
-def _token(t: Token) -> dict[str, Any]:
-    return {"id": t.id, "text": t.text, "logprob": t.logprob, "special": t.special}
-
-
-def _details(finish: Finish, best_of: list[Finish] | None = None) -> dict[str, Any]:
-    details: dict[str, Any] = {
-        "finish_reason": finish.reason,
-        "generated_tokens": finish.generated_tokens,
-        "seed": finish.seed,
-        "prefill": [{"id": t.id, "text": t.text, "logprob": t.logprob} for t in finish.prefill],
-        "tokens": [_token(t) for t in finish.tokens],
-    }
-    if any(finish.top_tokens):
-        details["top_tokens"] = [[_token(t) for t in top] for top in finish.top_tokens]
-    if best_of:
-        details["best_of_sequences"] = [
-            {"generated_text": f.generated_text, "finish_reason": f.reason,
-             "generated_tokens": f.generated_tokens, "seed": f.seed,
-             "prefill": [{"id": t.id, "text": t.text, "logprob": t.logprob} for t in f.prefill],
-             "tokens": [_token(t) for t in f.tokens]}
-            for f in best_of
-        ]
-    return details
-
-
-def _timing_headers(finish: Finish, started: float, validated: float) -> dict[str, str]:
-    total = time.perf_counter() - started
-    per_token = finish.inference / max(finish.generated_tokens, 1)
-    return {
-        "x-compute-type": "cpu",
-        "x-compute-time": f"{total}",
-        "x-total-time": str(int(total * 1000)),
-        "x-validation-time": str(int((validated - started) * 1000)),
-        "x-queue-time": str(int(finish.queued * 1000)),
-        "x-inference-time": str(int(finish.inference * 1000)),
-        "x-time-per-token": str(int(per_token * 1000)),
-        "x-prompt-tokens": str(finish.input_length),
-        "x-generated-tokens": str(finish.generated_tokens),
-    }
-
-
-def sse(data: Any) -> bytes:
-    # TGI (axum) writes `data:` with no space; clients accept both. orjson, as serde_json: compact,
-    # UTF-8 rather than \u escapes, null for a non-finite float.
-    return b"data:" + orjson.dumps(data) + b"\n\n"
-
-
-_OPENAI_FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
 
 
 class Api:
@@ -479,32 +358,7 @@ class Api:
             app.add_middleware(BearerAuth, api_key=self.info.api_key)
         app.add_middleware(PayloadLimit, limit=self.info.payload_limit)
 
-        @app.exception_handler(ApiError)
-        async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-            return exc.response()
-
-        @app.exception_handler(RequestValidationError)
-        async def bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
-            content_type = request.headers.get("content-type", "")
-            if content_type and not _is_json(content_type):
-                # axum's Json extractor: 415 for a body that does not say it is JSON.
-                return JSONResponse({"error": "Expected request with `Content-Type: application/json`",
-                                     "error_type": "validation"}, status_code=415)
-            first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid body"}
-            where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-            if first.get("type") == "json_invalid":
-                return JSONResponse({"error": f"Failed to parse the request body as JSON: {first['msg']}",
-                                     "error_type": "validation"}, status_code=400)
-            message = f"Failed to deserialize the JSON body into the target type: {where}: {first['msg']}"
-            return JSONResponse({"error": message, "error_type": "validation"}, status_code=422)
-
-        @app.exception_handler(StarletteHTTPException)
-        async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
-            # Unknown route, wrong method, unreadable body: TGI's error shape rather than FastAPI's
-            # {"detail": ...}, so every 4xx a client sees parses the same way.
-            error_type = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "validation")
-            return JSONResponse({"error": str(exc.detail), "error_type": error_type},
-                                status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        install_error_handlers(app)
 
         app.post("/")(self.compat)
         app.post("/generate")(self.generate)
@@ -541,76 +395,3 @@ class Api:
                                                 "created": 0, "owned_by": api.info.model_id}]}
 
         return app
-
-
-class BearerAuth:
-    """--api-key: POST routes need `Authorization: Bearer <key>` (GET routes stay open, as in TGI).
-
-    Plain ASGI rather than `@app.middleware("http")`: starlette's BaseHTTPMiddleware relays every
-    streamed chunk through an extra task and memory stream, CPU taken from the model's matmuls on
-    a small machine (the engine serves one SSE event per token per stream): at 16 streams the
-    HTTP thread took 2.0% of a core instead of 3.2%.
-    """
-
-    def __init__(self, app: Any, api_key: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {api_key}".encode()
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            given = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
-            # Constant time: how long the comparison takes says nothing about how much of the key matched.
-            if not hmac.compare_digest(given, self.expected):
-                response = JSONResponse({"error": "Unauthorized", "error_type": "unauthorized"}, status_code=401)
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-class PayloadLimit:
-    """--payload-limit: a request body over this many bytes is refused with 413 before it is parsed, as
-    TGI's DefaultBodyLimit does; a body without a Content-Length is counted as it arrives."""
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    def _too_large(self) -> StarletteHTTPException:
-        return StarletteHTTPException(413, f"Failed to buffer the request body: length limit exceeded "
-                                           f"(--payload-limit {self.limit} bytes)")
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        length = next((value for name, value in scope["headers"] if name == b"content-length"), None)
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            exc = self._too_large()
-            await JSONResponse({"error": exc.detail, "error_type": "validation"}, status_code=413)(
-                scope, receive, send)
-            return
-        received = 0
-
-        async def counted() -> dict[str, Any]:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise self._too_large()  # FastAPI re-raises it from the body read: the 413 handler answers
-            return message
-
-        await self.app(scope, counted, send)
-
-
-def _openai_logprob(token: Token, top: list[Token]) -> dict[str, Any]:
-    return {"token": token.text, "logprob": token.logprob,
-            "top_logprobs": [{"token": t.text, "logprob": t.logprob} for t in top]}
-
-
-async def _one(chunk: bytes) -> AsyncIterator[bytes]:
-    yield chunk
-
-
-def _is_json(content_type: str) -> bool:
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))

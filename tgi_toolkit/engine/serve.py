@@ -44,7 +44,8 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     pace = _pace(os.environ.get("TGI_TOOLKIT_PACE"))
 
     from tgi_toolkit.engine.api import Api, ServerInfo
-    from tgi_toolkit.engine.infer import ComputeThread, Engine, ModelBackend
+    from tgi_toolkit.engine.backend import ModelBackend
+    from tgi_toolkit.engine.infer import ComputeThread, Engine
     from tgi_toolkit.engine.metrics import Metrics
     from tgi_toolkit.engine.validation import Limits
 
