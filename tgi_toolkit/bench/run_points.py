@@ -71,12 +71,8 @@ class RunPoints(RunTables):
                 row[S.FINISH_REASON] = "length"
             rows.append(row)
         measured = [(r, rec) for r, (rec, _, warm, _) in zip(rows, requests, strict=True) if not warm]
-        if windows is None:
-            recs = [rec for _, rec in measured if rec.token_ns]
-            windows = [(min(r.sent_ns for r in recs), max(r.token_ns[-1] for r in recs))] if recs else []
-        duration = sum(end - start for start, end in windows) / 1e9
-        summary = stats.point_summary([r for r, _ in measured], duration_s=duration, slo_ttft_s=self.slo_ttft_s,
-                                      slo_tpot_s=self.slo_tpot_s)
+        windows, summary = stats.measured_point(measured, windows, slo_ttft_s=self.slo_ttft_s,
+                                                slo_tpot_s=self.slo_tpot_s)
         point_columns = dict(point_columns or {})
         if S.RAMP_UP_S in point_columns:  # a closed loop: were its users in step?
             point_columns.update(phase.phase_columns([r[S.SENT_S] for r, _ in measured],

@@ -100,6 +100,20 @@ def inter_token_gaps(times: Sequence[int], counts: Sequence[int] | None) -> list
     return gaps
 
 
+def measured_point(measured: Sequence[tuple[dict[str, Any], Any]], windows: Sequence[tuple[int, int]] | None, *,
+                   slo_ttft_s: float | None = None, slo_tpot_s: float | None = None
+                   ) -> tuple[list[tuple[int, int]], dict[str, Any]]:
+    """A point's measured (start, end) ns windows and its summary, from its measured (row, record) pairs:
+    `windows` as given, or by default the first measured send to the last token."""
+    if windows is None:
+        recs = [rec for _, rec in measured if rec.token_ns]
+        windows = [(min(r.sent_ns for r in recs), max(r.token_ns[-1] for r in recs))] if recs else []
+    duration = sum(end - start for start, end in windows) / 1e9
+    summary = point_summary([r for r, _ in measured], duration_s=duration, slo_ttft_s=slo_ttft_s,
+                            slo_tpot_s=slo_tpot_s)
+    return list(windows), summary
+
+
 def point_summary(rows: Sequence[dict[str, Any]], *, duration_s: float, slo_ttft_s: float | None = None,
                   slo_tpot_s: float | None = None) -> dict[str, Any]:
     """The measured columns of points.parquet from a point's request rows (warm-ups already excluded)."""

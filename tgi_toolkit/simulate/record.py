@@ -132,12 +132,8 @@ class SimRun(RunTables):
                 ended = [r.token_ns[-1] for r in records if r.token_ns]
                 if not warm and ended:
                     windows.append((min(r.sent_ns for r in records), max(ended)))
-        if windows is None:
-            recs = [rec for _, rec in measured if rec.token_ns]
-            windows = [(min(r.sent_ns for r in recs), max(r.token_ns[-1] for r in recs))] if recs else []
-        duration = sum(end - start for start, end in windows) / 1e9
-        summary = stats.point_summary([r for r, _ in measured], duration_s=duration, slo_ttft_s=self.slo_ttft_s,
-                                      slo_tpot_s=self.slo_tpot_s)
+        windows, summary = stats.measured_point(measured, windows, slo_ttft_s=self.slo_ttft_s,
+                                                slo_tpot_s=self.slo_tpot_s)
         lo = windows[0][0] / 1e9 if windows else started
         hi = windows[-1][1] / 1e9 if windows else sim.clock.t
         inside = [s for s in samples if lo <= s.t <= hi] or list(samples[-1:])
