@@ -30,9 +30,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tgi_toolkit.engine.linear import linear
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
-from tgi_toolkit.engine.packed import packed_linear
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.sampling import SamplingParams, TokenChooser, choose_batch
 
@@ -186,10 +184,9 @@ def main() -> None:
         step(n)
         hidden = torch.randn(n, runner.lm_head.shape[1]).to(runner.dtype)
         lm_head = []  # the LM head's matmul alone, as the step runs it (median of 3)
-        packed = runner.lm_head_packed
         for _ in range(4):
             started = time.perf_counter()
-            packed_linear(hidden, packed) if packed is not None else linear(hidden, runner.lm_head)
+            runner.head(hidden)
             lm_head.append((time.perf_counter() - started) * 1e3)
         lm_head_ms = statistics.median(lm_head[1:])
         split = profiled_split(lambda n=n: step(n), lm_head_ms)

@@ -30,7 +30,7 @@ def test_float32_is_not_packed():
 
 
 def _unpacked(runner: LlamaRunner) -> None:
-    runner.lm_head_packed = None
+    runner.head.packed = None
     for layer in runner.layers:
         for module in layer.linears().values():
             module.packed = None
@@ -43,7 +43,7 @@ def test_a_bfloat16_runner_steps_alike_with_and_without_packed_weights():
     logits = []
     for packed in (True, False):
         runner = LlamaRunner(loaded.model, 4, 64)
-        assert (runner.lm_head_packed is not None) and all(
+        assert (runner.head.packed is not None) and all(
             m.packed is not None for layer in runner.layers for m in layer.linears().values())
         if not packed:
             _unpacked(runner)

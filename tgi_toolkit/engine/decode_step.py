@@ -24,11 +24,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tgi_toolkit.engine.packed import packed_linear
+from tgi_toolkit.engine.packed import HALF, packed_linear
 
 log = logging.getLogger("tgi_toolkit.engine")
 
-HALF = (torch.bfloat16, torch.float16)
 # A linear layer's tensors: (weight, None, bias) for a plain layer, (int8 weight, per-channel scale, bias)
 # for `--quantize eetq`; or the layer itself where no tensor form runs it (bitsandbytes; eager only).
 Weight = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | torch.nn.Module

@@ -7,10 +7,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tgi_toolkit.engine.packed import pack, packed_linear
+from tgi_toolkit.engine.packed import HALF, pack, packed_linear
 
 SKINNY_ROWS = 16
-SKINNY_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -18,7 +17,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     the weight rows once (one row computed as two, to take the same kernel); float32 keeps `F.linear` (MKL's
     GEMV is faster there). Measured in docs/engine.md, "The decode step's speed"."""
     rows = x.shape[0]
-    if x.dim() != 2 or rows > SKINNY_ROWS or x.dtype not in SKINNY_DTYPES or x.device.type != "cpu":
+    if x.dim() != 2 or rows > SKINNY_ROWS or x.dtype not in HALF or x.device.type != "cpu":
         return F.linear(x, weight, bias)
     xt = x.T if rows > 1 else torch.cat([x, x]).T
     y = torch.mm(weight, xt).T[:rows].contiguous()

@@ -41,8 +41,7 @@ import torch.nn.functional as F
 
 from tgi_toolkit.engine.decode_step import CompiledDecode, Weight, layer_in, layer_out, rms, rope, weight_of
 from tgi_toolkit.engine.kv_cache import KVPool, Seq, SlotCache
-from tgi_toolkit.engine.linear import _linear, linear
-from tgi_toolkit.engine.packed import pack, packed_linear
+from tgi_toolkit.engine.linear import _linear
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
 
@@ -94,7 +93,7 @@ class LlamaRunner:
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm.weight
         self.lm_head = model.lm_head.weight
-        self.lm_head_packed = pack(self.lm_head)
+        self.head = _linear(self.lm_head)  # the LM head as a layer's linear: packed where it can be
         self.layers = [self._fuse(layer) for layer in inner.layers]
         # RoPE table from the model's own rotary module, so every rope scaling variant is honoured.
         positions = torch.arange(max_positions).unsqueeze(0)
@@ -149,10 +148,7 @@ class LlamaRunner:
         return q, qk[:, self.heads:], qkv[:, split:].reshape(n, self.kv_heads, self.head_dim)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        x = rms(h, self.norm, self.eps)
-        if self.lm_head_packed is not None:
-            return packed_linear(x, self.lm_head_packed).float()
-        return linear(x, self.lm_head).float()
+        return self.head(rms(h, self.norm, self.eps)).float()
 
     # -- prefill -----------------------------------------------------------------------------
     @torch.no_grad()
