@@ -1,4 +1,4 @@
-"""What one forward costs: the features a forward is priced from, and the calibrated linear model.
+"""What one forward costs under the calibrated linear model, priced from the features in costs.features.
 
 A forward (tgi_toolkit.router.scheduler.Forward) is a list of rows; a row computes `length` tokens at
 positions `start .. start + length - 1` of its sequence. Its price depends on:
