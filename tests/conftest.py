@@ -30,7 +30,7 @@ def in_process_api(model: object, tokenizer: object, *, max_total_tokens: int = 
     from tgi_toolkit.engine.infer import Engine
     from tgi_toolkit.engine.metrics import Metrics
     from tgi_toolkit.engine.validation import Limits
-    from tgi_toolkit.router.scheduler import SchedulerConfig
+    from tgi_toolkit.router import SchedulerConfig
 
     metrics = Metrics()
     engine = Engine(model, SchedulerConfig(max_batch_prefill_tokens=100, max_batch_total_tokens=1000), metrics)

@@ -14,7 +14,7 @@ from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.sampling import SamplingParams
 from tgi_toolkit.engine.validation import ValidRequest
-from tgi_toolkit.router.scheduler import Observer, SchedulerConfig
+from tgi_toolkit.router import Observer, SchedulerConfig
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,9 @@ import threading
 import httpx
 
 from tests.conftest import in_process_api
-from tgi_toolkit.engine.events import Event, GenerationError, Token
+from tgi_toolkit.engine.events import Delivery, Event, GenerationError, Token
 from tgi_toolkit.engine.infer import Engine
-from tgi_toolkit.router.scheduler import Forward, SchedulerConfig
+from tgi_toolkit.router import Forward, SchedulerConfig
 
 
 class WordTokenizer:
@@ -26,7 +26,7 @@ class DyingModel:
 
     def __init__(self) -> None:
         self.die = threading.Event()
-        self.deliver = None
+        self.deliver = Delivery()
         self.forwards = 0
 
     def forward(self, forward: Forward) -> None:

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import in_process_api
+from tgi_toolkit.engine.events import Delivery
 
 
 class WordTokenizer:
@@ -22,7 +23,7 @@ class WordTokenizer:
 class NoModel:
     """The scheduler is never started here: requests stay in the queue."""
 
-    deliver = None
+    deliver = Delivery()
 
     def forward(self, forward) -> None:
         raise AssertionError("nothing is batched in this test")
@@ -68,14 +69,14 @@ def test_forward_trace_writes_each_forward_as_the_cost_models_price_it(tmp_path)
     from tests.test_scheduler import Recorder, add
     from tgi_toolkit.costs.features import Shape
     from tgi_toolkit.engine.metrics import Metrics
-    from tgi_toolkit.router.scheduler import Queue, Scheduler, SchedulerConfig
+    from tgi_toolkit.router import Scheduler, SchedulerConfig
     from tgi_toolkit.simulate.trace import read_trace
 
     path = tmp_path / "forwards.jsonl"
-    queue = Queue()
     metrics = Metrics(trace=open(path, "a", buffering=1))  # noqa: SIM115 (as the engine opens it)
-    scheduler = Scheduler(queue, Recorder(), SchedulerConfig(max_batch_prefill_tokens=6, max_batch_total_tokens=100),
-                          metrics)
+    scheduler = Scheduler(SchedulerConfig(max_batch_prefill_tokens=6, max_batch_total_tokens=100), Recorder(),
+                          observer=metrics)
+    queue = scheduler.queue
     add(queue, 10, 2)
     while scheduler.step():
         pass

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tgi_toolkit.router import SEGMENT_TOKENS, Entry, Forward, Queue, Scheduler, SchedulerConfig, segment
 from tgi_toolkit.router.blocks import RadixAllocator
-from tgi_toolkit.router.scheduler import SEGMENT_TOKENS, Entry, Forward, Queue, Scheduler, SchedulerConfig, segment
 
 
 class Ticks:
@@ -57,10 +57,10 @@ def unchunked(**kw) -> SchedulerConfig:
     return SchedulerConfig(**{"chunking": False, "prefix_caching": False, **kw})
 
 
-def make(limits: SchedulerConfig, backend: Recorder | None = None) -> tuple[Queue, Scheduler, Recorder]:
+def make(config: SchedulerConfig, backend: Recorder | None = None) -> tuple[Queue, Scheduler, Recorder]:
     backend = backend or Recorder()
-    queue = Queue(clock=backend.clock)
-    return queue, Scheduler(queue, backend, limits), backend
+    sched = Scheduler(config, backend, clock=backend.clock)
+    return sched.queue, sched, backend
 
 
 _next_token = iter(range(10_000, 10**9))
@@ -219,8 +219,9 @@ def test_queue_reports_its_length_on_append_and_when_entries_leave_it():
             return lambda *args: None
 
     rec = Recorder()
-    queue = Queue(Sizes(), clock=rec.clock)  # the three arrive at one instant
-    scheduler = Scheduler(queue, rec, unchunked(max_batch_prefill_tokens=20, max_batch_total_tokens=10_000))
+    scheduler = Scheduler(unchunked(max_batch_prefill_tokens=20, max_batch_total_tokens=10_000), rec,
+                          observer=Sizes(), clock=rec.clock)  # the three arrive at one instant
+    queue = scheduler.queue
     first, second, third = add(queue, 10, 5), add(queue, 10, 5), add(queue, 10, 5)
     assert sizes == [1, 2, 3]  # at once, before any step
     second.cancelled = True
@@ -527,10 +528,10 @@ def test_a_request_no_empty_batch_can_hold_is_refused_with_the_reason_and_the_qu
     # 20 tokens hold 19: a request of 20 + 6 needs 25. Validation refuses such a request (max_total_tokens
     # above max_batch_total_tokens); if one ever reached the queue it must not stall those behind it.
     refused: list[tuple[list[int], str]] = []
-    queue = Queue()
     rec = Recorder()
-    sched = Scheduler(queue, rec, SchedulerConfig(max_batch_prefill_tokens=20, max_batch_total_tokens=20),
+    sched = Scheduler(SchedulerConfig(max_batch_prefill_tokens=20, max_batch_total_tokens=20), rec,
                       on_failure=lambda entries, error: refused.append(([e.id for e in entries], str(error))))
+    queue = sched.queue
     big, small = add(queue, 20, 6), add(queue, 5, 2)
     assert not sched.step()  # nothing ran: the head was refused
     assert refused == [([big.id], "request cannot be scheduled: it needs 25 tokens of KV cache "
@@ -542,9 +543,9 @@ def test_a_request_no_empty_batch_can_hold_is_refused_with_the_reason_and_the_qu
 
 def test_without_chunking_a_prompt_over_the_prefill_budget_is_refused_not_left_at_the_head():
     refused: list[str] = []
-    queue = Queue()
-    sched = Scheduler(queue, Recorder(), unchunked(max_batch_prefill_tokens=8, max_batch_total_tokens=100),
+    sched = Scheduler(unchunked(max_batch_prefill_tokens=8, max_batch_total_tokens=100), Recorder(),
                       on_failure=lambda entries, error: refused.append(str(error)))
+    queue = sched.queue
     add(queue, 10, 2)
     assert not sched.step() and len(queue) == 0
     assert refused == ["request cannot be scheduled: its 10 prompt tokens exceed max_batch_prefill_tokens (8) "

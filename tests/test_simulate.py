@@ -18,7 +18,7 @@ from tgi_toolkit.bench import load_results
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.linear import uniform_shape
-from tgi_toolkit.router.scheduler import SchedulerConfig
+from tgi_toolkit.router import SchedulerConfig
 from tgi_toolkit.simulate import LinearCostModel, fit_linear, roofline, run_concurrency
 from tgi_toolkit.simulate.costs import load_cost_model
 from tgi_toolkit.simulate.events import ClosedLoop, OpenLoop, SimRequest, Simulator

@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.router.scheduler import SchedulerConfig
+from tgi_toolkit.router import SchedulerConfig
 from tgi_toolkit.simulate import run_concurrency
 from tgi_toolkit.simulate.events import ClosedLoop, SimRequest, Simulator
 

@@ -337,11 +337,11 @@ class Api:
             "docker_label": None,
             # Beyond TGI's fields: tells a benchmark it may force output lengths with ignore_eos.
             "engine": f"tgi_toolkit-embedded {__version__}",
-            "max_batch_total_tokens": self.engine.limits.max_batch_total_tokens,
-            "max_batch_prefill_tokens": self.engine.limits.max_batch_prefill_tokens,
-            "max_batch_size": self.engine.limits.max_batch_size,
-            "waiting_served_ratio": self.engine.limits.waiting_served_ratio,
-            "max_waiting_tokens": self.engine.limits.max_waiting_tokens,
+            "max_batch_total_tokens": self.engine.config.max_batch_total_tokens,
+            "max_batch_prefill_tokens": self.engine.config.max_batch_prefill_tokens,
+            "max_batch_size": self.engine.config.max_batch_size,
+            "waiting_served_ratio": self.engine.config.waiting_served_ratio,
+            "max_waiting_tokens": self.engine.config.max_waiting_tokens,
             "quantize": self.info.quantize,
         }
 

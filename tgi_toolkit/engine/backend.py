@@ -11,12 +11,12 @@ from typing import Any
 
 import torch
 
-from tgi_toolkit.engine.events import Event, Finish, Token
+from tgi_toolkit.engine.events import Delivery, Event, Finish, Token
 from tgi_toolkit.engine.kv_cache import Seq
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.sampling import TokenChooser, choose_batch
 from tgi_toolkit.engine.validation import ValidRequest
-from tgi_toolkit.router.scheduler import Entry, Forward, Row
+from tgi_toolkit.router import Entry, Forward, Row
 
 
 @dataclass
@@ -44,7 +44,7 @@ class ModelBackend:
     """Runs the scheduler's batches on a `LlamaRunner` and turns logits into token events."""
 
     def __init__(self, runner: LlamaRunner, tokenizer: Any, eos_token_ids: set[int],
-                 deliver: Callable[[list[tuple[Callable[[Any], None], Any]]], None] | None = None,
+                 deliver: Delivery | None = None,
                  pace: Callable[[Forward], float] | None = None) -> None:
         self.runner = runner
         # pace (TGI_TOOLKIT_PACE): the seconds a forward must last at least; its tokens are held until then.
@@ -53,8 +53,7 @@ class ModelBackend:
         # moment.
         self.pace = pace
         self._deadline = 0.0
-        # How a step's events reach their requests; the Engine hands them to the event loop.
-        self.deliver = deliver or (lambda events: [emit(event) for emit, event in events])
+        self.deliver = deliver or Delivery()  # how a step's events reach their requests
         self.tokenizer = tokenizer
         self.eos = eos_token_ids
         self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])

@@ -3,7 +3,10 @@ the engine streams them, the API renders them; kept apart so those share them wi
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -39,3 +42,24 @@ class Event:
 
 class GenerationError(RuntimeError):
     """The model failed mid-request (TGI's 424 `generation`)."""
+
+
+class Delivery:
+    """How one forward's token events reach their requests: together, in one `call_soon_threadsafe` on the
+    event loop that streams them (`loop`, bound by the engine when a request first streams), or at once
+    while there is none (tests driving the backend directly). Each wake-up of the loop takes a core
+    from the matmul threads, so one per forward rather than one per token."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def __call__(self, events: list[tuple[Callable[[Any], None], Any]]) -> None:
+        if events and self.loop is not None:
+            self.loop.call_soon_threadsafe(_run_all, events)
+        else:
+            _run_all(events)
+
+
+def _run_all(events: list[tuple[Callable[[Any], None], Any]]) -> None:
+    for emit, event in events:
+        emit(event)

@@ -3,9 +3,7 @@ backend (backend.py).
 
 The scheduler and the model run in one background thread, the `ComputeThread`, which also loaded the
 model (torch releases the GIL inside its kernels); the HTTP side lives on the asyncio loop. The
-token events of one forward pass cross over together, in one `loop.call_soon_threadsafe`: each
-wake-up of the loop takes a core away from the matmul threads, so one per step rather than one per
-token.
+token events of one forward pass cross over together (`events.Delivery`).
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from tgi_toolkit.engine.backend import ModelBackend, _State
 from tgi_toolkit.engine.events import Event, Finish, GenerationError
 from tgi_toolkit.engine.sampling import TokenChooser
 from tgi_toolkit.engine.validation import ValidRequest
-from tgi_toolkit.router.scheduler import Entry, Observer, Queue, Scheduler, SchedulerConfig, segment
+from tgi_toolkit.router import Entry, Observer, Scheduler, SchedulerConfig, segment
 
 log = logging.getLogger(__name__)
 
@@ -72,31 +70,23 @@ class ComputeThread:
 class Engine:
     """Owns the queue, the scheduler thread and the model backend; the API's only dependency."""
 
-    def __init__(self, backend: ModelBackend, limits: SchedulerConfig, observer: Observer | None = None):
+    def __init__(self, backend: ModelBackend, config: SchedulerConfig, observer: Observer | None = None):
         self.backend = backend
-        self.limits = limits
+        self.config = config
         self.observer = observer or Observer()
-        self.queue = Queue(self.observer)
-        self.scheduler = Scheduler(self.queue, backend, limits, self.observer, on_failure=self._fail)
+        self.scheduler = Scheduler(config, backend, observer=self.observer, on_failure=self._fail)
+        self.queue = self.scheduler.queue
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None  # set when the compute side died
         self.on_death: Callable[[BaseException], None] | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        backend.deliver = self._deliver
         runner = getattr(backend, "runner", None)
-        if limits.prefix_caching and hasattr(runner, "enable_pool"):
+        if config.prefix_caching and hasattr(runner, "enable_pool"):
             # Slots of every block, block 0 included (slot = block * block_size + offset).
-            runner.enable_pool(limits.max_batch_total_tokens // limits.block_size * limits.block_size)
+            runner.enable_pool(config.max_batch_total_tokens // config.block_size * config.block_size)
 
     @property
     def healthy(self) -> bool:
         return self.failure is None
-
-    def _deliver(self, events: list[tuple[Callable[[Any], None], Any]]) -> None:
-        if events and self.loop is not None:
-            self.loop.call_soon_threadsafe(_run_all, events)
-        else:  # no loop yet (tests driving the engine directly)
-            _run_all(events)
 
     def _fail(self, entries: list[Entry], error: BaseException) -> None:
         """Each request of a failed forward ends with TGI's 424 `generation` error."""
@@ -139,7 +129,7 @@ class Engine:
 
     async def stream(self, request: ValidRequest) -> AsyncIterator[Event]:
         """Token events of one request; leaving the iterator early cancels the request."""
-        self.loop = asyncio.get_running_loop()
+        self.backend.deliver.loop = asyncio.get_running_loop()
         events: asyncio.Queue[Any] = asyncio.Queue()
         entry = self.submit(request, events.put_nowait)
         try:
@@ -161,7 +151,3 @@ class Engine:
                 return event.finish
         raise GenerationError("generation ended without a final token")
 
-
-def _run_all(events: list[tuple[Callable[[Any], None], Any]]) -> None:
-    for emit, event in events:
-        emit(event)

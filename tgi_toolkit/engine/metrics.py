@@ -11,7 +11,7 @@ from typing import IO
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from tgi_toolkit.costs.features import shape_of
-from tgi_toolkit.router.scheduler import Entry, Forward, Observer
+from tgi_toolkit.router import Entry, Forward, Observer
 
 # TGI's v3 allocator logs every allocation attempt at INFO under its router crate's target.
 allocation_log = logging.getLogger("text_generation_router_v3::radix")

@@ -160,7 +160,7 @@ def scheduling_limits(cfg: Any, loaded: Any, kv_bytes_per_token: int, env: Mappi
     from tgi_toolkit.config.prefill_default import launcher_max_batch_prefill_tokens
     from tgi_toolkit.config.scheduling import derive_limits, embedded_kv_bytes
     from tgi_toolkit.config.scheduling_mode import resolve_mode
-    from tgi_toolkit.router.scheduler import SchedulerConfig
+    from tgi_toolkit.router import SchedulerConfig
 
     model_config = loaded.config.to_dict()
     mode = resolve_mode(env, speculate=cfg.speculate or 0, model_config=model_config,

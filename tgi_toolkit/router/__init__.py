@@ -3,4 +3,18 @@
 Pure Python with no torch and no clock of its own, so one copy of the rules serves the embedded engine
 (its model behind `Backend`, `time.perf_counter` as the clock) and the simulator (a cost model and a
 virtual clock). The engine sits above it; so does `tgi_toolkit.simulate`.
+
+Modules: `batch` (an entry, a row, a forward), `config` (SchedulerConfig), `hooks` (Backend, Clock,
+Observer), `queue` (admission), `scheduler` (the batching loop), `blocks` (the allocator and prefix cache).
 """
+
+from tgi_toolkit.router.batch import SEGMENT_TOKENS, Entry, Forward, Row, segment
+from tgi_toolkit.router.blocks import Allocation, RadixAllocator, SimpleAllocator
+from tgi_toolkit.router.config import SchedulerConfig, make_allocator
+from tgi_toolkit.router.hooks import WALL, Backend, Clock, MonotonicClock, Observer
+from tgi_toolkit.router.queue import Queue
+from tgi_toolkit.router.scheduler import Scheduler
+
+__all__ = ["SEGMENT_TOKENS", "WALL", "Allocation", "Backend", "Clock", "Entry", "Forward", "MonotonicClock", "Observer",
+           "Queue", "RadixAllocator", "Row", "Scheduler", "SchedulerConfig", "SimpleAllocator", "make_allocator",
+           "segment"]

@@ -1,6 +1,6 @@
-"""TGI 3's router: the queue's admission rules and the batching loop, for both of TGI's paths.
+"""TGI 3's batching loop, for both of TGI's paths.
 
-Held against TGI's v3 backend (`backend.rs` batching_task, `queue.rs` next_batch) and the shard's
+Held against TGI's v3 backend (`backend.rs` batching_task) and the shard's
 chunk sizing (`flash_causal_lm.py`); docs/tgi-rules.md states the rules this module follows, by
 the names used in the comments below (B = batching loop, Q = queue, S = shard, N = non-chunking).
 
@@ -12,11 +12,7 @@ Chunked prefill (the default, TGI 3 with flashinfer or flashdecoding attention):
   that comes back runs in ONE forward together with the running batch (each decoding row adds one
   token, counted `tgi_batch_concat{reason="chunking"}`); then, always, a Decode forward, with no
   queue poll between the two.
-- Q4: the scan is FIFO and stops at the first entry that does not fit. An entry first allocates
-  `input + max_new_tokens + speculate - 1` tokens of blocks (a failed allocation stops the scan:
-  head-of-line blocking); only its uncached tokens count against the prefill budget; the last one
-  admitted may be partial (a chunk of `budget - tokens so far`); an entry with no budget left goes
-  back with its blocks released.
+- Q4: the queue's scan (router/queue.py) admits the group.
 - S5: after a forward that computed prompt tokens, the next chunk of every still-prefilling row is
   `max(1, min(remaining, budget))`, the budget starting at `max_batch_prefill_tokens - (rows - 1)`
   and handed out from the last row to the first.
@@ -33,341 +29,36 @@ Without chunking (`PREFILL_CHUNKING=0`, paged attention, speculation: TGI's olde
 `max_size = max_batch_size - running`; a new group is prefilled alone while the running batch
 waits, then joins it for the Decode (`tgi_batch_concat` reason `backpressure` or `wait_exceeded`).
 
-The model side is behind `Backend` and time behind `Clock`: the engine passes its model and
-`time.perf_counter`; tests pass a stand-in; the simulator passes a cost model and a virtual clock.
+The model side is behind `Backend` and time behind `Clock` (router/hooks.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import threading
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-from tgi_toolkit.router.blocks import Allocation, RadixAllocator, SimpleAllocator
-
-__all__ = ["Backend", "Clock", "Entry", "Forward", "MonotonicClock", "Observer", "Queue", "Row", "SEGMENT_TOKENS",
-           "Scheduler", "SchedulerConfig", "WALL", "make_allocator", "segment"]
+from tgi_toolkit.router.batch import SEGMENT_TOKENS, Entry, Forward, Row
+from tgi_toolkit.router.config import SchedulerConfig
+from tgi_toolkit.router.hooks import Backend, Clock, Observer
+from tgi_toolkit.router.queue import Queue
 
 log = logging.getLogger(__name__)
-
-
-class Clock(Protocol):
-    def now(self) -> float: ...
-
-
-class MonotonicClock:
-    def now(self) -> float:
-        return time.perf_counter()
-
-
-WALL = MonotonicClock()
-
-
-@dataclass(eq=False)
-class Entry:
-    """A validated request (one segment of it), from the queue to its last token."""
-
-    input_ids: list[int]
-    max_new_tokens: int
-    request: Any = None  # the engine's own per-request state (sampling, stopping, output sink)
-    lookup: bool = True  # False for decoder_input_details requests: no prefix-cache lookup or insert
-    id: int = 0
-    queued_at: float = 0.0
-    batched_at: float | None = None
-    cancelled: bool = False  # the client went away
-    finished: bool = False
-    failed: bool = False  # a forward it was in raised: its KV is not to be trusted
-    allocation: Allocation | None = None
-    prefix_len: int = 0  # prompt tokens whose KV came from the prefix cache at admission
-    cache_len: int = 0  # prompt (and generated) tokens whose KV is present
-    chunk: int = 0  # tokens this entry computes in the next forward
-    generated: int = 0  # tokens emitted
-    # L5/L6: a request asking for more than SEGMENT_TOKENS new tokens runs as segments of at most
-    # that many; `max_total_new_tokens` is what is left of the whole request when this segment starts.
-    max_total_new_tokens: int | None = None
-    output_ids: list[int] = field(default_factory=list)  # the backend appends each token it chooses
-
-    @property
-    def input_length(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def prefilling(self) -> bool:
-        return self.cache_len < self.input_length
-
-    @property
-    def reserved_tokens(self) -> int:
-        """Tokens of KV the entry holds: its blocks times the block size, or input + max_new_tokens."""
-        if self.allocation is not None:
-            return len(self.allocation.slots)
-        return self.input_length + self.max_new_tokens
-
-
-@dataclass
-class Row:
-    """One entry's share of a forward: `length` tokens at positions `start...`."""
-
-    entry: Entry
-    start: int
-    length: int
-    emits: bool  # a decoding row, or the final chunk of a prompt: the forward yields its next token
-
-    @property
-    def prompt(self) -> bool:
-        return self.start < self.entry.input_length
-
-
-@dataclass
-class Forward:
-    rpc: str  # TGI's RPC, as metrics label it: "prefill" or "decode" (a Decode can still carry a chunk, S8)
-    rows: list[Row]
-
-    @property
-    def tokens(self) -> int:
-        return sum(row.length for row in self.rows)
-
-    @property
-    def prefilling(self) -> bool:
-        return any(row.prompt for row in self.rows)
-
-    @property
-    def entries(self) -> list[Entry]:
-        return [row.entry for row in self.rows]
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_batch_prefill_tokens: int
-    max_batch_total_tokens: int
-    waiting_served_ratio: float = 0.3
-    max_waiting_tokens: int = 20
-    max_batch_size: int | None = None
-    block_size: int = 1
-    prefix_caching: bool = True
-    chunking: bool = True
-    speculate: int = 0
-
-
-# L5: TGI's DEFAULT_GENERATION_LENGTH, the most new tokens one queue entry reserves.
-SEGMENT_TOKENS = 1024
-
-
-def segment(input_ids: list[int], max_new_tokens: int, **kwargs: Any) -> Entry:
-    """The first queue entry of a request: its segment reserves at most SEGMENT_TOKENS new tokens."""
-    return Entry(input_ids, min(max_new_tokens, SEGMENT_TOKENS), max_total_new_tokens=max_new_tokens, **kwargs)
-
-
-class Backend(Protocol):
-    """What the scheduler asks of the model side."""
-
-    def forward(self, forward: Forward) -> None:
-        """Compute every row; for each emitting row choose a token, and set `entry.finished` when it stops."""
-
-    def release(self, entry: Entry) -> None:
-        """Free the model side's state of an entry that left the batch."""
-
-
-class Observer:
-    """Metrics and timing hooks; every method is a no-op here, so observers override what they need."""
-
-    def dropped(self, entry: Entry) -> None: ...
-    def queued(self, size: int) -> None: ...
-    def batch_state(self, size: int, max_tokens: int, queue_size: int) -> None: ...
-    def forward(self, method: str, size: int, seconds: float, tokens: int = 0) -> None: ...
-    def ran(self, forward: Forward, seconds: float) -> None: ...  # the forward itself, for a trace
-    def next_batch(self, size: int) -> None: ...
-    def concat(self, reason: str) -> None: ...
-    def allocation(self, prefix_len: int, suffix_len: int) -> None: ...
-    def prefix(self, lookup_tokens: int, hit_tokens: int) -> None: ...
-    def computed(self, prompt_tokens: int) -> None: ...
-    def emitted(self, entry: Entry, now: float) -> None: ...
-    def failed(self, entries: list[Entry], error: BaseException) -> None: ...
-
-
-def make_allocator(config: SchedulerConfig) -> SimpleAllocator:
-    cls = RadixAllocator if config.prefix_caching else SimpleAllocator
-    return cls(config.max_batch_total_tokens, config.block_size)
-
-
-class Queue:
-    """FIFO of waiting entries, safe to append to from other threads (Q1-Q7).
-
-    Its length goes to the observer whenever it changes (as TGI's queue updates `tgi_queue_size`
-    on append and on each batch taken), not only after a step.
-    """
-
-    def __init__(self, observer: Observer | None = None, clock: Clock | None = None,
-                 allocator: SimpleAllocator | None = None, config: SchedulerConfig | None = None) -> None:
-        self._entries: deque[Entry] = deque()
-        self._lock = threading.Lock()
-        self._ids = 0
-        self.observer = observer or Observer()
-        self.clock = clock or WALL
-        self.allocator = allocator
-        self.config = config
-        self.notify = threading.Event()
-        # The head entry the last scan could not admit into an empty group, and why: with nothing running,
-        # nothing will ever free blocks or budget for it.
-        self.unfit: tuple[Entry, str] | None = None
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def waiting(self) -> list[Entry]:
-        with self._lock:
-            return list(self._entries)
-
-    def append(self, entry: Entry) -> None:
-        with self._lock:
-            self._ids += 1
-            entry.id = self._ids
-            if not entry.queued_at:
-                entry.queued_at = self.clock.now()
-            self._entries.append(entry)
-            self.observer.queued(len(self._entries))
-        self.notify.set()
-
-    def first_arrival(self) -> float | None:
-        """When the first waiting entry (whose client is still there) was queued."""
-        with self._lock:
-            return next((entry.queued_at for entry in self._entries if not entry.cancelled), None)
-
-    def remove(self, entry: Entry) -> bool:
-        with self._lock:
-            try:
-                self._entries.remove(entry)
-            except ValueError:
-                return False
-            self.observer.queued(len(self._entries))
-            return True
-
-    def drain(self) -> list[Entry]:
-        """Take every waiting entry (the engine failing them all when its compute side died)."""
-        with self._lock:
-            entries = list(self._entries)
-            self._entries.clear()
-            self.observer.queued(0)
-        return entries
-
-    def next_batch(self, min_size: int | None, max_size: int | None, prefill_budget: int,
-                   token_budget: int, arrived_by: float | None = None) -> list[Entry] | None:
-        """Q2-Q5: the group to admit, or None; with `arrived_by` (B8), only from the entries queued by then."""
-        self.unfit = None
-        if prefill_budget <= 0 or token_budget <= 0 or max_size == 0:
-            return None
-        config, allocator = self.config, self.allocator
-        assert config is not None and allocator is not None, "Scheduler binds the queue to its config"
-        bs = config.block_size
-        budget = math.ceil(prefill_budget / bs) * bs  # Q3
-        with self._lock:
-            # entries queue in the order they arrive: those queued by `arrived_by` are a prefix of the queue
-            arrived = self._entries if arrived_by is None else \
-                itertools.takewhile(lambda entry: entry.queued_at <= arrived_by, self._entries)
-            need = max(min_size or 0, 1)  # one entry at least, and N1's minimum group
-            if sum(1 for _ in itertools.islice(arrived, need)) < need:
-                return None
-            batch = self._take(max_size, budget, config, allocator, arrived_by)
-            if batch and min_size is not None and len(batch) < min_size:
-                for entry in batch:
-                    self._unadmit(entry)
-                self._entries.extendleft(reversed(batch))
-                batch = []
-            self.observer.queued(len(self._entries))
-        if not batch:
-            return None
-        now = self.clock.now()
-        lookups = hits = 0
-        for entry in batch:
-            entry.batched_at = now  # Q6: a chunked request's queue time ends at its first chunk
-            if entry.allocation is not None and entry.allocation.lookup is not None:
-                lookups += entry.input_length
-                hits += entry.prefix_len
-        self.observer.next_batch(len(batch))
-        if lookups:
-            self.observer.prefix(lookups, hits)
-        return batch
-
-    def _take(self, max_size: int | None, budget: int, config: SchedulerConfig,
-              allocator: SimpleAllocator, arrived_by: float | None) -> list[Entry]:
-        """Q4: pop from the front while entries fit (the caller holds the lock)."""
-        batch: list[Entry] = []
-        prefill_tokens = 0
-        while self._entries:
-            if arrived_by is not None and self._entries[0].queued_at > arrived_by:
-                break  # B8: this one, and every one behind it, came after the poll's instant
-            entry = self._entries.popleft()
-            if entry.cancelled:
-                self.observer.dropped(entry)
-                continue
-            lookup = entry.input_ids if (config.prefix_caching and entry.lookup) else None
-            tokens = entry.input_length + entry.max_new_tokens + config.speculate - 1
-            allocation = allocator.allocate(tokens, lookup)
-            prefix = allocation.prefix_len if allocation is not None else 0
-            self.observer.allocation(prefix, tokens - prefix)  # TGI logs every attempt
-            if allocation is None:  # head-of-line blocking: later, smaller entries are not tried
-                self._entries.appendleft(entry)
-                if not batch:
-                    capacity = (allocator.n_blocks - 1) * config.block_size  # block 0 is reserved
-                    free = allocator.free_count * config.block_size
-                    self.unfit = (entry, f"it needs {tokens} tokens of KV cache (input + max_new_tokens - 1); "
-                                         f"the cache holds {capacity} (max_batch_total_tokens less block 0) and "
-                                         f"{free} are free with nothing running")
-                break
-            prefix_len = min(prefix, entry.input_length - 1)  # a full hit still computes one token
-            postfix = entry.input_length - prefix_len
-            if prefill_tokens + postfix > budget:
-                chunk = budget - prefill_tokens
-                if config.chunking and chunk > 0:
-                    self._admit(entry, allocation, prefix_len, chunk)
-                    batch.append(entry)
-                    break
-                allocator.free(allocation)
-                self._entries.appendleft(entry)
-                if not batch:
-                    self.unfit = (entry, f"its {postfix} prompt tokens exceed max_batch_prefill_tokens "
-                                         f"({budget}) and prefill chunking is off")
-                break
-            prefill_tokens += postfix
-            self._admit(entry, allocation, prefix_len, postfix)
-            batch.append(entry)
-            if max_size is not None and len(batch) == max_size:
-                break
-        return batch
-
-    @staticmethod
-    def _admit(entry: Entry, allocation: Allocation, prefix_len: int, chunk: int) -> None:
-        entry.allocation = allocation
-        entry.prefix_len = entry.cache_len = prefix_len
-        entry.chunk = chunk
-
-    def _unadmit(self, entry: Entry) -> None:
-        assert self.allocator is not None and entry.allocation is not None
-        self.allocator.free(entry.allocation)
-        entry.allocation = None
-        entry.prefix_len = entry.cache_len = entry.chunk = 0
 
 
 class Scheduler:
     """The batching loop. `step()` does one iteration of TGI's loop; `run()` loops until `stop()`."""
 
-    def __init__(self, queue: Queue, backend: Backend, config: SchedulerConfig,
-                 observer: Observer | None = None, clock: Clock | None = None,
-                 allocator: SimpleAllocator | None = None,
+    def __init__(self, config: SchedulerConfig, backend: Backend, *, observer: Observer | None = None,
+                 clock: Clock | None = None,
                  on_failure: Callable[[list[Entry], BaseException], None] | None = None) -> None:
-        self.queue = queue
-        self.on_failure = on_failure  # told which entries a failed forward (or a dying loop) ended
-        self.backend = backend
         self.config = config
-        self.observer = observer or queue.observer
-        self.clock = clock or queue.clock
-        self.allocator = allocator or make_allocator(config)
-        queue.allocator, queue.config, queue.clock = self.allocator, config, self.clock
+        self.backend = backend
+        self.observer = observer or Observer()
+        self.queue = Queue(config, self.observer, clock)
+        self.clock, self.allocator = self.queue.clock, self.queue.allocator
+        self.on_failure = on_failure  # told which entries a failed forward (or a dying loop) ended
         self.running: list[Entry] = []  # TGI's cached batch, in row order
         self.waiting_tokens = 0
         self._stop = threading.Event()

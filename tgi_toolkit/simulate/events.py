@@ -30,7 +30,7 @@ from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.phase import ramp_offsets
 from tgi_toolkit.costs.features import shape_of
 from tgi_toolkit.costs.linear import CostModel
-from tgi_toolkit.router import scheduler as sched
+from tgi_toolkit.router import Entry, Observer, Scheduler
 
 
 class VirtualClock:
@@ -110,7 +110,7 @@ class SimBackend:
         pass
 
 
-class _Observer(sched.Observer):
+class _Observer(Observer):
     """Keeps what /metrics would show now, and the peaks."""
 
     def __init__(self) -> None:
@@ -308,8 +308,8 @@ class Simulator:
         self.observer = _Observer()
         self.driver: Driver | None = None
         self.backend = SimBackend(self.clock, cost, self._finished, seed=seed)
-        self.queue = sched.Queue(observer=self.observer, clock=self.clock)
-        self.scheduler = sched.Scheduler(self.queue, self.backend, config, observer=self.observer, clock=self.clock)
+        self.scheduler = Scheduler(config, self.backend, observer=self.observer, clock=self.clock)
+        self.queue = self.scheduler.queue
         self.scrape_interval = scrape_interval
         self.samples: list[Sample] = []
         self._next_sample = 0.0
@@ -356,7 +356,7 @@ class Simulator:
         now = self.clock.t
         while self._arrivals and self._arrivals[0][0] <= now:
             t, _, request = heapq.heappop(self._arrivals)
-            entry = sched.Entry(request.input_ids, int(request.max_new_tokens), request=request,
+            entry = Entry(request.input_ids, int(request.max_new_tokens), request=request,
                                 lookup=request.lookup, queued_at=t)
             request.entry = entry
             request.record.input_tokens = len(request.input_ids)

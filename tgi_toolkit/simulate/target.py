@@ -26,7 +26,7 @@ from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.config.errors import ConfigError
 from tgi_toolkit.config.scheduling_mode import BLOCK_SIZES, resolve_mode
 from tgi_toolkit.costs.linear import CostModel
-from tgi_toolkit.router.scheduler import SchedulerConfig
+from tgi_toolkit.router import SchedulerConfig
 from tgi_toolkit.simulate.costs import load_cost_model
 
 DEFAULT_PREFILL_TOKENS = 4096  # the launcher's default_optimal when its FLOPs formula cannot run (L1)
