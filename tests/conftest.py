@@ -29,12 +29,12 @@ def in_process_api(model: object, tokenizer: object, *, max_total_tokens: int = 
     from tgi_toolkit.engine.api import Api, ServerInfo
     from tgi_toolkit.engine.infer import Engine
     from tgi_toolkit.engine.metrics import Metrics
-    from tgi_toolkit.engine.validation import Limits
+    from tgi_toolkit.engine.validation import RequestLimits
     from tgi_toolkit.router import SchedulerConfig
 
     metrics = Metrics()
     engine = Engine(model, SchedulerConfig(max_batch_prefill_tokens=100, max_batch_total_tokens=1000), metrics)
-    api = Api(engine, tokenizer, Limits(max_input_tokens=50, max_total_tokens=max_total_tokens),
+    api = Api(engine, tokenizer, RequestLimits(max_input_tokens=50, max_total_tokens=max_total_tokens),
               ServerInfo(model_id="m", model_sha=None, max_concurrent_requests=8, max_client_batch_size=1,
                          validation_workers=1), metrics)
     return engine, api

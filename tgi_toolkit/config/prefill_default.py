@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tgi_toolkit.config.scheduling import LAUNCHER_WIGGLE_ROOM
 from tgi_toolkit.config.scheduling_mode import model_head_dim
+
+LAUNCHER_WIGGLE_ROOM = 0.95  # the launcher's default TGI_WIGGLE_ROOM, used by its VRAM estimate (L1)
 
 # -- section 6 L1: the launcher's default max_batch_prefill_tokens ---------------------------------------
 # fp16 dense FLOPS per card, the launcher's `ComputeType::f16_flop` (keyed by the planner's card names).

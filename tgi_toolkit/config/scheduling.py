@@ -1,4 +1,5 @@
-"""TGI 3's derived limits, shared by the embedded engine, the launcher checks and the planner.
+"""TGI 3's derived limits, shared by the embedded engine, the launcher checks and the planner, and the one
+place the engine's `SchedulerConfig` is built (`scheduler_config`).
 
 The limits of section 6 of docs/tgi-rules.md (TGI 3.1.1 to 3.3.7): the KV capacity after warm-up (L2),
 the default `max_total_tokens` / `max_input_tokens` (L3), the router's start-up checks (L4), and the
@@ -11,16 +12,21 @@ and byte counts, so the planner can use them without loading a model.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tgi_toolkit.config.errors import ConfigError, Problem
-from tgi_toolkit.config.scheduling_mode import DEPRECATED_BATCH_TOTAL_WARNING
+from tgi_toolkit.config.prefill_default import launcher_max_batch_prefill_tokens
+from tgi_toolkit.config.scheduling_mode import DEPRECATED_BATCH_TOTAL_WARNING, resolve_mode
+from tgi_toolkit.router.config import SchedulerConfig
+
+log = logging.getLogger(__name__)
 
 # -- section 6 L2: KV capacity ------------------------------------------------------------------------
-TGI_WIGGLE_ROOM = 0.90  # the shard's TGI_WIGGLE_ROOM (globals.py), used by warm-up
-LAUNCHER_WIGGLE_ROOM = 0.95  # the launcher's default for the same variable, used by its VRAM estimate (L1)
+TGI_WIGGLE_ROOM = 0.90  # the shard's TGI_WIGGLE_ROOM (globals.py), used by warm-up (the launcher's: prefill_default)
 DEFAULT_GENERATION_LENGTH = 1024  # router/src/validation.rs (L5)
 
 
@@ -135,7 +141,7 @@ def router_problems(*, max_input_tokens: int, max_total_tokens: int, max_batch_p
 
 
 @dataclass(frozen=True)
-class Limits:
+class StartupLimits:
     """The limits a TGI 3 server starts with (section 6), and the warnings it logs on the way."""
 
     max_batch_total_tokens: int
@@ -151,7 +157,7 @@ def derive_limits(*, kv_bytes: float, bytes_per_block: int, block_size: int, chu
                   max_batch_prefill_tokens: int, max_input_tokens: int | None = None,
                   max_total_tokens: int | None = None, user_max_batch_total_tokens: int | None = None,
                   warmup_blocks: int = 0, max_position_embeddings: int | None = None,
-                  model_max_length: int | None = None, max_batch_size: int | None = None) -> Limits:
+                  model_max_length: int | None = None, max_batch_size: int | None = None) -> StartupLimits:
     """Section 6 end to end for a flash model: KV capacity (L2), length defaults (L3), router checks (L4).
 
     `kv_bytes` is the KV memory (GPU: `warmup_kv_bytes(...)`; embedded engine: `embedded_kv_bytes(...)`),
@@ -181,7 +187,7 @@ def derive_limits(*, kv_bytes: float, bytes_per_block: int, block_size: int, chu
                                 max_batch_total_tokens=batch_total, chunking=chunking)
     if problems:
         raise ConfigError(problems)
-    return Limits(max_batch_total_tokens=batch_total, max_total_tokens=total, max_input_tokens=inp,
+    return StartupLimits(max_batch_total_tokens=batch_total, max_total_tokens=total, max_input_tokens=inp,
                   max_batch_prefill_tokens=max_batch_prefill_tokens, num_blocks=num_blocks, block_size=block_size,
                   warnings=warnings)
 
@@ -211,3 +217,46 @@ def embedded_kv_bytes(env: Mapping[str, str], cuda_memory_fraction: float = 1.0)
         raise ConfigError([Problem(("cuda_memory_fraction",), f"--cuda-memory-fraction ({cuda_memory_fraction}) "
                                                               "must be > 0 and <= 1")])
     return int(gib * 2**30 * cuda_memory_fraction)
+
+
+# -- the engine's start-up: launcher flags + environment + model -> SchedulerConfig ----------------------
+def scheduler_config(launcher: Any, env: Mapping[str, str], *, model_config: Mapping[str, Any],
+                     kv_bytes_per_token: int, max_position_embeddings: int | None = None,
+                     model_max_length: int | None = None) -> SchedulerConfig:
+    """The embedded engine's router settings for a model, derived and logged as TGI 3 derives and logs them.
+
+    `launcher` is the LauncherConfig. The mode comes from ATTENTION, PREFIX_CACHING and PREFILL_CHUNKING in
+    `env` as TGI reads them (the engine behaves as TGI on a CUDA GPU of compute capability 9.0);
+    `max_batch_prefill_tokens` defaults as the launcher's does without a known card (L1);
+    `max_batch_total_tokens` is the KV memory (TGI_TOOLKIT_KV_CACHE_GIB x --cuda-memory-fraction) in whole
+    blocks, a user value being ignored with TGI's warning; `max_total_tokens` and `max_input_tokens` default as
+    TGI's warm-up sets them. Raises ConfigError listing every start-up check the values fail (L4).
+    """
+    mode = resolve_mode(env, speculate=launcher.speculate or 0, model_config=model_config,
+                        lora=bool(launcher.lora_adapters))
+    for note in mode.notes:
+        log.info("%s", note)
+    for warning in mode.warnings:
+        log.warning("%s", warning)
+    prefill = launcher.max_batch_prefill_tokens
+    if prefill is None:
+        prefill, steps = launcher_max_batch_prefill_tokens(model_config, gpu_fp16_flops=None)
+        log.info("Default `max_batch_prefill_tokens` to %d (%s)", prefill, "; ".join(steps))
+    given_input = launcher.max_input_tokens if launcher.max_input_tokens is not None else launcher.max_input_length
+    limits = derive_limits(
+        kv_bytes=embedded_kv_bytes(env, launcher.cuda_memory_fraction or 1.0),
+        bytes_per_block=kv_bytes_per_token * mode.block_size, block_size=mode.block_size, chunking=mode.chunking,
+        max_batch_prefill_tokens=prefill, max_input_tokens=given_input, max_total_tokens=launcher.max_total_tokens,
+        user_max_batch_total_tokens=launcher.max_batch_total_tokens, max_position_embeddings=max_position_embeddings,
+        model_max_length=model_max_length, max_batch_size=launcher.max_batch_size)
+    for warning in limits.warnings:
+        log.warning("%s", warning)
+    log.info("Setting max batch total tokens to %d", limits.max_batch_total_tokens)
+    log.info("Scheduling: attention %s, block size %d, prefix caching %s, prefill chunking %s", mode.attention,
+             mode.block_size, "on" if mode.prefix_caching else "off", "on" if mode.chunking else "off")
+    return SchedulerConfig(
+        max_batch_prefill_tokens=limits.max_batch_prefill_tokens, max_batch_total_tokens=limits.max_batch_total_tokens,
+        waiting_served_ratio=launcher.waiting_served_ratio, max_waiting_tokens=launcher.max_waiting_tokens,
+        max_batch_size=launcher.max_batch_size, block_size=mode.block_size, prefix_caching=mode.prefix_caching,
+        chunking=mode.chunking, speculate=launcher.speculate or 0, max_input_tokens=limits.max_input_tokens,
+        max_total_tokens=limits.max_total_tokens)

@@ -31,7 +31,7 @@ from tgi_toolkit.engine.schemas import (
 )
 from tgi_toolkit.engine.validation import (
     GenerateParameters,
-    Limits,
+    RequestLimits,
     ValidationError,
     ValidRequest,
     validate,
@@ -59,7 +59,7 @@ class ServerInfo:
 class Api:
     """Builds the FastAPI app; holds the concurrency slots and the request bookkeeping."""
 
-    def __init__(self, engine: Engine, tokenizer: Any, limits: Limits, info: ServerInfo,
+    def __init__(self, engine: Engine, tokenizer: Any, limits: RequestLimits, info: ServerInfo,
                  metrics: Metrics, ready: asyncio.Event | None = None) -> None:
         self.engine, self.tokenizer, self.limits, self.info, self.metrics = (
             engine, tokenizer, limits, info, metrics)

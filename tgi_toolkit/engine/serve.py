@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -27,7 +27,6 @@ class Built:
     app: Any
     engine: Any
     api: Any
-    config: Any
     seconds_to_ready: float
 
 
@@ -47,30 +46,29 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     from tgi_toolkit.engine.backend import ModelBackend
     from tgi_toolkit.engine.infer import ComputeThread, Engine
     from tgi_toolkit.engine.metrics import Metrics
-    from tgi_toolkit.engine.validation import Limits
+    from tgi_toolkit.engine.validation import RequestLimits
 
     if cfg.huggingface_hub_cache:
         os.environ["HF_HUB_CACHE"] = str(cfg.huggingface_hub_cache)
     # Every torch computation, loading included, happens in one thread (see ComputeThread).
     compute = ComputeThread()
     try:
-        source, loaded, cfg, runner, limits = compute.call(_load, cfg)
+        source, loaded, runner, config = compute.call(_load, cfg)
         compute.call(_warm_up, runner, cfg.cuda_graphs)
     except BaseException:
         compute.close()
         raise
-    max_total, batch_total = cfg.max_total_tokens, limits.max_batch_total_tokens
 
     metrics = Metrics(trace=trace)
-    metrics.batch_max_total_tokens.set(batch_total)
+    metrics.batch_max_total_tokens.set(config.max_batch_total_tokens)
     backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids, pace=pace)
-    engine = Engine(backend, limits, metrics)
+    engine = Engine(backend, config, metrics)
     engine.start(compute)
     api = Api(
         engine, loaded.tokenizer,
-        Limits(max_best_of=cfg.max_best_of, max_stop_sequences=cfg.max_stop_sequences,
-               max_top_n_tokens=cfg.max_top_n_tokens, max_input_tokens=cfg.max_input_tokens,
-               max_total_tokens=max_total, disable_grammar_support=cfg.disable_grammar_support),
+        RequestLimits(max_best_of=cfg.max_best_of, max_stop_sequences=cfg.max_stop_sequences,
+                      max_top_n_tokens=cfg.max_top_n_tokens, max_input_tokens=config.max_input_tokens,
+                      max_total_tokens=config.max_total_tokens, disable_grammar_support=cfg.disable_grammar_support),
         ServerInfo(model_id=cfg.model_id if cfg.model_id else DEFAULT_MODEL_ID, model_sha=source.sha,
                    max_concurrent_requests=cfg.max_concurrent_requests,
                    max_client_batch_size=cfg.max_client_batch_size,
@@ -80,7 +78,7 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
                    payload_limit=cfg.payload_limit),
         metrics,
     )
-    return Built(api.app, engine, api, cfg, time.perf_counter() - started)
+    return Built(api.app, engine, api, time.perf_counter() - started)
 
 
 def _open_trace(path: str | None) -> IO[str] | None:
@@ -113,14 +111,14 @@ def _pace(path: str | None) -> Callable[[Any], float] | None:
     return lambda forward: cost.seconds(shape_of(forward))
 
 
-def _load(cfg: Any) -> tuple[Any, Any, Any, Any, Any]:
-    """Resolve and load the model, build its runner (quantized if asked), derive TGI 3's limits for it.
+def _load(cfg: Any) -> tuple[Any, Any, Any, Any]:
+    """Resolve and load the model, derive TGI 3's router settings for it, build its runner (quantized if asked).
 
-    Returns the source, the loaded model, the config with every derived limit filled in, the runner and
-    the scheduler's config.
+    Returns the source, the loaded model, the runner and the SchedulerConfig.
     """
     import torch
 
+    from tgi_toolkit.config.scheduling import scheduler_config
     from tgi_toolkit.engine.kv_cache import kv_bytes_per_token
     from tgi_toolkit.engine.model import load_model, resolve_model
     from tgi_toolkit.engine.runner import LlamaRunner
@@ -128,14 +126,20 @@ def _load(cfg: Any) -> tuple[Any, Any, Any, Any, Any]:
     source = resolve_model(cfg.model_id, cfg.revision)
     log.info("Loading %s", source.describe())
     loaded = load_model(source, dtype=cfg.dtype, tokenizer_config_path=cfg.tokenizer_config_path)
-    cfg, limits = scheduling_limits(cfg, loaded, kv_bytes_per_token(loaded.config, loaded.dtype), os.environ)
+    model_max_length = getattr(loaded.tokenizer, "model_max_length", None)
+    if not isinstance(model_max_length, int) or model_max_length > 10**8:  # transformers' "no limit" sentinel
+        model_max_length = None
+    config = scheduler_config(cfg, os.environ, model_config=loaded.config.to_dict(),
+                              kv_bytes_per_token=kv_bytes_per_token(loaded.config, loaded.dtype),
+                              max_position_embeddings=loaded.max_position_embeddings,
+                              model_max_length=model_max_length)
     # Rows: with chunking the running batch has no size cap (B5); each request (or best_of sequence)
     # holds one row while it runs, and the concurrency limit bounds the requests. The KV cache is the
     # scheduler's budget (max_batch_total_tokens), allocated now, or less where that many rows of the
     # longest request need less.
-    rows, positions = max(cfg.max_concurrent_requests * max(cfg.max_best_of, 1), 1), cfg.max_total_tokens + 1
+    rows, positions = max(cfg.max_concurrent_requests * max(cfg.max_best_of, 1), 1), config.max_total_tokens + 1
     runner = LlamaRunner(loaded.model, max_rows=rows, max_positions=positions,
-                         kv_capacity=min(rows * positions, limits.max_batch_total_tokens + positions))
+                         kv_capacity=min(rows * positions, config.max_batch_total_tokens + positions))
     log.info("KV cache: %d rows x %d positions (%.0f MiB, allocated at start-up)", runner.cache.rows,
              runner.cache.positions, 2 * runner.cache.k.numel() * runner.cache.k.element_size() / 2**20)
     if cfg.quantize:
@@ -146,61 +150,7 @@ def _load(cfg: Any) -> tuple[Any, Any, Any, Any, Any]:
     loaded.model.model.layers = torch.nn.ModuleList()
     log.info("Weights: %.1f MiB (%s%s)", runner.weight_bytes() / 2**20, runner.dtype,
              f", {cfg.quantize}" if cfg.quantize else "")
-    return source, loaded, cfg, runner, limits
-
-
-def scheduling_limits(cfg: Any, loaded: Any, kv_bytes_per_token: int, env: Mapping[str, str]) -> tuple[Any, Any]:
-    """TGI 3's scheduling mode and limits for this model (docs/tgi-rules.md, "limits"), logged as TGI logs them.
-
-    The mode comes from ATTENTION, PREFIX_CACHING and PREFILL_CHUNKING as TGI reads them (the engine
-    behaves as TGI on a CUDA GPU of compute capability 9.0); `max_batch_total_tokens` is the KV memory
-    (TGI_TOOLKIT_KV_CACHE_GIB x --cuda-memory-fraction) in whole blocks, a user value being ignored
-    with TGI's warning; `max_total_tokens` and `max_input_tokens` default as TGI's warm-up sets them.
-    """
-    from tgi_toolkit.config.prefill_default import launcher_max_batch_prefill_tokens
-    from tgi_toolkit.config.scheduling import derive_limits, embedded_kv_bytes
-    from tgi_toolkit.config.scheduling_mode import resolve_mode
-    from tgi_toolkit.router import SchedulerConfig
-
-    model_config = loaded.config.to_dict()
-    mode = resolve_mode(env, speculate=cfg.speculate or 0, model_config=model_config,
-                        lora=bool(cfg.lora_adapters))
-    for note in mode.notes:
-        log.info("%s", note)
-    for warning in mode.warnings:
-        log.warning("%s", warning)
-    prefill = cfg.max_batch_prefill_tokens
-    if prefill is None:
-        prefill, steps = launcher_max_batch_prefill_tokens(model_config, gpu_fp16_flops=None)
-        log.info("Default `max_batch_prefill_tokens` to %d (%s)", prefill, "; ".join(steps))
-    model_max_length = getattr(loaded.tokenizer, "model_max_length", None)
-    if not isinstance(model_max_length, int) or model_max_length > 10**8:  # transformers' "no limit" sentinel
-        model_max_length = None
-    limits = derive_limits(
-        kv_bytes=embedded_kv_bytes(env, getattr(cfg, "cuda_memory_fraction", 1.0) or 1.0),
-        bytes_per_block=kv_bytes_per_token * mode.block_size, block_size=mode.block_size, chunking=mode.chunking,
-        max_batch_prefill_tokens=prefill,
-        max_input_tokens=cfg.max_input_tokens if cfg.max_input_tokens is not None else cfg.max_input_length,
-        max_total_tokens=cfg.max_total_tokens, user_max_batch_total_tokens=cfg.max_batch_total_tokens,
-        max_position_embeddings=loaded.max_position_embeddings, model_max_length=model_max_length,
-        max_batch_size=cfg.max_batch_size)
-    for warning in limits.warnings:
-        log.warning("%s", warning)
-    log.info("Setting max batch total tokens to %d", limits.max_batch_total_tokens)
-    cfg = cfg.model_copy(update={
-        "max_input_tokens": limits.max_input_tokens, "max_input_length": None,
-        "max_total_tokens": limits.max_total_tokens, "max_batch_prefill_tokens": limits.max_batch_prefill_tokens,
-        "max_batch_total_tokens": limits.max_batch_total_tokens})
-    scheduler = SchedulerConfig(
-        max_batch_prefill_tokens=limits.max_batch_prefill_tokens,
-        max_batch_total_tokens=limits.max_batch_total_tokens,
-        waiting_served_ratio=cfg.waiting_served_ratio, max_waiting_tokens=cfg.max_waiting_tokens,
-        max_batch_size=cfg.max_batch_size, block_size=mode.block_size, prefix_caching=mode.prefix_caching,
-        chunking=mode.chunking, speculate=cfg.speculate or 0)
-    log.info("Scheduling: attention %s, block size %d, prefix caching %s, prefill chunking %s",
-             mode.attention, mode.block_size, "on" if mode.prefix_caching else "off",
-             "on" if mode.chunking else "off")
-    return cfg, scheduler
+    return source, loaded, runner, config
 
 
 def _warm_up(runner: Any, cuda_graphs: list[int] | None) -> None:
@@ -245,7 +195,6 @@ def serve(cfg: Any) -> int:
     configure_logging(bool(cfg.json_output))
     log.info("%s", cfg.to_args_log(redact=True))
     built = build(cfg, started=started)
-    cfg = built.config
     config = uvicorn.Config(built.app, host=cfg.hostname, port=cfg.port, log_level="warning",
                             access_log=False, timeout_graceful_shutdown=3, log_config=None)
     server = uvicorn.Server(config)

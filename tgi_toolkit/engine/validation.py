@@ -57,7 +57,7 @@ class GenerateParameters(BaseModel):
 
 
 @dataclass(frozen=True)
-class Limits:
+class RequestLimits:
     max_best_of: int = 2
     max_stop_sequences: int = 4
     max_top_n_tokens: int = 5
@@ -85,7 +85,7 @@ class ValidRequest:
         return len(self.input_ids)
 
 
-def validate_best_of(best_of: int, limits: Limits) -> int:
+def validate_best_of(best_of: int, limits: RequestLimits) -> int:
     if limits.max_best_of == 1 and best_of != 1:
         raise ValidationError("`best_of` != 1 is not allowed for this endpoint")
     if best_of < 1 or best_of > limits.max_best_of:
@@ -93,7 +93,7 @@ def validate_best_of(best_of: int, limits: Limits) -> int:
     return best_of
 
 
-def validate(inputs: str, params: GenerateParameters, limits: Limits, tokenize,
+def validate(inputs: str, params: GenerateParameters, limits: RequestLimits, tokenize,
              *, stream: bool = False) -> ValidRequest:
     """Check a request as TGI's router does; `tokenize(text) -> list[int]`."""
     best_of = params.best_of if params.best_of is not None else 1
