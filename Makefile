@@ -2,7 +2,7 @@
 #   make quickstart   set everything up, start the embedded server, run the main job
 #   make lab          set everything up, open the cookbook (notebooks/) in JupyterLab
 #   make test         set everything up, run the whole test suite (what CI runs)
-#   make notebooks    regenerate the cookbook from tools/make_notebooks.py, execute it, write it back with outputs
+#   make notebooks    sync the cookbook from its scripts (notebooks_py/), execute it, write it back with outputs
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -41,9 +41,10 @@ lab: setup
 	$(LAB_CONFIG) $(VENV)/bin/jupyter lab --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) \
 		--ServerApp.root_dir=notebooks $(LAB_ARGS) notebooks/01_configure_and_launch.ipynb
 
-# Regenerate the notebooks, then execute each with its defaults (papermill) and write it back with its outputs.
+# Write every notebook's cells from its script, notebooks_py/NAME.py (jupytext; outputs kept), then execute
+# each (all, or those NOTEBOOKS names) with its defaults (papermill) and write it back with its outputs.
 notebooks: setup
-	$(PY) tools/make_notebooks.py
+	$(PY) tools/sync_notebooks.py
 	$(PY) tools/run_notebooks.py $(NOTEBOOKS)
 
 test: setup browser
@@ -69,6 +70,7 @@ browser:
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(PY) tools/sync_notebooks.py --check
 
 clean:
 	rm -rf $(VENV)

@@ -194,7 +194,7 @@ NOT_SHIPPED = ("shared/reference", "shared/seeds", "TGI3-SCHEDULER.md", "MEASURE
 
 def cited_texts() -> dict[str, str]:
     root = PACKAGE.parent
-    paths = [*sorted(PACKAGE.rglob("*.py")), root / "README.md", root / "tools" / "make_notebooks.py"]
+    paths = [*sorted(PACKAGE.rglob("*.py")), root / "README.md", *sorted((root / "notebooks_py").glob("*.py"))]
     return {str(p.relative_to(root)): p.read_text() for p in paths}
 
 

@@ -1,12 +1,14 @@
-"""The cookbook: notebooks as the generator writes them, one `parameters` cell each, committed with the
-outputs of a run of their defaults; nbval compares those outputs (slow); and (slow) each executed
+"""The cookbook: notebooks whose cells are their jupytext scripts' (notebooks_py/), one `parameters` cell each,
+committed with the outputs of a run of their defaults; nbval compares those outputs (slow); and (slow) each executed
 headlessly by papermill against the embedded engine with small parameters, checked by what it produced.
 Executed notebooks are kept in out/notebooks/ (CI uploads out/)."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,10 +29,93 @@ PLOTLY = "application/vnd.plotly.v1+json"
 PRESENT = [name for name in NOTEBOOKS if (NB_DIR / f"{name}.ipynb").exists()]
 
 
-def test_committed_notebooks_are_what_the_generator_writes() -> None:
-    result = subprocess.run([sys.executable, str(TOOLS / "make_notebooks.py"), "--check"], capture_output=True,
-                            text=True)
+def _sync_tool():
+    spec = importlib.util.spec_from_file_location("sync_notebooks", TOOLS / "sync_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sync_tool = _sync_tool()
+
+
+def test_every_committed_notebook_is_in_sync_with_its_script() -> None:
+    assert sync_tool.out_of_sync() == []
+    assert sorted(p.stem for p in sync_tool.PY_DIR.glob("*.py")) == sorted(NOTEBOOKS)
+    result = subprocess.run([sys.executable, str(TOOLS / "sync_notebooks.py"), "--check"], capture_output=True,
+                            text=True)  # what `make lint` runs
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_jupytext_pairs_each_notebook_with_the_script_the_check_reads() -> None:
+    """`jupytext --sync notebooks/NAME.ipynb` (pyproject's [tool.jupytext]) writes the file the check reads."""
+    from jupytext.config import load_jupytext_config
+    from jupytext.paired_paths import paired_paths
+
+    for name in NOTEBOOKS:
+        notebook = NB_DIR / f"{name}.ipynb"
+        (formats,) = load_jupytext_config(str(notebook)).formats
+        paths = {path: fmt.get("format_name") for path, fmt in paired_paths(str(notebook), "ipynb", formats)}
+        assert paths == {str(notebook): None, str(sync_tool.PY_DIR / f"{name}.py"): "percent"}
+
+
+@pytest.fixture
+def pairs(tmp_path) -> tuple[Path, Path]:
+    """A copy of three pairs: notebooks/ and notebooks_py/ under tmp_path."""
+    nb_dir, py_dir = tmp_path / "notebooks", tmp_path / "notebooks_py"
+    nb_dir.mkdir(), py_dir.mkdir()
+    for name in SMALL:
+        shutil.copy2(NB_DIR / f"{name}.ipynb", nb_dir)
+        shutil.copy2(sync_tool.PY_DIR / f"{name}.py", py_dir)
+    return nb_dir, py_dir
+
+
+SMALL = ("01_configure_and_launch", "07_simulate", "09_advise")
+
+
+def test_the_check_names_each_pair_that_differs_and_the_sync_mends_it_keeping_outputs(pairs) -> None:
+    nb_dir, py_dir = pairs
+    assert sync_tool.out_of_sync(nb_dir, py_dir, SMALL) == []
+    before = {name: nbformat.read(nb_dir / f"{name}.ipynb", as_version=4) for name in SMALL}
+    script = py_dir / "01_configure_and_launch.py"  # a sentence of the first cell edited
+    script.write_text(script.read_text().replace("# # 1. Configure and launch", "# # 1. Configure, launch", 1))
+    script = py_dir / "07_simulate.py"  # a tag dropped: nbval would compare that cell's timings
+    text = script.read_text()
+    assert '# %% tags=["nbval-ignore-output"]' in text
+    script.write_text(text.replace('# %% tags=["nbval-ignore-output"]', "# %%", 1))
+    assert sync_tool.out_of_sync(nb_dir, py_dir, SMALL) == ["01_configure_and_launch: cell 0 differs (source)",
+                                                            "07_simulate: cell 2 differs (tags)"]
+    # a pair without its script, a notebook the cookbook does not list
+    shutil.copy2(py_dir / "09_advise.py", py_dir / "10_extra.py")
+    (py_dir / "09_advise.py").unlink()
+    assert sync_tool.out_of_sync(nb_dir, py_dir, SMALL)[0] == "10_extra: not in tgi_toolkit.cookbook.NOTEBOOKS"
+    assert f"09_advise: {py_dir / '09_advise.py'} missing" in sync_tool.out_of_sync(nb_dir, py_dir, SMALL)
+    (py_dir / "10_extra.py").rename(py_dir / "09_advise.py")
+
+    assert sync_tool.sync(SMALL, nb_dir, py_dir) == list(SMALL[:2])
+    assert sync_tool.out_of_sync(nb_dir, py_dir, SMALL) == []
+    for name in SMALL[:2]:  # the outputs and ids as committed; only the edited cell's source or tags changed
+        after = nbformat.read(nb_dir / f"{name}.ipynb", as_version=4)
+        assert [(c.id, c.get("outputs")) for c in after.cells] == [(c.id, c.get("outputs")) for c in before[name].cells]
+        assert after.metadata == before[name].metadata
+        changed = [i for i, (a, b) in enumerate(zip(after.cells, before[name].cells, strict=True)) if a != b]
+        assert changed == [{"01_configure_and_launch": 0, "07_simulate": 2}[name]]
+    assert sync_tool.sync(SMALL, nb_dir, py_dir) == []  # in sync: nothing written
+
+
+def test_the_sync_refuses_to_overwrite_a_notebook_edited_after_its_script(pairs) -> None:
+    """An edit made in JupyterLab (the notebook newer than its script) is not lost to `make notebooks`."""
+    nb_dir, py_dir = pairs
+    notebook = nb_dir / "09_advise.ipynb"
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells[0].source += "\nEdited in JupyterLab."
+    nbformat.write(nb, notebook)
+    later = (py_dir / "09_advise.py").stat().st_mtime + 10
+    os.utime(notebook, (later, later))
+    edited = notebook.read_text()
+    with pytest.raises(RuntimeError, match="09_advise.ipynb was changed after .*09_advise.py"):
+        sync_tool.sync(["09_advise"], nb_dir, py_dir)
+    assert notebook.read_text() == edited
 
 
 @pytest.mark.parametrize("name", PRESENT)

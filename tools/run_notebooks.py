@@ -1,14 +1,14 @@
 """Execute the cookbook's notebooks with their defaults and write them back with their outputs: `make notebooks`
 (`python tools/run_notebooks.py [NAME ...]`, all of them by default).
 
-Each notebook is built afresh by tools/make_notebooks.py, executed by papermill in notebooks/ (as a reader
-runs it, HF_HUB_OFFLINE=1) and written back, so that GitHub, the Space and JupyterLab show its results
-before anything is run. Figures are saved as plotly's JSON (interactive in JupyterLab) with a PNG beside
-it (what GitHub shows): PLOTLY_RENDERER=plotly_mimetype+png, the PNG drawn by kaleido with the installed
-Chromium. A figure whose JSON is over FIGURE_JSON_CAP keeps its PNG alone, so that a notebook stays small;
-without a Chromium the JSON is kept whatever its size. papermill's timing metadata is dropped. Each
-notebook writes into an out/ of its own (TGI_TOOLKIT_OUT), removed afterwards: the run starts as on a
-fresh clone, whatever earlier runs left in the checkout's out/.
+Each notebook takes its cells from its script, notebooks_py/NAME.py (tools/sync_notebooks.py), is executed
+by papermill in notebooks/ (as a reader runs it, HF_HUB_OFFLINE=1) and written back, so that GitHub, the
+Space and JupyterLab show its results before anything is run. Figures are saved as plotly's JSON
+(interactive in JupyterLab) with a PNG beside it (what GitHub shows): PLOTLY_RENDERER=plotly_mimetype+png,
+the PNG drawn by kaleido with the installed Chromium. A figure whose JSON is over FIGURE_JSON_CAP keeps its
+PNG alone, so that a notebook stays small; without a Chromium the JSON is kept whatever its size.
+papermill's timing metadata is dropped. Each notebook writes into an out/ of its own (TGI_TOOLKIT_OUT),
+removed afterwards: the run starts as on a fresh clone, whatever earlier runs left in the checkout's out/.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from pathlib import Path
 
 import nbformat
 
+from tgi_toolkit.cookbook import NOTEBOOKS
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_notebooks import NB_DIR, NOTEBOOKS, build  # noqa: E402
+from sync_notebooks import NB_DIR, synced  # noqa: E402
 
 PLOTLY = "application/vnd.plotly.v1+json"
 FIGURE_JSON_CAP = 150_000  # characters of one figure's JSON kept beside its PNG
@@ -60,7 +62,9 @@ def run(name: str) -> float:
         # be resumed or drawn beside this run's (the kernel inherits the variable; tgi_toolkit.cookbook.out_dir)
         os.environ["TGI_TOOLKIT_OUT"] = str(Path(tmp) / "out")
         source, target = Path(tmp) / f"{name}.ipynb", Path(tmp) / f"{name}.out.ipynb"
-        nbformat.write(build(NOTEBOOKS[name]), source)
+        nb = synced(name)  # papermill clears the outputs; a widget state of an earlier run goes too
+        nb.metadata.pop("widgets", None)
+        nbformat.write(nb, source)
         papermill.execute_notebook(str(source), str(target), kernel_name="python3", cwd=str(NB_DIR),
                                    progress_bar=False)
         nb = tidy(nbformat.read(target, as_version=4))
