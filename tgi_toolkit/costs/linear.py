@@ -1,6 +1,6 @@
 """What one forward costs under the calibrated linear model, priced from the features in costs.features.
 
-A forward (tgi_toolkit.router.scheduler.Forward) is a list of rows; a row computes `length` tokens at
+A forward (tgi_toolkit.router.Forward) is a list of rows; a row computes `length` tokens at
 positions `start .. start + length - 1` of its sequence. Its price depends on:
 
 - rows: sequences in the forward (per-row work: sampling, detokenization, gather/scatter);
