@@ -104,8 +104,7 @@ class ModelBackend:
                 cached = entry.allocation.slots[:entry.cache_len] if entry.cache_len else ()
                 state.entry = entry  # before new_seq: release() must find a row it may have taken
                 # Room for the whole segment now: growing the cache chunk by chunk copies it each time
-                # (measured: a 2000-token prompt in 256-token chunks beside 8 streams took 18 s against
-                # 9 s with the room taken at admission, 2 threads, bfloat16).
+                # (twice as slow for a long chunked prompt; docs/engine.md).
                 cache = runner.cache
                 cache.reserve(len(cache.seqs) + 1,
                               min(entry.input_length + entry.max_new_tokens + 1, cache.max_positions))

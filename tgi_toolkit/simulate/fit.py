@@ -25,23 +25,13 @@ def prefill_forwards(length: int, budget: int | None) -> np.ndarray:
 
 
 
-# prefill_forward_s is left out of a fit to timed requests alone: every TTFT of the grid holds one prefilling
-# forward and one request overhead, so the two would be the same column; the overhead is what a client sees
-# outside the server's forwards. A forward trace separates them (its forwards carry no overhead), and there the
-# term is real: in one profile's trace the engine's one-row prefills of 6-16 tokens took 87-102 ms where a decode
-# step took 70, and without the term the fit put that into the request overhead (12.4 ms, where the engine spends
-# 3.5 ms outside a forward on a request: intake 2.2, wake 0.4, first token out 1.1).
+# A fit to timed requests alone cannot tell a prefilling forward from the request overhead (every TTFT holds
+# one of each); a forward trace can (docs/simulator.md, "Why the linear model has these terms").
 PROFILE_TERMS = tuple(t for t in TERMS if t != "prefill_forward_s")
 
 
-# Knees a fit may try (costs.LinearCostModel.free_tokens). The knee is the CPU's (or GPU's), not the engine's:
-# on one 2-core machine here the runner's forwards showed it clearly (1 to 32 tokens 48-52 ms, then ~0.7 ms a
-# token); on another (AMD EPYC, AVX-512 bf16), fitted to the engine's own forward trace of a profile and
-# tested on the forwards of the served workloads that followed, no knee overpriced prefills of up to 100
-# tokens by 7 % (mean log error +0.072) and a knee of 16 did not (-0.008), prefills of 400+ tokens and decode
-# steps as well either way. The profile searches small knees only (FREE_TOKENS): with the knee free up to 128,
-# a noisy profile once traded a knee of 96 tokens against a 49 ms request overhead (15-20 ms in every other
-# fit). Its quick grid has prompts either side of them (16, 64, 128, ...), which is what pins a knee.
+# Knees a fit may try (costs.LinearCostModel.free_tokens): the CPU's, not the engine's; the profile searches
+# small ones only, a larger free knee having traded itself against the request overhead (docs/simulator.md).
 KNEES = (0, 8, 16, 24, 32, 48, 64, 96, 128)
 FREE_TOKENS = (0, 8, 16, 24, 32)
 # Tiles a fit may try (costs.LinearCostModel.token_tile), 1 (none) first so that a grid that cannot tell them
