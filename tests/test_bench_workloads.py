@@ -191,19 +191,19 @@ def test_decode_stall_figures() -> None:
 def test_cli_flags_reach_the_workloads() -> None:
     import argparse
 
-    from tgi_toolkit.bench.cli import _scenario_params, add_parser
+    from tgi_toolkit.bench.cli import add_parser, scenario_params
 
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     args = parser.parse_args(["bench", "shared-prefix", "--url", "http://x", "--groups", "2", "--prefix-tokens", "100"])
-    assert _scenario_params(args) == {"groups": 2, "requests_per_group": 4, "prefix_tokens": 100,
+    assert scenario_params(args) == {"groups": 2, "requests_per_group": 4, "prefix_tokens": 100,
                                       "suffix_tokens": 32, "max_new_tokens": 16, "users": 4}
     args = parser.parse_args(["bench", "shared-prefix", "--url", "http://x"])
-    assert _scenario_params(args)["prefix_tokens"] == 512
+    assert scenario_params(args)["prefix_tokens"] == 512
     args = parser.parse_args(["bench", "multi-turn", "--url", "http://x", "--turns", "6", "--system-tokens", "200"])
-    assert _scenario_params(args)["turns"] == 6 and _scenario_params(args)["system_tokens"] == 200
+    assert scenario_params(args)["turns"] == 6 and scenario_params(args)["system_tokens"] == 200
     args = parser.parse_args(["bench", "decode-stall", "--url", "http://x", "--long-prompt", "900"])
-    assert _scenario_params(args)["long_prompt"] == 900 and _scenario_params(args)["streams"] == 8
+    assert scenario_params(args)["long_prompt"] == 900 and scenario_params(args)["streams"] == 8
 
 
 # -- the real engine ------------------------------------------------------------------------------------------

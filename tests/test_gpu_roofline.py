@@ -105,7 +105,7 @@ def test_an_unknown_server_or_profile_is_refused_with_the_allowed_values():
 class Linear:
     """A stand-in forward price: 10 ms plus 1 ms a computed token."""
 
-    request_overhead_s = 0.0
+    request_overhead_s = frontend_s = jitter_cv = 0.0
 
     def __init__(self, chunking: bool = False) -> None:
         self.profile = SimpleNamespace(chunking=chunking)

@@ -38,7 +38,7 @@ class PerForward:
     """1 s per forward whatever it holds; remembers each forward's token count."""
 
     name = "1 s per forward"
-    request_overhead_s = 0.0
+    request_overhead_s = frontend_s = jitter_cv = 0.0
 
     def __init__(self) -> None:
         self.tokens: list[int] = []

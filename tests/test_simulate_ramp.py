@@ -106,12 +106,12 @@ def test_the_flag_is_shown_like_client_bound_and_the_cli_takes_ramp_up():
 
     res = run_concurrency(PerForward(), users=[2], prompt_tokens=10, max_new_tokens=3, requests=4, ramp_up=0,
                           config=CONFIG)
-    summary = bench_cli._summary(res, "concurrency")
+    summary = bench_cli.summary(res, "concurrency")
     assert "note: 1 point(s) lockstep: the users sent in step" in summary and "--ramp-up" in summary
     section = _conditions(res)
     assert section is not None and "lockstep (the users sent in step" in section.tables[0][1][0][3]
     spread = run_concurrency(PerForward(), users=[2], prompt_tokens=10, max_new_tokens=3, requests=4, config=CONFIG)
-    assert "lockstep" not in bench_cli._summary(spread, "concurrency") and _conditions(spread) is None
+    assert "lockstep" not in bench_cli.summary(spread, "concurrency") and _conditions(spread) is None
     args = _bench_args("concurrency", ["--ramp-up", "2.5", "-u", "4"])
-    assert bench_cli._scenario_params(args)["ramp_up"] == "2.5"
-    assert bench_cli._scenario_params(_bench_args("concurrency", []))["ramp_up"] == "auto"
+    assert bench_cli.scenario_params(args)["ramp_up"] == "2.5"
+    assert bench_cli.scenario_params(_bench_args("concurrency", []))["ramp_up"] == "auto"

@@ -153,7 +153,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     bench.set_defaults(func=main)
 
 
-def _scenario_params(args: argparse.Namespace) -> dict[str, Any]:
+def scenario_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The scenario's own parameters from parsed `bench` (or `simulate run`) arguments."""
     def given(name: str, default: Any) -> Any:
         value = getattr(args, name)
         return value if value is not None else default
@@ -183,7 +184,8 @@ def _scenario_params(args: argparse.Namespace) -> dict[str, Any]:
     return {"prompt_tokens": args.prompt_tokens, "repeats": args.repeats}
 
 
-def _options(args: argparse.Namespace) -> dict[str, Any]:
+def run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What every scenario's run takes (output, resume, sampling, ...) from parsed arguments."""
     sampling = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
                                               "frequency_penalty", "watermark", "do_sample")}
     return {"output": args.output, "resume": args.resume, "progress": args.progress,
@@ -240,7 +242,8 @@ def _server(args: argparse.Namespace) -> Iterator[Any]:
         yield server
 
 
-def _summary(results: Any, scenario: str) -> str:
+def summary(results: Any, scenario: str) -> str:
+    """The lines the CLI prints after a run: one per point, its main figures."""
     from tgi_toolkit.bench import schema as S
 
     if scenario == "batch":
@@ -293,13 +296,13 @@ def main(args: argparse.Namespace) -> int:
     where = f" (finished points are in {args.output})" if args.output else ""
     try:
         with _server(args) as server:
-            options = _options(args)
+            options = run_options(args)
             if args.scenario in WORKLOADS:
                 prefix = options.pop("prefix_tokens")
                 if prefix and args.scenario != "shared-prefix":
                     raise BenchError("--prefix-tokens", "the workload builds its own shared text",
                                      "--system-tokens for multi-turn; 0 for decode-stall")
-            results = run_scenario(args.scenario.replace("-", "_"), server, **_scenario_params(args), **options)
+            results = run_scenario(args.scenario.replace("-", "_"), server, **scenario_params(args), **options)
     except (BenchError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -309,7 +312,7 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted{where}", file=sys.stderr)
         return 130
-    print(_summary(results, args.scenario))
+    print(summary(results, args.scenario))
     if args.output:
         # The summary above is this run's alone; a reused folder also holds other runs' points.
         from pathlib import Path

@@ -58,11 +58,13 @@ def uniform_shape(rows: int, length: int, start: int, prefilling: bool | None = 
 
 
 class CostModel(Protocol):
-    """Prices a forward in seconds; `request_overhead_s` is added before a request reaches the queue (and a
-    model may say with `frontend_s` how much of it requests pay one at a time; none, if it does not)."""
+    """Prices a forward in seconds; `request_overhead_s` is added before a request reaches the queue,
+    `frontend_s` of it paid one request at a time (0: none); `jitter_cv` spreads the forwards' times (0: none)."""
 
     name: str
     request_overhead_s: float
+    frontend_s: float
+    jitter_cv: float
 
     def seconds(self, shape: Shape) -> float: ...
 

@@ -135,7 +135,7 @@ def simulate_main(scenario: str, rest: list[str]) -> int:
         args = _bench_args(scenario, remaining)
         if getattr(args, "url", None) or getattr(args, "backend", None):
             raise BenchError("--url/--backend", "a simulation has no server", "--cost-model, or --gpu and --model")
-        options = bench_cli._options(args)
+        options = bench_cli.run_options(args)
         extra = [a for a in args.launcher_args or [] if a != "--"]
         kept = ("output", "seed", "prefix_tokens", "slo_ttft_s", "slo_tpot_s", "scrape_interval")
         if scenario in ("shared-prefix", "multi-turn", "decode-stall"):
@@ -148,11 +148,11 @@ def simulate_main(scenario: str, rest: list[str]) -> int:
             if getattr(own, key) is not None:
                 sim_options[key] = getattr(own, key)
         cost = _cost_model(own)
-        results = run_scenario(scenario, cost, **bench_cli._scenario_params(args), **sim_options)
+        results = run_scenario(scenario, cost, **bench_cli.scenario_params(args), **sim_options)
     except (BenchError, ConfigError, SimulationError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(bench_cli._summary(results, scenario))
+    print(bench_cli.summary(results, scenario))
     run = results.runs[-1] if results.runs else {}
     print(f"\nsimulated: {run.get('cost_model', {}).get('name', '')}; scheduler {run.get('scheduler')}")
     for line in uncertainty_lines(cost, results):

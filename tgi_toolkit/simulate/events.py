@@ -75,7 +75,7 @@ class SimBackend:
                  on_forward: Callable[[Any, float], None] | None = None, seed: int = 0) -> None:
         self.clock, self.cost, self.on_finish, self.on_forward = clock, cost, on_finish, on_forward
         self.forwards = 0
-        cv = float(getattr(cost, "jitter_cv", 0.0) or 0.0)
+        cv = cost.jitter_cv
         # log-normal with mean 1 and the model's coefficient of variation, seeded: runs repeat exactly
         self._sigma = math.sqrt(math.log1p(cv * cv))
         self._rng = random.Random(seed)
@@ -145,6 +145,10 @@ class Driver:
         raise NotImplementedError
 
     def finished(self, request: SimRequest, t: float) -> list[tuple[float, SimRequest]]:
+        return []
+
+    def poll(self, t: float) -> list[tuple[float, SimRequest]]:
+        """Sends that wait on time passing rather than on a request ending (none by default)."""
         return []
 
 
@@ -334,7 +338,7 @@ class Simulator:
         for t, request in pairs:
             heapq.heappush(self._later, (t, next(self._seq), request))
         overhead = self.cost.request_overhead_s
-        frontend = float(getattr(self.cost, "frontend_s", 0.0) or 0.0)
+        frontend = self.cost.frontend_s
         while self._later and self._later[0][0] <= self.clock.t:
             t, _, request = heapq.heappop(self._later)
             request.record.sent_ns = int(round(t * 1e9))
@@ -381,9 +385,7 @@ class Simulator:
             self._deliver()
             progressed = self.scheduler.step()
             self._sample()
-            poll = getattr(driver, "poll", None)
-            if poll is not None:
-                self._push(poll(self.clock.t))
+            self._push(driver.poll(self.clock.t))
             if progressed:
                 if self.backend.forwards - forwards > self.max_forwards:
                     raise SimulationError(f"more than {self.max_forwards} forwards: the workload does not end")

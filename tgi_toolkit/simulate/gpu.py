@@ -125,6 +125,8 @@ class RooflineCostModel:
     row_overhead_s: float | None = None
     host_token_s: float | None = None
     request_overhead_s: float | None = None
+    frontend_s: float = 0.0  # no figure publishes a front end's or a forward's spread: none assumed
+    jitter_cv: float = 0.0
     name: str = ""
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 

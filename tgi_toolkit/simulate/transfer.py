@@ -18,21 +18,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.simulate.gpu import RooflineCostModel
 
 
 @dataclass
 class TransferredCostModel:
-    measured: Any  # the cost model measured on `source.gpu` (a LinearCostModel from `simulate profile`)
+    measured: CostModel  # measured on `source.gpu` (a LinearCostModel from `simulate profile`)
     source: RooflineCostModel  # the card it was measured on, with the same model, server and shards
     target: RooflineCostModel  # the card to predict
 
     def __post_init__(self) -> None:
         if self.source.shape.config != self.target.shape.config or self.source.server != self.target.server:
             raise ValueError("source and target must describe the same model and server; only the GPU changes")
-        self.request_overhead_s = float(getattr(self.measured, "request_overhead_s", 0.0))
-        self.frontend_s = float(getattr(self.measured, "frontend_s", 0.0))
-        self.jitter_cv = float(getattr(self.measured, "jitter_cv", 0.0))
+        self.request_overhead_s = self.measured.request_overhead_s
+        self.frontend_s = self.measured.frontend_s
+        self.jitter_cv = self.measured.jitter_cv
         self.name = f"{getattr(self.measured, 'name', 'measured')} on {self.source.gpu}, carried to {self.target.gpu}"
 
     def seconds(self, shape: Shape) -> float:
