@@ -216,9 +216,9 @@ class LlamaRunner:
         if step and any(seq.row != i for i, (seq, _) in enumerate(rows)):
             order = torch.tensor([seq.row for seq, _ in rows])
             rows = sorted(rows, key=lambda r: r[0].row)
+        self.cache.reserve(len(seqs), max(seq.length + len(tokens) for seq, tokens in rows))
         plan = attention.plan([(seq.row, seq.length, len(tokens)) for seq, tokens in rows], self.sliding_window,
                               store, self.pool)
-        self.cache.reserve(len(seqs), max(seq.length + len(tokens) for seq, tokens in rows))
         h = self._layers(plan, [t for _, tokens in rows for t in tokens], step)
         if step:
             logits = self.logits(h)
