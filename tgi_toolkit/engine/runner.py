@@ -159,6 +159,8 @@ class LlamaRunner:
         row decoding. Returns the `[rows, vocab]` logits."""
         seqs = self.cache.seqs
         assert len(tokens) == len(seqs), "one token per running sequence"
+        if not seqs:
+            return torch.empty(0, self.vocab_size)
         self.forward([(seq, [token]) for seq, token in zip(seqs, tokens, strict=True)])
         return self.last_logits
 
