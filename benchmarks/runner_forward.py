@@ -5,8 +5,8 @@
 
 Three measurements on the default model, in this process (no server):
 1. A pure decode step at each batch size: `decode(tokens)` against `forward(rows)` with every running
-   row decoding (forward dispatches to the same step; the ratio should be 1 within noise), and the
-   time forward adds to the step by itself (its checks and dispatch, with the step stubbed out).
+   row decoding (decode is that forward; the ratio should be 1 within noise), and the time the step
+   spends outside the model (forward's checks and attention plan, with the layers and LM head stubbed out).
 2. A mixed forward (--mixed-rows decode rows plus a --chunk-token prompt chunk) against what the
    non-chunking path runs for the same work: a decode step, then a separate prefill of the prompt.
 3. What the runner's layout avoids: gathering every row's keys and values from scattered pool slots
@@ -95,7 +95,7 @@ def main() -> None:
             seq.length = ctx  # the next step writes the same position again: constant context
 
     print("\n## 1. pure decode step: decode() against forward() with every row decoding")
-    print(f"{'rows':>5} {'decode ms':>10} {'forward ms':>11} {'forward/decode':>15} {'dispatch us':>12}")
+    print(f"{'rows':>5} {'decode ms':>10} {'forward ms':>11} {'forward/decode':>15} {'outside us':>12}")
     step_ms: dict[int, float] = {}
     for n in args.rows:
         seqs = fill(n)
@@ -105,15 +105,17 @@ def main() -> None:
                                              lambda: (runner.forward(rows), rewind(seqs))],  # noqa: B023
                                             args.repeats)
         step_ms[n] = via_decode
-        # What forward adds to the step (checks, dispatch, per-row views), apart from the noise
-        # of two timed steps: forward with `decode` stubbed out to return fixed logits.
-        fixed = torch.zeros(n, runner.vocab_size)
-        runner.decode = lambda tokens: fixed  # noqa: B023
+        # What the step spends outside the model (checks, the attention plan, per-row views), apart from the
+        # noise of two timed steps: forward with the layers and the LM head stubbed out (rewinding included).
+        fixed, hidden = torch.zeros(n, runner.vocab_size), torch.zeros(n, runner.embed.shape[1], dtype=runner.dtype)
+        runner._layers = lambda plan, tokens, step: hidden  # noqa: B023
+        runner.logits = lambda h: fixed  # noqa: B023
         start = CLOCK()
         for _ in range(1000):
             runner.forward(rows)
+            rewind(seqs)
         dispatch_us = (CLOCK() - start) * 1e3
-        del runner.decode
+        del runner._layers, runner.logits
         print(f"{n:>5} {via_decode:>10.2f} {via_forward:>11.2f} {via_forward / via_decode:>15.3f} {dispatch_us:>12.1f}")
 
     print(f"\n## 2. {args.mixed_rows} decode rows + a {args.chunk}-token prompt chunk: one mixed forward "

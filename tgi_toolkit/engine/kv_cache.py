@@ -1,5 +1,6 @@
 """The engine's KV store: `SlotCache`, one contiguous row of keys and values per running sequence (`Seq`), and
-`KVPool`, keys and values at the scheduler's token slots for the prefix cache; `LlamaRunner` reads and writes both.
+`KVPool`, keys and values at the scheduler's token slots for the prefix cache; the runner and its attention read and
+write both.
 """
 
 from __future__ import annotations

@@ -3,23 +3,21 @@
 Why not `model.generate` or a transformers cache: continuous batching needs requests of
 different lengths to share one decode step, and to join or leave between steps without their
 prompts being recomputed. Here every running sequence owns one row of a preallocated cache
-`[layers, rows, kv_heads, positions, head_dim]`. Running sequences always occupy rows
+`[layers, rows, kv_heads, positions, head_dim]` (`kv_cache.SlotCache`). Running sequences always occupy rows
 `0..B-1`, so a decode step reads a plain view of the cache; a sequence that leaves is replaced by
-the last row (one row copied, not the whole cache). Prefill packs the new prompts into one
-`[tokens, hidden]` matrix, so the linear layers see all of them at once, and runs attention
-per prompt.
+the last row (one row copied, not the whole cache).
 
-Chunked prefill and the prefix cache (TGI 3's scheduling) use two more pieces:
+Every pass is `forward(rows)`, a mixed batch as TGI 3 schedules it: each row computes its tokens at positions
+`seq.length ..` (a decode row one token, a prompt chunk many, possibly continuing an earlier chunk). The
+linear layers see every row's tokens as one `[tokens, hidden]` matrix; attention (`attention`, planned once
+per forward) runs per prompt chunk, plus one call for all one-token rows over a view of the cache rows.
+`decode` (every running row decodes one token) and `prefill` (new prompts, whole) are two such forwards; a
+decode step's layers multiply the weights as tensors (`decode_step`: packed, or compiled by `compile_decode`).
 
-* `forward(rows)`: one forward over a mixed batch, where each row computes its tokens at positions
-  `seq.length ..` (a decode row one token, a prompt chunk many, possibly continuing an earlier
-  chunk). The linear layers see every row's tokens as one `[tokens, hidden]` matrix; attention runs
-  per prompt chunk, plus one call for all one-token rows over a view of the cache rows. A forward
-  in which every running row decodes is handed to `decode`, the tuned step, unchanged.
-* `KVPool` (`runner.pool`, from `enable_pool`): keys and values at the token slots of the
-  scheduler's block allocator (slot = block_id * block_size + offset). A forward writes a prompt's
-  KV there as well (`store`), and `new_seq(cached_slots)` starts a later request that shares the
-  prefix by copying those slots into its row instead of computing them.
+The prefix cache (TGI 3's) adds `KVPool` (`runner.pool`, from `enable_pool`): keys and values at the token
+slots of the scheduler's block allocator (slot = block_id * block_size + offset). A forward writes a prompt's
+KV there as well (`store`), and `new_seq(cached_slots)` starts a later request that shares the prefix by
+copying those slots into its row instead of computing them.
 
 Why two stores rather than attention reading the pool directly, as TGI's paged kernels do: the
 running batch computes attention with SDPA, which on CPU reads each row's keys as one strided
@@ -37,9 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from tgi_toolkit.engine.decode_step import CompiledDecode, Weight, layer_in, layer_out, rms, rope, weight_of
+from tgi_toolkit.engine import attention
+from tgi_toolkit.engine.decode_step import CompiledDecode, Weight, layer_in, layer_out, rms, weight_of
 from tgi_toolkit.engine.kv_cache import KVPool, Seq, SlotCache
 from tgi_toolkit.engine.linear import _linear
 
@@ -131,93 +129,20 @@ class LlamaRunner:
             seen[t.data_ptr()] = t.numel() * t.element_size()
         return sum(seen.values())
 
-    # -- helpers ---------------------------------------------------------------------------
-    def _mlp(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
-        gate_up = layer.gate_up(rms(h, layer.post_norm, self.eps))
-        inter = gate_up.shape[-1] // 2
-        return h + layer.down(F.silu(gate_up[:, :inter]) * gate_up[:, inter:])
-
-    def _qkv(self, layer: _Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """Queries and keys after RoPE (one call for both), and values: `[n, heads, head_dim]` each."""
-        qkv = layer.qkv(rms(h, layer.input_norm, self.eps))
-        n, split = h.shape[0], (self.heads + self.kv_heads) * self.head_dim
-        qk = rope(qkv[:, :split].reshape(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
-        q = qk[:, :self.heads]
-        if q.stride(-1) != 1:  # flash attention reads whole head_dim rows (else SDPA falls back to math)
-            q = q.contiguous()
-        return q, qk[:, self.heads:], qkv[:, split:].reshape(n, self.kv_heads, self.head_dim)
-
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.head(rms(h, self.norm, self.eps)).float()
 
-    # -- prefill -----------------------------------------------------------------------------
     @torch.no_grad()
     def prefill(self, prompts: list[list[int]], all_logits: list[bool] | None = None
                 ) -> tuple[list[Seq], list[torch.Tensor]]:
-        """Run the prompts, store their keys/values; return their seqs and logits.
+        """The prompts as new sequences, run by one `forward`; returns their seqs and logits: `[1, vocab]` for
+        the last position, or `[n, vocab]` for every position where `all_logits[i]` (prefill logprobs).
+        Start-up warm-up, tests and benchmarks use it; the server's prompts go through `forward`."""
+        # room for the prompts and each one's first generated token
+        self.cache.reserve(len(self.cache.seqs) + len(prompts), max(map(len, prompts), default=0) + 1)
+        seqs = [self.new_seq() for _ in prompts]
+        return seqs, self.forward(list(zip(seqs, prompts, strict=True)), all_logits)
 
-        Logits are `[1, vocab]` for the last position, or `[n, vocab]` for every position where
-        `all_logits[i]` (needed for prefill logprobs).
-        """
-        lengths = [len(p) for p in prompts]
-        seqs = [self.cache.add(n) for n in lengths]
-        tokens = torch.tensor([t for p in prompts for t in p], dtype=torch.long)
-        pos = torch.cat([torch.arange(n) for n in lengths])
-        h = self.embed[tokens]
-        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
-        k_cache, v_cache = self.cache.k, self.cache.v
-        for index, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, h, cos, sin)
-            outs = []
-            start = 0
-            for seq, n in zip(seqs, lengths, strict=True):
-                qs = q[start:start + n].transpose(0, 1).unsqueeze(0)
-                ks = k[start:start + n].transpose(0, 1)
-                vs = v[start:start + n].transpose(0, 1)
-                k_cache[index, seq.row, :, :n] = ks
-                v_cache[index, seq.row, :, :n] = vs
-                outs.append(self._causal_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), n))
-                start += n
-            attn = torch.cat(outs, dim=0)
-            h = h + layer.o(attn)
-            h = self._mlp(layer, h)
-        logits = []
-        start = 0
-        for i, n in enumerate(lengths):
-            if all_logits and all_logits[i]:
-                logits.append(self.logits(h[start:start + n]))
-            else:
-                logits.append(self.logits(h[start + n - 1:start + n]))
-            start += n
-        return seqs, logits
-
-    def _causal_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: int,
-                          offset: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """`n` queries at positions offset..offset+n-1 over keys 0..offset+n-1 (`mask`: from `_chunk_mask`,
-        built once per forward rather than once per layer)."""
-        if mask is None:
-            mask = self._chunk_mask(n, offset)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=self.kv_heads != self.heads
-        )
-        return out[0].transpose(0, 1).reshape(n, self.heads * self.head_dim)
-
-    def _chunk_mask(self, n: int, offset: int) -> torch.Tensor | None:
-        """The attention mask of `n` queries after `offset` cached positions; None where SDPA's
-        `is_causal` is that mask."""
-        mask = None
-        if offset:
-            # SDPA's is_causal aligns the mask top-left; a chunk after cached positions needs it bottom-right.
-            qpos, kpos = torch.arange(offset, offset + n)[:, None], torch.arange(offset + n)[None, :]
-            mask = kpos <= qpos
-            if self.sliding_window:
-                mask &= qpos - kpos < self.sliding_window
-        elif self.sliding_window and n > self.sliding_window:
-            idx = torch.arange(n)
-            mask = (idx[None, :] <= idx[:, None]) & (idx[:, None] - idx[None, :] < self.sliding_window)
-        return mask
-
-    # -- decode ------------------------------------------------------------------------------
     def compile_decode(self, rows: Sequence[int]) -> float:
         """Compile the decode step's layer functions (`decode_step.CompiledDecode`) and warm them at these
         row counts, so that no later step compiles; returns the seconds taken. Layers only their own
@@ -230,38 +155,15 @@ class LlamaRunner:
 
     @torch.no_grad()
     def decode(self, tokens: list[int]) -> torch.Tensor:
-        """One step for every running sequence, `tokens[i]` being row i's newest token."""
+        """One step for every running sequence, `tokens[i]` being row i's newest token: `forward` with every
+        row decoding. Returns the `[rows, vocab]` logits."""
         seqs = self.cache.seqs
-        b = len(seqs)
-        assert len(tokens) == b, "one token per running sequence"
-        known = [s.length for s in seqs]
-        lengths = torch.tensor(known, dtype=torch.long)
-        span = max(known) + 1
-        self.cache.reserve(b, span)
-        k_cache, v_cache = self.cache.k, self.cache.v
-        rows = torch.arange(b)
-        mask = None  # rows of one length (a batch that started together) attend to every position
-        if self.sliding_window or min(known) < span - 1:
-            keep = torch.arange(span)[None, :] <= lengths[:, None]
-            if self.sliding_window:
-                keep &= torch.arange(span)[None, :] > lengths[:, None] - self.sliding_window
-            mask = keep[:, None, None, :]  # [b, 1, 1, span]
-        first, second = (self.compiled.layer_in, self.compiled.layer_out) if self.compiled else (layer_in, layer_out)
-        cos, sin = self.cos[lengths].unsqueeze(1), self.sin[lengths].unsqueeze(1)
-        h = self.embed[torch.tensor(tokens, dtype=torch.long)]
-        for index, layer in enumerate(self.layers):
-            qkv, o, gate_up, down = layer.weights(packed=self.compiled is None)
-            q, k, v = first(h, layer.input_norm, qkv, cos, sin, self.eps, self.heads, self.kv_heads)
-            kc, vc = k_cache[index], v_cache[index]
-            kc[rows, :, lengths] = k
-            vc[rows, :, lengths] = v
-            attn = F.scaled_dot_product_attention(q, kc[:b, :, :span], vc[:b, :, :span], attn_mask=mask)
-            h = second(h, attn.reshape(b, self.heads * self.head_dim), o, layer.post_norm, gate_up, down, self.eps)
-        for seq in seqs:
-            seq.length += 1
-        return self.logits(h)
+        assert len(tokens) == len(seqs), "one token per running sequence"
+        if not seqs:
+            return torch.empty(0, self.vocab_size)
+        self.forward([(seq, [token]) for seq, token in zip(seqs, tokens, strict=True)])
+        return self.last_logits
 
-    # -- mixed forward (chunked prefill) -------------------------------------------------------
     @torch.no_grad()
     def forward(self, rows: list[tuple[Seq, list[int]]], all_logits: list[bool] | None = None,
                 store: list[Sequence[int] | None] | None = None, emits: list[bool] | None = None
@@ -308,96 +210,50 @@ class LlamaRunner:
             all_logits = None
         if emits is not None and len(emits) != len(rows):
             raise ValueError(f"forward: emits has {len(emits)} entries for {len(rows)} rows")
-        if store is None and all_logits is None and len(rows) == len(seqs) and max(ns) == 1 \
-                and (emits is None or all(emits)):
-            return self._forward_decode(rows)
-        return self._forward_mixed(rows, ns, all_logits, store, emits)
-
-    def _forward_decode(self, rows: list[tuple[Seq, list[int]]]) -> list[torch.Tensor]:
-        """Every running seq decodes one token: the tuned `decode` step, in rows' order."""
-        order = [seq.row for seq, _ in rows]
-        if order == list(range(len(rows))):
-            logits = self.decode([tokens[0] for _, tokens in rows])
+        # The decode step: every running row decodes one token, all emit. Its rows run in cache-row order (the
+        # one-token rows read cache rows 0..b-1 as they are) and its layers multiply tensors (`decode_step`).
+        step = store is None and all_logits is None and len(rows) == len(seqs) and max(ns) == 1 \
+            and (emits is None or all(emits))
+        order = None
+        if step and any(seq.row != i for i, (seq, _) in enumerate(rows)):
+            order = torch.tensor([seq.row for seq, _ in rows])
+            rows = sorted(rows, key=lambda r: r[0].row)
+        self.cache.reserve(len(seqs), max(seq.length + len(tokens) for seq, tokens in rows))
+        plan = attention.plan([(seq.row, seq.length, len(tokens)) for seq, tokens in rows], self.sliding_window,
+                              store, self.pool)
+        h = self._layers(plan, [t for _, tokens in rows for t in tokens], step)
+        if step:
+            logits = self.logits(h)
+            self.last_logits = logits if order is None else logits[order]
+            out_logits = list(self.last_logits.split(1))
         else:
-            by_row = [0] * len(rows)
-            for seq, tokens in rows:
-                by_row[seq.row] = tokens[0]
-            logits = self.decode(by_row)[torch.tensor(order)]
-        self.last_logits = logits
-        return list(logits.split(1))
+            out_logits = self._read_logits(h, ns, all_logits, emits)
+        for (seq, _), n in zip(rows, ns, strict=True):
+            seq.length += n
+        return out_logits
 
-    def _forward_mixed(self, rows: list[tuple[Seq, list[int]]], ns: list[int], all_logits: list[bool] | None,
-                       store: list[Sequence[int] | None] | None, emits: list[bool] | None) -> list[torch.Tensor]:
-        starts = [seq.length for seq, _ in rows]
-        self.cache.reserve(len(self.cache.seqs), max(s + n for s, n in zip(starts, ns, strict=True)))
-        k_cache, v_cache = self.cache.k, self.cache.v
+    def _layers(self, plan: attention.Plan, tokens: list[int], step: bool) -> torch.Tensor:
+        """The decoder layers over the forward's tokens: the hidden states after the last."""
+        h = self.embed[torch.tensor(tokens, dtype=torch.long)]
+        cos, sin = self.cos[plan.positions].unsqueeze(1), self.sin[plan.positions].unsqueeze(1)
+        # A decode step multiplies the layers' tensors (`decode_step.project`, compiled by `compile_decode`); any
+        # other forward (prompt chunks: many rows) runs the layers' own forward (`F.linear` past a few rows).
+        compiled = self.compiled if step else None
+        first, second = (compiled.layer_in, compiled.layer_out) if compiled else (layer_in, layer_out)
+        for index, layer in enumerate(self.layers):
+            qkv, o, gate_up, down = layer.weights(packed=compiled is None) if step else layer.linears().values()
+            q, k, v = first(h, layer.input_norm, qkv, cos, sin, self.eps, self.heads, self.kv_heads)
+            attn = attention.attend(plan, index, q, k, v, self.cache.k, self.cache.v, self.pool)
+            h = second(h, attn, o, layer.post_norm, gate_up, down, self.eps)
+        return h
+
+    def _read_logits(self, h: torch.Tensor, ns: list[int], all_logits: list[bool] | None,
+                     emits: list[bool] | None) -> list[torch.Tensor]:
+        """`forward`'s per-row logits from the last hidden states; sets `self.last_logits`."""
         offsets = [0]
         for n in ns:
             offsets.append(offsets[-1] + n)
-        total = offsets[-1]
-        h = self.embed[torch.tensor([t for _, tokens in rows for t in tokens], dtype=torch.long)]
-        pos = torch.tensor([p for s, n in zip(starts, ns, strict=True) for p in range(s, s + n)], dtype=torch.long)
-        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
-        chunks = [i for i, n in enumerate(ns) if n > 1]
-        masks = {i: self._chunk_mask(ns[i], starts[i]) for i in chunks}
-
-        # Rows of one token (decode rows, 1-token chunks) share one attention call over cache rows
-        # 0..width-1, as `decode` does: a view of the cache, no gather. Cache rows inside that range
-        # that are not among them get a query of zeros that sees position 0 only, output dropped.
-        single = [i for i, n in enumerate(ns) if n == 1]
-        if single:
-            s_tok = torch.tensor([offsets[i] for i in single], dtype=torch.long)
-            s_rows = [rows[i][0].row for i in single]
-            s_row = torch.tensor(s_rows, dtype=torch.long)
-            s_pos = torch.tensor([starts[i] for i in single], dtype=torch.long)
-            width, span = max(s_rows) + 1, int(s_pos.max()) + 1
-            dense = s_rows == list(range(width))
-            at = torch.zeros(width, dtype=torch.long)
-            at[s_row] = s_pos
-            s_mask = None
-            if not dense or self.sliding_window or int(s_pos.min()) < span - 1:
-                keep = torch.arange(span)[None, :] <= at[:, None]
-                if self.sliding_window:
-                    keep &= torch.arange(span)[None, :] > at[:, None] - self.sliding_window
-                s_mask = keep[:, None, None, :]
-        rep = self.heads // self.kv_heads
-        if store is not None:
-            pairs = [(offsets[i] + j, slot) for i, slots in enumerate(store) if slots is not None
-                     for j, slot in enumerate(slots)]
-            st_tok = torch.tensor([p[0] for p in pairs], dtype=torch.long)
-            st_slot = self.pool.index([p[1] for p in pairs])
-
-        for index, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, h, cos, sin)
-            kc, vc = k_cache[index], v_cache[index]
-            if store is not None:
-                self.pool.k[index, st_slot] = k[st_tok]
-                self.pool.v[index, st_slot] = v[st_tok]
-            attn = h.new_empty(total, self.heads * self.head_dim)
-            for i in chunks:
-                o, n, s, row = offsets[i], ns[i], starts[i], rows[i][0].row
-                ks, vs = k[o:o + n].transpose(0, 1), v[o:o + n].transpose(0, 1)
-                kc[row, :, s:s + n] = ks
-                vc[row, :, s:s + n] = vs
-                qs = q[o:o + n].transpose(0, 1).unsqueeze(0)
-                if s:
-                    ks, vs = kc[row, :, :s + n], vc[row, :, :s + n]
-                attn[o:o + n] = self._causal_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), n, s, masks[i])
-            if single:
-                kc[s_row, :, s_pos] = k[s_tok]
-                vc[s_row, :, s_pos] = v[s_tok]
-                qg = q[s_tok].view(len(single), self.kv_heads, rep, self.head_dim)
-                if not dense:
-                    full = qg.new_zeros(width, self.kv_heads, rep, self.head_dim)
-                    full[s_row] = qg
-                    qg = full
-                out = F.scaled_dot_product_attention(qg, kc[:width, :, :span], vc[:width, :, :span],
-                                                     attn_mask=s_mask).reshape(width, -1)
-                attn[s_tok] = out if dense else out[s_row]
-            h = h + layer.o(attn)
-            h = self._mlp(layer, h)
-
-        emitting = [i for i in range(len(rows)) if emits is None or emits[i]]
+        emitting = [i for i in range(len(ns)) if emits is None or emits[i]]
         at = {i: j for j, i in enumerate(emitting)}
         last = self.logits(h[torch.tensor([offsets[i + 1] - 1 for i in emitting], dtype=torch.long)])
         out_logits = []
@@ -409,8 +265,6 @@ class LlamaRunner:
                 out_logits.append(full_logits)
             else:
                 out_logits.append(last[at[i]:at[i] + 1] if i in at else last[:0])
-        for (seq, _), n in zip(rows, ns, strict=True):
-            seq.length += n
         self.last_logits = last
         return out_logits
 

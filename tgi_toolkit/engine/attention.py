@@ -1,0 +1,156 @@
+"""Attention over the slot cache, one path for every forward: prompt chunks and one-token rows.
+
+`plan` reads a forward's rows once (not once per layer): each prompt chunk (`Chunk`) attends to its own
+cache row, causally within the chunk; the one-token rows (decode rows, one-token chunks; `OneTokenRows`)
+share one SDPA call over a view of cache rows 0..width-1, as a decode step of the whole batch does: no
+gather. `attend` runs one layer's attention from that plan; `causal_mask` is the one mask builder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tgi_toolkit.engine.kv_cache import KVPool
+
+
+def causal_mask(positions: torch.Tensor, span: int, window: int | None) -> torch.Tensor:
+    """`[queries, span]`, True where the query at `positions[i]` sees key position j: every position up to
+    its own, or with a sliding `window` the last `window` of them."""
+    keys = torch.arange(span)[None, :]
+    keep = keys <= positions[:, None]
+    if window:
+        keep &= keys > positions[:, None] - window
+    return keep
+
+
+@dataclass
+class Chunk:
+    """A prompt chunk: the forward's tokens `at .. at + n - 1`, at positions `start ..` of cache row `row`."""
+
+    at: int
+    n: int
+    start: int
+    row: int
+    mask: torch.Tensor | None  # [n, start + n]; None where SDPA's is_causal is that mask
+
+
+@dataclass
+class OneTokenRows:
+    """The rows of one token, attending together over cache rows 0..width-1, positions 0..span-1."""
+
+    at: torch.Tensor | None  # their tokens' places in the forward; None: every token, in this order
+    rows: torch.Tensor  # cache rows
+    positions: torch.Tensor
+    width: int
+    span: int
+    dense: bool  # rows are 0..width-1 in order; else the other cache rows get a query of zeros, output dropped
+    mask: torch.Tensor | None  # [width, 1, 1, span]; None: every row sees every position (one length, no window)
+
+
+@dataclass
+class Plan:
+    """What a forward's attention reads and writes, the same for every layer."""
+
+    tokens: int
+    positions: torch.Tensor  # each token's position (RoPE)
+    chunks: list[Chunk]
+    one_token: OneTokenRows | None
+    store: tuple[torch.Tensor, torch.Tensor] | None  # (tokens, pool slots) whose keys/values the pool keeps
+
+
+def plan(spans: Sequence[tuple[int, int, int]], window: int | None,
+         store: Sequence[Sequence[int] | None] | None = None, pool: KVPool | None = None) -> Plan:
+    """The plan of a forward whose rows are `spans`, each (cache row, first position, tokens), in the forward's
+    token order; `store[i]`, where given, the pool slots of row i's tokens."""
+    at, chunks, one, positions = 0, [], [], []
+    for row, start, n in spans:
+        if n == 1:
+            one.append((at, row, start))
+            positions.append(start)
+        else:
+            mask = None
+            # SDPA's is_causal aligns the mask top-left; a chunk after cached positions needs it bottom-right.
+            if start or (window and n > window):
+                mask = causal_mask(torch.arange(start, start + n), start + n, window)
+            chunks.append(Chunk(at, n, start, row, mask))
+            positions.extend(range(start, start + n))
+        at += n
+    pos = torch.tensor(positions, dtype=torch.long)
+    one_token = None
+    if one:
+        rows = [row for _, row, _ in one]
+        starts = [start for _, _, start in one]
+        width, span = max(rows) + 1, max(starts) + 1
+        dense = rows == list(range(width))
+        row_index = torch.arange(width) if dense else torch.tensor(rows, dtype=torch.long)
+        one_pos = pos if not chunks else torch.tensor(starts, dtype=torch.long)
+        mask = None
+        if not dense or window or min(starts) < span - 1:
+            seen = one_pos if dense else torch.zeros(width, dtype=torch.long).index_put_((row_index,), one_pos)
+            mask = causal_mask(seen, span, window)[:, None, None, :]
+        index = torch.tensor([a for a, _, _ in one], dtype=torch.long) if chunks else None
+        one_token = OneTokenRows(index, row_index, one_pos, width, span, dense, mask)
+    stored = None
+    if store is not None:
+        starts_at = [0]
+        for _, _, n in spans:
+            starts_at.append(starts_at[-1] + n)
+        pairs = [(starts_at[i] + j, slot) for i, slots in enumerate(store) if slots is not None
+                 for j, slot in enumerate(slots)]
+        stored = (torch.tensor([p[0] for p in pairs], dtype=torch.long), pool.index([p[1] for p in pairs]))
+    return Plan(at, pos, chunks, one_token, stored)
+
+
+def attend(plan: Plan, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           k_cache: torch.Tensor, v_cache: torch.Tensor, pool: KVPool | None) -> torch.Tensor:
+    """One layer's attention for a planned forward: writes the tokens' keys and values (their cache rows, and
+    the pool slots the plan stores) and returns `[tokens, heads * head_dim]`. `q` is grouped
+    `[tokens, kv_heads, heads / kv_heads, head_dim]` (`decode_step.layer_in`), `k` and `v` `[tokens, kv_heads,
+    head_dim]`; the caches are `SlotCache.k` and `.v`."""
+    kc, vc = k_cache[layer], v_cache[layer]
+    if plan.store is not None:
+        tokens, slots = plan.store
+        pool.k[layer, slots] = k[tokens]
+        pool.v[layer, slots] = v[tokens]
+    one = plan.one_token
+    if one is not None and one.at is None:  # every token a one-token row (a decode step): no copies
+        return _one_token_rows(one, q, k, v, kc, vc)
+    attn = q.new_empty(plan.tokens, q.shape[1] * q.shape[2] * q.shape[3])
+    for chunk in plan.chunks:
+        attn[chunk.at:chunk.at + chunk.n] = _chunk(chunk, q, k, v, kc, vc)
+    if one is not None:
+        attn[one.at] = _one_token_rows(one, q[one.at], k[one.at], v[one.at], kc, vc)
+    return attn
+
+
+def _chunk(chunk: Chunk, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor,
+           vc: torch.Tensor) -> torch.Tensor:
+    at, n, start, row = chunk.at, chunk.n, chunk.start, chunk.row
+    ks, vs = k[at:at + n].transpose(0, 1), v[at:at + n].transpose(0, 1)
+    kc[row, :, start:start + n] = ks
+    vc[row, :, start:start + n] = vs
+    if start:
+        ks, vs = kc[row, :, :start + n], vc[row, :, :start + n]
+    qs = q[at:at + n].flatten(1, 2).transpose(0, 1).unsqueeze(0)  # [1, heads, n, head_dim]
+    out = F.scaled_dot_product_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), attn_mask=chunk.mask,
+                                         is_causal=chunk.mask is None, enable_gqa=q.shape[2] > 1)
+    return out[0].transpose(0, 1).reshape(n, -1)
+
+
+def _one_token_rows(one: OneTokenRows, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor,
+                    vc: torch.Tensor) -> torch.Tensor:
+    """`q`, `k`, `v`: the rows' own, in their order. The query heads that share a key head are that head's
+    query positions, so SDPA reads each row's keys once, with no copied heads."""
+    kc[one.rows, :, one.positions] = k
+    vc[one.rows, :, one.positions] = v
+    if not one.dense:
+        full = q.new_zeros(one.width, *q.shape[1:])
+        full[one.rows] = q
+        q = full
+    out = F.scaled_dot_product_attention(q, kc[:one.width, :, :one.span], vc[:one.width, :, :one.span],
+                                         attn_mask=one.mask).reshape(one.width, -1)
+    return out if one.dense else out[one.rows]
