@@ -35,11 +35,11 @@ def alone(loaded) -> list[list[int]]:
 
 
 def make_engine(loaded, observer: Observer | None = None, **config) -> Engine:
-    runner = LlamaRunner(loaded.model, max_rows=16, max_positions=512)
+    settings = SchedulerConfig(**{"max_batch_prefill_tokens": 4096, "max_batch_total_tokens": 4000, **config})
+    runner = LlamaRunner(loaded.model, max_rows=16, max_positions=512,
+                         pool_slots=settings.slots if settings.prefix_caching else None)
     backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids)
-    settings = dict(max_batch_prefill_tokens=4096, max_batch_total_tokens=4000)
-    settings.update(config)
-    return Engine(backend, SchedulerConfig(**settings), observer)
+    return Engine(backend, settings, observer)
 
 
 def request(loaded, text: str, n: int = 12) -> ValidRequest:

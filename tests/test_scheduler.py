@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tgi_toolkit.router import SEGMENT_TOKENS, Entry, Forward, Queue, Scheduler, SchedulerConfig, segment
+from tgi_toolkit.router import (
+    SEGMENT_TOKENS,
+    Entry,
+    Forward,
+    Queue,
+    Scheduler,
+    SchedulerConfig,
+    make_allocator,
+    segment,
+)
 from tgi_toolkit.router.blocks import RadixAllocator
 
 
@@ -550,3 +559,11 @@ def test_without_chunking_a_prompt_over_the_prefill_budget_is_refused_not_left_a
     assert not sched.step() and len(queue) == 0
     assert refused == ["request cannot be scheduled: its 10 prompt tokens exceed max_batch_prefill_tokens (8) "
                        "and prefill chunking is off"]
+
+
+def test_a_kv_store_of_config_slots_holds_every_slot_the_allocator_hands_out():
+    # 1000 tokens in blocks of 16: 62 blocks (block 0 reserved), slots 0..991; the 61 usable blocks hold 976 tokens.
+    config = SchedulerConfig(max_batch_prefill_tokens=64, max_batch_total_tokens=1000, block_size=16)
+    allocation = make_allocator(config).allocate(976)
+    assert config.slots == 992
+    assert allocation is not None and max(allocation.slots) == 991 and min(allocation.slots) == 16

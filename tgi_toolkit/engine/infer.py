@@ -79,10 +79,6 @@ class Engine:
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None  # set when the compute side died
         self.on_death: Callable[[BaseException], None] | None = None
-        runner = getattr(backend, "runner", None)
-        if config.prefix_caching and hasattr(runner, "enable_pool"):
-            # Slots of every block, block 0 included (slot = block * block_size + offset).
-            runner.enable_pool(config.max_batch_total_tokens // config.block_size * config.block_size)
 
     @property
     def healthy(self) -> bool:

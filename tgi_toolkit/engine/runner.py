@@ -71,9 +71,11 @@ class _Layer:
 class LlamaRunner:
     """Forward passes for Llama-shaped decoders (Llama, Mistral, Qwen2, SmolLM)."""
 
-    def __init__(self, model: Any, max_rows: int, max_positions: int, kv_capacity: int | None = None) -> None:
+    def __init__(self, model: Any, max_rows: int, max_positions: int, kv_capacity: int | None = None,
+                 pool_slots: int | None = None) -> None:
         """`max_rows` sequences at once, each of at most `max_positions` tokens; `kv_capacity` positions of
-        KV cache in all (default: enough for `max_rows` rows of `max_positions`), allocated now."""
+        KV cache in all (default: enough for `max_rows` rows of `max_positions`), allocated now; with
+        `pool_slots`, the prefix cache's KV pool of that many token slots (`enable_pool`)."""
         cfg = model.config
         if cfg.model_type not in SUPPORTED_ARCHITECTURES:
             raise UnsupportedModelError(
@@ -104,6 +106,8 @@ class LlamaRunner:
         self.pool: KVPool | None = None
         self.compiled: CompiledDecode | None = None  # see compile_decode()
         self.last_logits = torch.empty(0)  # see forward()
+        if pool_slots:
+            self.enable_pool(pool_slots)
 
     @staticmethod
     def _fuse(layer: Any) -> _Layer:

@@ -26,6 +26,12 @@ class SchedulerConfig:
     max_input_tokens: int | None = None
     max_total_tokens: int | None = None
 
+    @property
+    def slots(self) -> int:
+        """Token slots the block allocator hands out, block 0 included (slot = block * block_size + offset):
+        what a KV store indexed by slot holds."""
+        return self.max_batch_total_tokens // self.block_size * self.block_size
+
 
 
 def make_allocator(config: SchedulerConfig) -> SimpleAllocator:

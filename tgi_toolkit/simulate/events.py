@@ -131,11 +131,6 @@ class _Observer(Observer):
     def dropped(self, entry: Any) -> None:
         self.dropped_entries.append(entry)
 
-    def __getattr__(self, name: str) -> Callable[..., None]:  # hooks this simulator does not need
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return lambda *args, **kwargs: None
-
 
 class Driver:
     """How a workload's client sends requests: `start()` gives the first (send time, request) pairs,
