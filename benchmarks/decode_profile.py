@@ -1,15 +1,15 @@
 """Where a decode step's time goes, against this machine's memory bandwidth and matmul peak, measured here.
 
     .venv/bin/python benchmarks/decode_profile.py [--dtype bfloat16] [--rows 1 16 32] [--context 192]
-        [--rounds 5] [--compile | --no-compile] [--quantize eetq] [--threads 1]
+        [--rounds 5] [--compile] [--quantize eetq] [--threads 1]
 
 Each round measures, one after the other (a shared machine's speed drifts, so every ratio is taken
 within a round and the median over rounds is printed):
 - the machine's limits: a large bfloat16 copy (STREAM's "copy": bytes read plus bytes written over
   the time, 1 GiB each way, far beyond the caches) and a large bfloat16 matmul (4096^3, oneDNN/AMX);
-- the engine's decode step (`LlamaRunner.decode`, as the engine runs it: compiled buckets unless
-  --no-compile) at each row count, each row holding --context tokens of KV, and the greedy token
-  choice the engine runs after it (sampling).
+- the engine's decode step (`LlamaRunner.decode`, as the engine runs it: eager by default, the compiled
+  buckets of --cuda-graphs with --compile) at each row count, each row holding --context tokens of KV,
+  and the greedy token choice the engine runs after it (sampling).
 
 Then one profiled step per row count (torch.profiler) splits the step: matmuls (the decoder's linear
 layers), the LM head (the last matmul), attention (SDPA and the KV cache writes), the other kernels
@@ -101,8 +101,9 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=192, help="KV tokens per row (prompt 128 + 64 generated)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per row count per round (median)")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                        help="the compiled decode step, as the engine serves (default), or the eager one")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
+                        help="the compiled decode step, as the engine serves it with --cuda-graphs; default: the "
+                             "eager one, as it serves without")
     parser.add_argument("--quantize", default=None, help="--quantize method, e.g. eetq")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default torch's: the cores); 1 avoids OpenMP barrier stalls on a busy "
