@@ -66,8 +66,9 @@ def plan(spans: Sequence[tuple[int, int, int]], window: int | None,
          store: Sequence[Sequence[int] | None] | None = None, pool: KVPool | None = None) -> Plan:
     """The plan of a forward whose rows are `spans`, each (cache row, first position, tokens), in the forward's
     token order; `store[i]`, where given, the pool slots of row i's tokens."""
-    at, chunks, one, positions = 0, [], [], []
+    at, chunks, one, positions, firsts = 0, [], [], [], []
     for row, start, n in spans:
+        firsts.append(at)
         if n == 1:
             one.append((at, row, start))
             positions.append(start)
@@ -96,10 +97,7 @@ def plan(spans: Sequence[tuple[int, int, int]], window: int | None,
         one_token = OneTokenRows(index, row_index, one_pos, width, span, dense, mask)
     stored = None
     if store is not None:
-        starts_at = [0]
-        for _, _, n in spans:
-            starts_at.append(starts_at[-1] + n)
-        pairs = [(starts_at[i] + j, slot) for i, slots in enumerate(store) if slots is not None
+        pairs = [(firsts[i] + j, slot) for i, slots in enumerate(store) if slots is not None
                  for j, slot in enumerate(slots)]
         stored = (torch.tensor([p[0] for p in pairs], dtype=torch.long), pool.index([p[1] for p in pairs]))
     return Plan(at, pos, chunks, one_token, stored)
