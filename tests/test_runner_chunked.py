@@ -343,3 +343,11 @@ def test_sliding_window_masks_in_chunks_and_decode_rows_match_transformers():
         got.append(out[1])
     assert torch.allclose(torch.cat(got), expected, rtol=0, atol=1e-5)
     assert torch.allclose(torch.cat(got_other), expected_other, rtol=0, atol=1e-5)
+
+
+def test_a_decode_step_with_nothing_running_gives_no_logits_not_the_last_steps(loaded, prompt):
+    runner = LlamaRunner(loaded.model, 2, 64)
+    seqs, logits = runner.prefill([prompt[:8]])
+    assert runner.decode([int(logits[0][-1].argmax())]).shape == (1, runner.vocab_size)
+    runner.release(seqs[0])
+    assert runner.decode([]).shape == (0, runner.vocab_size)
