@@ -207,6 +207,8 @@ def test_compute_thread_runs_every_job_in_one_thread_and_hands_errors_back():
     assert compute.call(lambda a, b=0: a + b, 2, b=3) == 5
     with pytest.raises(ZeroDivisionError):
         compute.call(lambda: 1 / 0)
+    # every job (load, warm-up, the batching loop) runs without autograd's bookkeeping
+    assert compute.call(torch.is_inference_mode_enabled) and not torch.is_inference_mode_enabled()
     ran_in = []
     compute.hand_over(lambda: ran_in.append(threading.get_ident()))  # the batching loop's place
     compute.thread.join(5)
@@ -222,3 +224,21 @@ def test_loading_a_model_leaves_the_process_environment_alone(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     load_model(resolve_model(DEFAULT_MODEL_ID), dtype="bfloat16")
     assert "HF_HUB_OFFLINE" not in os.environ
+
+
+def test_a_caller_outside_inference_mode_samples_and_releases_what_the_runner_made(loaded):
+    # The runner computes in inference mode; its logits are inference tensors, which torch refuses to change
+    # in place outside that mode: the token choice (which overwrites them) and row moves must still work.
+    from tgi_toolkit.engine.sampling import SamplingParams, TokenChooser, choose_batch
+
+    runner = LlamaRunner(loaded.model, max_rows=4, max_positions=64)
+    seqs, first = runner.prefill([[1, 504, 3458, 314], [1, 19, 2372]])
+    logits = runner.decode([int(f[0].argmax()) for f in first])
+    assert logits.is_inference() and not torch.is_inference_mode_enabled()
+    expected = logits.argmax(-1).tolist()
+    choices = choose_batch(logits, [TokenChooser(SamplingParams()) for _ in seqs], lambda i: [])
+    assert [c.token_id for c in choices] == expected
+    for _ in range(40):  # past the cache's first view of positions: it re-lays its rows mid-forward
+        runner.decode([c.token_id for c in choices])
+    runner.release(seqs[0])  # moves the last row into the freed one
+    assert runner.decode([expected[1]]).shape == (1, runner.vocab_size)

@@ -136,7 +136,7 @@ class LlamaRunner:
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.head(rms(h, self.norm, self.eps)).float()
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def prefill(self, prompts: list[list[int]], all_logits: list[bool] | None = None
                 ) -> tuple[list[Seq], list[torch.Tensor]]:
         """The prompts as new sequences, run by one `forward`; returns their seqs and logits: `[1, vocab]` for
@@ -157,7 +157,7 @@ class LlamaRunner:
         self.compiled = CompiledDecode()
         return self.compiled.warm(self, rows)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def decode(self, tokens: list[int]) -> torch.Tensor:
         """One step for every running sequence, `tokens[i]` being row i's newest token: `forward` with every
         row decoding. Returns the `[rows, vocab]` logits."""
@@ -168,7 +168,7 @@ class LlamaRunner:
         self.forward([(seq, [token]) for seq, token in zip(seqs, tokens, strict=True)])
         return self.last_logits
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def forward(self, rows: list[tuple[Seq, list[int]]], all_logits: list[bool] | None = None,
                 store: list[Sequence[int] | None] | None = None, emits: list[bool] | None = None
                 ) -> list[torch.Tensor]:
@@ -272,6 +272,7 @@ class LlamaRunner:
         self.last_logits = last
         return out_logits
 
+    @torch.inference_mode()
     def release(self, seq: Seq) -> None:
         self.cache.release(seq)
 
@@ -283,7 +284,7 @@ class LlamaRunner:
         self.pool = KVPool(len(self.layers), n_slots, self.kv_heads, self.head_dim, self.dtype)
         return self.pool
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def new_seq(self, cached_slots: Sequence[int] = ()) -> Seq:
         """A new row whose first `len(cached_slots)` positions are copied from those pool slots
         (a prefix-cache hit, no compute); `seq.length` is that count."""

@@ -118,6 +118,7 @@ def _top(logprobs: torch.Tensor, n: int) -> list[tuple[int, float]]:
     return list(zip(ids.tolist(), values.tolist(), strict=True))
 
 
+@torch.inference_mode()  # it overwrites `logits`, an inference tensor from the runner
 def choose_batch(logits: torch.Tensor, choosers: list[TokenChooser],
                  history_of: Callable[[int], list[int]]) -> list[Choice]:
     """Next token for each row of `logits` ([rows, vocab], float32; overwritten).
