@@ -141,14 +141,23 @@ def _chunk(chunk: Chunk, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: 
 
 def _one_token_rows(one: OneTokenRows, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor,
                     vc: torch.Tensor) -> torch.Tensor:
-    """`q`, `k`, `v`: the rows' own, in their order. The query heads that share a key head are that head's
-    query positions, so SDPA reads each row's keys once, with no copied heads."""
-    kc[one.rows, :, one.positions] = k
-    vc[one.rows, :, one.positions] = v
-    if not one.dense:
-        full = q.new_zeros(one.width, *q.shape[1:])
-        full[one.rows] = q
-        q = full
-    out = F.scaled_dot_product_attention(q, kc[:one.width, :, :one.span], vc[:one.width, :, :one.span],
-                                         attn_mask=one.mask).reshape(one.width, -1)
-    return out if one.dense else out[one.rows]
+    """`q`, `k`, `v`: the rows' own, in their order."""
+    if one.dense:
+        return one_token_attention(q, k, v, kc, vc, one.rows, one.positions, one.span, one.mask)
+    full = q.new_zeros(one.width, *q.shape[1:])
+    full[one.rows] = q
+    return one_token_attention(full, k, v, kc, vc, one.rows, one.positions, one.span, one.mask)[one.rows]
+
+
+def one_token_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor,
+                        rows: torch.Tensor, positions: torch.Tensor, span: int, mask: torch.Tensor | None
+                        ) -> torch.Tensor:
+    """Cache rows 0..width-1 (`q`'s rows) attending over positions 0..span-1, after each of `rows` writes its
+    token's keys and values at its position: `[width, heads * head_dim]`. The query heads that share a key
+    head are that head's query positions, so SDPA reads each row's keys once, with no copied heads. A decode
+    step runs it as TorchScript (`decode_step.decode_layers`)."""
+    kc[rows, :, positions] = k
+    vc[rows, :, positions] = v
+    width = q.shape[0]
+    out = F.scaled_dot_product_attention(q, kc[:width, :, :span], vc[:width, :, :span], attn_mask=mask)
+    return out.reshape(width, -1)

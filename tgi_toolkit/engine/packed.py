@@ -38,5 +38,6 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
 
 
 def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`x @ W.T (+ bias)` for 2-D `x`, W packed by `pack`."""
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+    """`x @ W.T (+ bias)` for 2-D `x`, W packed by `pack` (TorchScript compiles it: `decode_step`)."""
+    no_scalars: list[int | float | complex | None] = []  # typed, as the op's schema needs under TorchScript
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", no_scalars, "")

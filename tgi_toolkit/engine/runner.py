@@ -12,7 +12,8 @@ Every pass is `forward(rows)`, a mixed batch as TGI 3 schedules it: each row com
 linear layers see every row's tokens as one `[tokens, hidden]` matrix; attention (`attention`, planned once
 per forward) runs per prompt chunk, plus one call for all one-token rows over a view of the cache rows.
 `decode` (every running row decodes one token) and `prefill` (new prompts, whole) are two such forwards; a
-decode step's layers multiply the weights as tensors (`decode_step`: packed, or compiled by `compile_decode`).
+decode step's layers multiply the weights as tensors (`decode_step.decode_layers`, run as TorchScript; or
+compiled by `compile_decode`).
 
 The prefix cache (TGI 3's) adds `KVPool` (`runner.pool`, from `enable_pool`): keys and values at the token
 slots of the scheduler's block allocator (slot = block_id * block_size + offset). A forward writes a prompt's
@@ -37,7 +38,16 @@ from typing import Any
 import torch
 
 from tgi_toolkit.engine import attention
-from tgi_toolkit.engine.decode_step import CompiledDecode, Weight, layer_in, layer_out, rms, weight_of
+from tgi_toolkit.engine.decode_step import (
+    CompiledDecode,
+    Weight,
+    decode_layers,
+    layer_in,
+    layer_out,
+    rms,
+    scripted_decode_layers,
+    weight_of,
+)
 from tgi_toolkit.engine.kv_cache import KVPool, Seq, SlotCache
 from tgi_toolkit.engine.linear import _linear
 
@@ -105,6 +115,7 @@ class LlamaRunner:
                                max_rows, max_positions, kv_capacity)
         self.pool: KVPool | None = None
         self.compiled: CompiledDecode | None = None  # see compile_decode()
+        self.scripted = scripted_decode_layers()  # the decode step's layers as TorchScript (None: from Python)
         self.last_logits = torch.empty(0)  # see forward()
         if pool_slots:
             self.enable_pool(pool_slots)
@@ -240,12 +251,18 @@ class LlamaRunner:
         """The decoder layers over the forward's tokens: the hidden states after the last."""
         h = self.embed[torch.tensor(tokens, dtype=torch.long)]
         cos, sin = self.cos[plan.positions].unsqueeze(1), self.sin[plan.positions].unsqueeze(1)
-        # A decode step multiplies the layers' tensors (`decode_step.project`, compiled by `compile_decode`); any
-        # other forward (prompt chunks: many rows) runs the layers' own forward (`F.linear` past a few rows).
-        compiled = self.compiled if step else None
-        first, second = (compiled.layer_in, compiled.layer_out) if compiled else (layer_in, layer_out)
+        if step and self.compiled is None:  # the layers' tensors, in TorchScript where it can take them
+            weights = [w for layer in self.layers for w in layer.weights()]
+            norms = [n for layer in self.layers for n in (layer.input_norm, layer.post_norm)]
+            run = self.scripted if self.scripted and all(isinstance(w, tuple) for w in weights) else decode_layers
+            one = plan.one_token
+            return run(h, weights, norms, cos, sin, self.cache.k, self.cache.v, one.positions, one.span, one.mask,
+                       self.eps, self.heads, self.kv_heads)
+        # A compiled decode step multiplies the plain weights (`compile_decode`); any other forward (prompt chunks:
+        # many rows) runs the layers' own forward (`F.linear` past a few rows).
+        first, second = (self.compiled.layer_in, self.compiled.layer_out) if step else (layer_in, layer_out)
         for index, layer in enumerate(self.layers):
-            qkv, o, gate_up, down = layer.weights(packed=compiled is None) if step else layer.linears().values()
+            qkv, o, gate_up, down = layer.weights(packed=False) if step else layer.linears().values()
             q, k, v = first(h, layer.input_norm, qkv, cos, sin, self.eps, self.heads, self.kv_heads)
             attn = attention.attend(plan, index, q, k, v, self.cache.k, self.cache.v, self.pool)
             h = second(h, attn, o, layer.post_norm, gate_up, down, self.eps)
