@@ -8,6 +8,7 @@ import logging
 import pytest
 import torch
 
+from tests.test_runner_chunked import tiny_mistral
 from tgi_toolkit.engine import decode_step
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
 from tgi_toolkit.engine.runner import LlamaRunner
@@ -52,13 +53,7 @@ def test_the_scripted_step_gives_the_python_steps_logits_bit_for_bit(dtype):
 
 def test_the_scripted_step_keeps_mistrals_sliding_window():
     """A tiny random Mistral (window 5): decode steps well past the window, against transformers' logits."""
-    from transformers import MistralConfig, MistralForCausalLM
-
-    torch.manual_seed(0)
-    config = MistralConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, sliding_window=5,
-                           max_position_embeddings=128)
-    model = MistralForCausalLM(config).eval()
+    model = tiny_mistral()
     ids = torch.randint(0, 300, (20,)).tolist()
     with torch.no_grad():
         expected = model(torch.tensor([ids])).logits[0]

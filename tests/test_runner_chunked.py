@@ -318,16 +318,21 @@ def test_a_pool_sized_for_the_whole_kv_budget_costs_no_memory_until_written(load
     assert torch.equal(pool.k[:, 89_992:].transpose(1, 2), runner.cache.k[:, seq.row, :, :8])
 
 
-def test_sliding_window_masks_in_chunks_and_decode_rows_match_transformers():
-    """Mistral's sliding window (a tiny random model: the default model has none) in every mask the
-    mixed forward builds: a chunk after cached positions, and one-token rows beside a chunk."""
+def tiny_mistral() -> torch.nn.Module:
+    """A tiny random Mistral with a sliding window of 5 (the default model has none); seeds torch."""
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(0)
     config = MistralConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=2, sliding_window=5,
                            max_position_embeddings=128)
-    model = MistralForCausalLM(config).eval()
+    return MistralForCausalLM(config).eval()
+
+
+def test_sliding_window_masks_in_chunks_and_decode_rows_match_transformers():
+    """Mistral's sliding window in every mask the mixed forward builds: a chunk after cached positions, and
+    one-token rows beside a chunk."""
+    model = tiny_mistral()
     ids = torch.randint(0, 300, (23,)).tolist()
     other = torch.randint(0, 300, (9,)).tolist()
     with torch.no_grad():
