@@ -76,3 +76,16 @@ def test_without_torchscript_the_step_runs_from_python(monkeypatch, caplog):
     assert runner.scripted is None
     assert "Decode step not scripted (TorchScript is not available)" in caplog.text
     assert len(decode_logits(runner, 5)) == 5
+
+
+def test_a_step_after_quantizing_multiplies_the_quantized_weights():
+    # The step keeps its weight list between steps; replacing the layers' linears must replace it too.
+    from tgi_toolkit.engine.quantization import quantize_runner
+
+    loaded = load_model(resolve_model(DEFAULT_MODEL_ID), dtype="bfloat16")
+    before, fresh = LlamaRunner(loaded.model, 4, 64), LlamaRunner(loaded.model, 4, 64)
+    decode_logits(before, 3)
+    for runner in (before, fresh):
+        quantize_runner(runner, "eetq")
+    after, expected = decode_logits(before, 5), decode_logits(fresh, 5)
+    assert all(torch.equal(a, b) for a, b in zip(after, expected, strict=True))

@@ -116,6 +116,7 @@ class LlamaRunner:
         self.pool: KVPool | None = None
         self.compiled: CompiledDecode | None = None  # see compile_decode()
         self.scripted = scripted_decode_layers()  # the decode step's layers as TorchScript (None: from Python)
+        self._step_args: tuple[list[torch.nn.Module], tuple[list[Weight], list[torch.Tensor], bool]] | None = None
         self.last_logits = torch.empty(0)  # see forward()
         if pool_slots:
             self.enable_pool(pool_slots)
@@ -252,9 +253,8 @@ class LlamaRunner:
         h = self.embed[torch.tensor(tokens, dtype=torch.long)]
         cos, sin = self.cos[plan.positions].unsqueeze(1), self.sin[plan.positions].unsqueeze(1)
         if step and self.compiled is None:  # the layers' tensors, in TorchScript where it can take them
-            weights = [w for layer in self.layers for w in layer.weights()]
-            norms = [n for layer in self.layers for n in (layer.input_norm, layer.post_norm)]
-            run = self.scripted if self.scripted and all(isinstance(w, tuple) for w in weights) else decode_layers
+            weights, norms, tensors_only = self._step_weights()
+            run = self.scripted if self.scripted and tensors_only else decode_layers
             one = plan.one_token
             return run(h, weights, norms, cos, sin, self.cache.k, self.cache.v, one.positions, one.span, one.mask,
                        self.eps, self.heads, self.kv_heads)
@@ -267,6 +267,17 @@ class LlamaRunner:
             attn = attention.attend(plan, index, q, k, v, self.cache.k, self.cache.v, self.pool)
             h = second(h, attn, o, layer.post_norm, gate_up, down, self.eps)
         return h
+
+    def _step_weights(self) -> tuple[list[Weight], list[torch.Tensor], bool]:
+        """Every layer's weights as the decode step takes them and its two norms, in layer order, and whether all
+        are tensors (TorchScript takes no module). Kept between steps (building them was 1-2 % of a one-row
+        step); built again when a layer's linear modules change (`quantization.quantize_runner` replaces them)."""
+        modules = [m for layer in self.layers for m in layer.linears().values()]
+        if self._step_args is None or self._step_args[0] != modules:
+            weights = [w for layer in self.layers for w in layer.weights()]
+            norms = [n for layer in self.layers for n in (layer.input_norm, layer.post_norm)]
+            self._step_args = (modules, (weights, norms, all(isinstance(w, tuple) for w in weights)))
+        return self._step_args[1]
 
     def _read_logits(self, h: torch.Tensor, ns: list[int], all_logits: list[bool] | None,
                      emits: list[bool] | None) -> list[torch.Tensor]:
