@@ -49,7 +49,7 @@ def project(x: torch.Tensor, w: Tensors) -> torch.Tensor:
         return packed_linear(x, weight, bias)
     if scale is not None:
         y = torch._weight_int8pack_mm(x.to(torch.bfloat16), weight, scale).to(x.dtype)
-    elif x.dtype != torch.bfloat16 and x.dtype != torch.float16:
+    elif x.dtype != torch.bfloat16 and x.dtype != torch.float16:  # not in packed.HALF, as TorchScript can spell it
         return F.linear(x, weight, bias)
     elif x.shape[0] == 1:
         y = torch.mm(weight, torch.cat([x, x]).T)[:, :1].T
