@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/engine_throughput.py [--streams 1 4 16 32] [--prompt-tokens 128]
         [--new-tokens 128] [--dtype bfloat16] [--quantize eetq] [--repeats 3]
-        [--peer-url http://127.0.0.1:8000] [--skip-transformers] [--skip-late]
+        [--peer-url http://127.0.0.1:8000] [--skip-transformers] [--skip-late] [--keep-servers]
 
 For each number of concurrent streams N: N requests (prompt of exactly --prompt-tokens tokens,
 --new-tokens new tokens, ignore_eos) stream at once; aggregate output tokens/s is all tokens over the
@@ -10,8 +10,10 @@ wall time from the first request sent to the last token. Every scheduling path o
 chunked prefill, and its older non-chunking path) and the peer (`--peer-url`: vLLM-CPU, llama.cpp's
 server, through /v1/completions with ignore_eos) are measured in turn within each round, the order
 reversed every other round, so each round's ratio compares servers at the same moment of a machine
-whose speed drifts by 10-25 % over minutes. Each run waits for the CPUs to be idle first: vLLM-CPU
-keeps a core busy for 1-1.5 s after its last token, which the server measured next would pay.
+whose speed drifts by 10-25 % over minutes. Each engine measurement gets a server of its own, started
+for it and stopped after it (`--keep-servers`: one per path for the whole run). Each run waits for the
+CPUs to be idle first: vLLM-CPU keeps a core busy for 1-1.5 s after its last token, which the server
+measured next would pay.
 Printed per stream count: each round's ratio and the median ratio, against the targets (exit status 1
 when one is missed): engine over peer >= 1.3 at 1 and 4 streams and >= 1.5 at 16 and 32; TGI 3's
 path within 5 % of the older path everywhere.
@@ -105,19 +107,57 @@ def late_cases(url: str, prompt: str, args: argparse.Namespace) -> dict:
     return out
 
 
+class EngineMeasure:
+    """One scheduling path's engine server, measured at N streams. With `fresh`, a server is started for
+    each measurement and stopped after it, so no path is measured beside another engine's idle process
+    or pays for having been started first (in one run TGI 3's path, started first, came out 0.93 of the
+    older one at 4 streams and 0.98 started second); else one server serves every round."""
+
+    def __init__(self, path: str, args: argparse.Namespace, fresh: bool) -> None:
+        self.path, self.args, self.fresh = path, args, fresh
+        threads = {"OMP_NUM_THREADS": str(args.engine_threads)} if args.engine_threads else {}
+        self.env = {**(PATHS[path] or {}), **threads}
+        self.server = None if fresh else self.start()
+        self.time_to_healthy_s = self.server.seconds_to_healthy if self.server else None
+
+    def start(self) -> Any:
+        server = start_engine(engine_flags(self.args), self.env)
+        self.prompt = exact_prompt(server.url, self.args.prompt_tokens)
+        asyncio.run(concurrent(server.url, self.prompt, 1, 4))  # warm the HTTP path
+        return server
+
+    def __call__(self, n: int) -> dict:
+        if not self.fresh:
+            return measure_streams(self.server.url, self.prompt, n, self.args)
+        server = self.start()
+        self.time_to_healthy_s = self.time_to_healthy_s or server.seconds_to_healthy
+        try:
+            quiet_machine()  # the start-up's work done before the measured run
+            return measure_streams(server.url, self.prompt, n, self.args)
+        finally:
+            server.stop()
+
+    def late(self) -> dict:
+        server = self.server or self.start()
+        try:
+            return late_cases(server.url, self.prompt, self.args)
+        finally:
+            if server is not self.server:
+                server.stop()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
 def bench_rounds(args: argparse.Namespace) -> dict[str, dict]:
-    """Every scheduling path's engine at once (one measured at a time, the others idle) and the peer,
-    measured in turn at each stream count, `--repeats` rounds, the order reversed every other round;
-    each server's per-round figures are kept ("rounds") and its median round is the summary."""
-    threads = {"OMP_NUM_THREADS": str(args.engine_threads)} if args.engine_threads else {}
-    servers = {path: start_engine(engine_flags(args), {**(PATHS[path] or {}), **threads}) for path in args.paths}
-    out: dict[str, dict] = {path: {"time_to_healthy_s": server.seconds_to_healthy} for path, server in servers.items()}
+    """Every scheduling path's engine and the peer, measured in turn at each stream count, `--repeats`
+    rounds, the order reversed every other round; each server's per-round figures are kept ("rounds")
+    and its median round is the summary."""
+    engines = {path: EngineMeasure(path, args, fresh=not args.keep_servers) for path in args.paths}
+    out: dict[str, dict] = {path: {} for path in engines}
     try:
-        measures = {}
-        for path, server in servers.items():
-            prompt = exact_prompt(server.url, args.prompt_tokens)
-            asyncio.run(concurrent(server.url, prompt, 1, 4))  # warm the HTTP path
-            measures[path] = lambda n, url=server.url, prompt=prompt: measure_streams(url, prompt, n, args)
+        measures: dict[str, Any] = dict(engines)
         if args.peer_url:
             peer, model, prompt = args.peer_url.rstrip("/"), openai_model(args.peer_url.rstrip("/")), \
                 " hello" * args.prompt_tokens
@@ -141,11 +181,13 @@ def bench_rounds(args: argparse.Namespace) -> dict[str, dict]:
                 print(f"  {name:<12} {n:>3} streams: median {median['tok_s']:7.1f} tok/s  TTFT p50 "
                       f"{median['ttft_p50']:.2f}s{step}  ITL {median['itl_mean'] * 1000:.1f} ms", flush=True)
         if not args.skip_late:
-            for path, server in servers.items():
-                out[path]["late"] = late_cases(server.url, exact_prompt(server.url, args.prompt_tokens), args)
+            for path, engine in engines.items():
+                out[path]["late"] = engine.late()
     finally:
-        for server in servers.values():
-            server.stop()
+        for engine in engines.values():
+            engine.stop()
+    for path, engine in engines.items():
+        out[path]["time_to_healthy_s"] = engine.time_to_healthy_s or float("nan")
     return out
 
 
@@ -250,6 +292,9 @@ def main() -> None:
                         "transformers and the peer)")
     parser.add_argument("--engine-threads", type=int, default=None,
                         help="OMP_NUM_THREADS for the engines (default: torch's, the cores)")
+    parser.add_argument("--keep-servers", action="store_true",
+                        help="start each path's server once for every round (default: a fresh server for each "
+                        "measurement, so start order and an idle sibling engine cannot favour a path)")
     parser.add_argument("--peer-url", help="a running OpenAI-compatible server (vLLM-CPU, llama.cpp's server) "
                         "measured in the same rounds, through /v1/completions with ignore_eos")
     args = parser.parse_args()
