@@ -20,6 +20,15 @@ whole run (measured 2026-11-26: in-step share 0.83-0.96 against 0.1-0.4 by chanc
 take turns, the order swapped every round after the first, each guidellm round with a new seed so that no prompt
 is a prefix-cache hit. Each tool's line gives the phase check of its own request start times.
 
+guidellm runs one worker process per stream (GUIDELLM__MAX_WORKER_PROCESSES=N; --guidellm-workers default keeps
+its own limit of 10). With more streams than processes its ramp is not i/N: at 16 streams the stream whose first
+request its strategy sets at the start (the N-th, outside its `index < streams` ramp) was sent only with its
+process-mate's first, 2.24 s into a 4.46 s ramp beside the stream due at 2.23 s (2026-11-27, each request's
+targeted_start against its request_start). Two users admitted in one step stay together for the whole run at fixed
+lengths, and the simulator puts that one late start at 1.27x the 16-user TTFT p50 of the even ramp (801 against
+631 ms), most of the 0.71-0.75 ratios measured before with guidellm's default. Each guidellm line gives its latest
+send after the time its strategy set (its client's turnaround, or a late stream).
+
 Each line also gives the client's CPU seconds for the whole point, start-up included (guidellm's process and its
 workers; ours, this process's): on 2 cores a client's CPU is taken from the server it measures.
 
@@ -72,7 +81,7 @@ def local_tokenizer(model_id: str, revision: str | None) -> str:
 
 
 def run_guidellm(exe: str, url: str, tokenizer: str, users: int, requests: int, prompt: int, output: int,
-                 seed: int, rampup: float = 0.0) -> dict[str, float]:
+                 seed: int, rampup: float = 0.0, workers: int | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "guidellm.json"
         cmd = [exe, "run", "--backend", f"kind=openai_http,target={url},request_format=/v1/completions",
@@ -82,6 +91,8 @@ def run_guidellm(exe: str, url: str, tokenizer: str, users: int, requests: int, 
                "--tokenizer", f"kind=hf_auto,model={tokenizer}", "--seed", f"kind=static,value={seed}",
                "--output", f"kind=json,path={path}", "--disable-console"]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        if workers:
+            env["GUIDELLM__MAX_WORKER_PROCESSES"] = str(workers)
         before = _cpu_seconds(resource.RUSAGE_CHILDREN)
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
         cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - before  # guidellm and its workers, all reaped by now
@@ -92,7 +103,11 @@ def run_guidellm(exe: str, url: str, tokenizer: str, users: int, requests: int, 
     # guidellm's own request start times, judged by the harness's phase check (one decode step: its ITL p50)
     from tgi_toolkit.bench.phase import chance_share, is_lockstep, synchronised_share
 
-    sent = sorted(r["info"]["timings"]["request_start"] for r in bench["requests"]["successful"])
+    timings = [r["info"]["timings"] for r in bench["requests"]["successful"]]
+    sent = sorted(t["request_start"] for t in timings)
+    # how long after the time guidellm's strategy set for it a request was sent (its client's turnaround, or a
+    # stream that started late)
+    late = max(t["request_start"] - t["targeted_start"] for t in timings)
     step = float(metrics["inter_token_latency_ms"]["successful"]["median"]) / 1e3
     sync, chance = synchronised_share(sent, step), chance_share(sent, step)
 
@@ -106,6 +121,7 @@ def run_guidellm(exe: str, url: str, tokenizer: str, users: int, requests: int, 
             "e2e_mean_s": float(metrics["request_latency"]["successful"]["mean"]),
             "output_tok_s": float(metrics["output_tokens_per_second"]["successful"]["mean"]),
             "span_s": float(bench["duration"]), "client_cpu_s": cpu, "rampup_s": rampup, "sync": sync, "chance": chance,
+            "late_s": late,
             "lockstep": is_lockstep(sync, chance)}
 
 
@@ -167,7 +183,8 @@ def run_ours(url: str, users: int, requests: int, prompt: int, output: int, ramp
 
 
 def _line(tool: str, rnd: int, users: int, m: dict[str, Any]) -> str:
-    start = f"rampup {m['rampup_s']:.2f} s" if tool == "guidellm" else \
+    start = f"rampup {m['rampup_s']:.2f} s, latest send {m['late_s'] * 1e3:.0f} ms after its target" \
+        if tool == "guidellm" else \
         f"pooled ITL {m['pooled_itl_s'] * 1e3:.1f} ms, ramp {m['ramp_s']:.2f} s"
     extra = (f"  [{start}, in-step share {m['sync']:.2f} (chance {m['chance']:.2f})"
              f"{', LOCKSTEP' if m['lockstep'] else ''}]")
@@ -190,6 +207,10 @@ def main() -> int:
     p.add_argument("--guidellm-rampup", choices=("same", "none"), default="same",
                    help="same (default): guidellm's rampup_duration is the ramp ours used at that users count (ours "
                         "runs first in round 0 to resolve it); none: guidellm's default, 0")
+    p.add_argument("--guidellm-workers", choices=("streams", "default"), default="streams",
+                   help="streams (default): one guidellm worker process per stream, so that its ramp starts stream i "
+                        "at i/N; default: guidellm's own limit of 10 processes, with which past 10 streams one "
+                        "stream starts late, with another (module docstring)")
     p.add_argument("--guidellm", help="the guidellm executable (default $GUIDELLM, /tmp/guidellm-venv, PATH)")
     p.add_argument("--url", help="a running engine (default: start `tgi-toolkit serve`'s defaults)")
     p.add_argument("--isolate", action="store_true",
@@ -206,7 +227,7 @@ def main() -> int:
 
     config = LauncherConfig()
     tokenizer = local_tokenizer(config.model_id, config.revision)
-    print(f"guidellm: {exe} ({version}); tokenizer {tokenizer}")
+    print(f"guidellm: {exe} ({version}); tokenizer {tokenizer}; worker processes: {args.guidellm_workers}")
     print(f"prompts {args.prompt_tokens} tokens, {args.max_new_tokens} new, {args.requests_per_user} requests a user; "
           f"ours with ramp_up={args.ramp_up}; target: ours within +-{TARGET:.0%} of guidellm (median over rounds)")
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -236,7 +257,8 @@ def main() -> int:
                         ramps = [m["ramp_s"] for m in results[("ours", users)]] if args.guidellm_rampup == "same" \
                             else [0.0]
                         m = run_guidellm(exe, url, tokenizer, users, requests, args.prompt_tokens,
-                                         args.max_new_tokens, seed=1000 * rnd + users, rampup=statistics.median(ramps))
+                                         args.max_new_tokens, seed=1000 * rnd + users, rampup=statistics.median(ramps),
+                                         workers=users if args.guidellm_workers == "streams" else None)
                     m.update(server_view(before, server_totals(url)))
                     results.setdefault((tool, users), []).append(m)
                     print(_line(tool, rnd, users, m), flush=True)
