@@ -29,7 +29,7 @@ users = [1, 2, 4]
 prompt_tokens = 128
 max_new_tokens = 32
 requests = 8  # measured requests per concurrency point
-ramp_up = "auto"  # seconds over which the users start (user i at i/N); "auto": one request's duration; 0: at once
+ramp_up = "auto"  # seconds over which the users start (user i at i/N); "auto": one cycle at the load; 0: at once
 ingestion_prompt_tokens = [32, 128, 256, 384, 512]  # 5 lengths x 2: enough for a fit that may be quoted
 ingestion_repeats = 2
 progress = True
@@ -89,9 +89,10 @@ plots.batch_latency_throughput(batch.batch)
 # - `requests`: measured requests per point (more: tighter percentiles, longer run).
 # - `ramp_up`: users who all start at once with equal requests stay in step: every wave of prompts
 #   queues behind itself (high TTFT), then decodes undisturbed (low ITL). User i starts at i/N of the
-#   ramp instead, and requests sent during it are not measured; `"auto"` times one request alone first
-#   and uses its duration. `ramp_up_s` is the ramp a point had; `lockstep` flags a point whose users
-#   still sent in step (docs/measurement.md, "Ramp-up and phase").
+#   ramp instead, and requests sent during it are not measured; `"auto"` sends one request a user
+#   together first and uses their mean duration, one cycle at the point's load. `ramp_up_s` is the
+#   ramp a point had; `lockstep` flags a point whose users still sent in step (docs/measurement.md,
+#   "Ramp-up and phase").
 
 # %% tags=["nbval-ignore-output"]
 load = run_concurrency(server, users=users, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,

@@ -65,8 +65,8 @@ def test_ramp_up_values():
 @pytest.mark.slow
 def test_users_started_together_stay_in_lockstep_and_a_ramp_spreads_them(engine_url):
     """Four users with equal requests on the real engine: all started at once, every wave arrives
-    together and the point is flagged; with the default ramp (one request's duration, measured alone)
-    they arrive apart and it is not."""
+    together and the point is flagged; with the default ramp (one cycle at the load: the mean duration of
+    a request a user, sent together first) they arrive apart and it is not."""
     common = dict(users=[4], prompt_tokens=32, max_new_tokens=12, requests=12, progress=False)
     together = run_concurrency(engine_url, ramp_up=0, **common)
     point = together.points.iloc[0]
@@ -78,16 +78,19 @@ def test_users_started_together_stay_in_lockstep_and_a_ramp_spreads_them(engine_
     ramped = run_concurrency(engine_url, **common)  # ramp_up="auto"
     point = ramped.points.iloc[0]
     req = ramped.requests
-    probe = req[req[S.WARMUP]].sort_values(S.SENT_S).iloc[0]
-    assert point[S.RAMP_UP_S] == pytest.approx(probe[S.E2E_S], rel=1e-6)  # the probe's duration, alone
+    warm = req[req[S.WARMUP]].sort_values([S.SENT_S, S.REQUEST_INDEX])
+    probes = warm.iloc[:4]
+    assert probes[S.SENT_S].max() - probes[S.SENT_S].min() < 0.05  # sent together
+    assert point[S.RAMP_UP_S] == pytest.approx(probes[S.E2E_S].mean(), rel=1e-6)  # their mean duration
     assert ramped.runs[0]["workload"]["ramp_up"] == "auto"
     assert ramped.runs[0]["ramp_up_s"] == {point[S.POINT_ID]: point[S.RAMP_UP_S]}
     measured = req[~req[S.WARMUP]]
     assert len(measured) == 12 and point[S.REQUESTS] == 12
-    # measured requests are those sent once the ramp had ended; each user's first request was sent in it
-    ramp_end = probe[S.SENT_S] + probe[S.E2E_S]
-    ramp_sends = req[req[S.WARMUP]].sort_values(S.SENT_S)[S.SENT_S].iloc[1:]
-    assert len(ramp_sends) >= 4 and (ramp_sends < ramp_end + point[S.RAMP_UP_S] + 0.05).all()
+    # the ramp starts when the last probe has ended; each user's first request was sent in it
+    ramp_start = (probes[S.SENT_S] + probes[S.E2E_S]).max()
+    ramp_sends = warm[S.SENT_S].iloc[4:]
+    assert len(ramp_sends) >= 4 and (ramp_sends >= ramp_start - 0.05).all()
+    assert (ramp_sends < ramp_start + point[S.RAMP_UP_S] + 0.05).all()
     # each user's first request i/4 of the ramp after the first one's
     starts = (ramp_sends.iloc[:4] - ramp_sends.iloc[0]).tolist()
     assert starts == pytest.approx([i * point[S.RAMP_UP_S] / 4 for i in range(4)], abs=0.15)

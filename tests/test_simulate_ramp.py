@@ -57,25 +57,27 @@ def test_a_ramp_starts_user_i_at_i_over_n_and_its_requests_are_extra():
     assert cost.tokens == [10, 1, 1, 10, 1 + 10, 1 + 1, 1, 10, 1 + 10, 1 + 1, 1, 10, 1 + 10, 1 + 1, 1]
 
 
-def test_auto_ramp_is_a_probe_alone_and_spreads_the_users():
-    """"auto": one request alone first (prompt 0-1, decodes 1-2, 2-3: 3 s), so the ramp is 3 s and user 1
-    starts 1.5 s after user 0 (at 3 and 4.5 s). x0: prompt 3-4, decodes 4-5, 5-6 (ends at 6, the ramp's end:
-    measured from then on); x1 (sent 4.5) joins at the poll at 5. From there each forward holds one prompt
-    and one decode: the users stay 2 s apart, every TTFT is 2 s, and no send is within a decode step (1 s)
-    of another."""
+def test_auto_ramp_is_one_cycle_at_the_load_and_spreads_the_users():
+    """"auto": a request a user sent together first. p0 (sent 0): prompt 0-1, decodes 1-2, 2-3, ends at 3;
+    p1 (sent 0, misses the poll at 0): prompt with p0's decode 1-2, decodes 2-3, 3-4, ends at 4. The ramp is
+    their mean duration, 3.5 s, from 4: user 0 at 4, user 1 1.75 s later (5.75). x0: prompt 4-5, decodes 5-6,
+    6-7, ends at 7, before the ramp's end (7.5), so user 0's next, x2 (sent 7), is a ramp request too; x1
+    joins at the poll at 6, ends at 9; x2 joins at 8, ends at 11. Measured from then on: m0 sent 9, m1 11, m2
+    13, m3 15, each joining the other user's decode: every TTFT is 2 s, the users stay 2 s apart, and no send
+    is within a decode step (1 s) of another."""
     cost = PerForward()
     res = run_concurrency(cost, users=[2], prompt_tokens=10, max_new_tokens=3, requests=4, config=CONFIG)
     point = res.points.iloc[0]
-    req = res.requests.sort_values(S.SENT_S)
+    req = res.requests.sort_values([S.SENT_S, S.REQUEST_INDEX])
     warm = req[req[S.WARMUP]]
     measured = req[~req[S.WARMUP]]
-    assert warm[S.SENT_S].tolist() == pytest.approx([0, 3, 4.5])  # the probe, then each user's first
-    assert warm[S.REQUEST_INDEX].tolist() == [0, 1, 2]
-    assert warm[S.E2E_S].iloc[0] == pytest.approx(3.0) and point[S.RAMP_UP_S] == pytest.approx(3.0)
-    assert measured[S.SENT_S].tolist() == pytest.approx([6, 8, 10, 12])
+    assert warm[S.SENT_S].tolist() == pytest.approx([0, 0, 4, 5.75, 7])  # the two probes, then the ramp's
+    assert warm[S.REQUEST_INDEX].tolist() == [0, 1, 2, 3, 4]
+    assert warm[S.E2E_S].tolist()[:2] == pytest.approx([3, 4]) and point[S.RAMP_UP_S] == pytest.approx(3.5)
+    assert measured[S.SENT_S].tolist() == pytest.approx([9, 11, 13, 15])
     assert measured[S.TTFT_S].tolist() == pytest.approx([2, 2, 2, 2])
-    assert cost.tokens == [10, 1, 1, 10, 1, 11, 1, 11, 1, 11, 1, 11, 1, 11, 1, 1]
-    assert point[S.REQUESTS] == 4 and point[S.OUTPUT_THROUGHPUT] == pytest.approx(12 / 10)  # sent 6, last token 16
+    assert cost.tokens == [10, 11, 2, 1, 10, 1, 11, 1, 11, 1, 11, 1, 11, 1, 11, 1, 11, 1, 1]
+    assert point[S.REQUESTS] == 4 and point[S.OUTPUT_THROUGHPUT] == pytest.approx(12 / 10)  # sent 9, last token 19
     assert point[S.ARRIVAL_SYNC_SHARE] == 0.0 and not bool(point[S.LOCKSTEP])
 
 

@@ -154,8 +154,8 @@ def run_concurrency(server: Any, *, users: Sequence[int] = (1, 2, 4, 8, 16, 32),
 
     ramp_up: user i sends its first request i/N of this many seconds after the point's start, and the
     requests sent before it ends are not measured (guidellm's rampup_duration). "auto" (default): one
-    request of the point's lengths sent alone first, and its duration (no ramp for one user); 0: all
-    users at once, which keeps equal requests in lockstep (docs/measurement.md, "Ramp-up and phase").
+    cycle at the point's load, the mean duration of one request a user sent together first (no ramp for
+    one user); 0: all users at once, which keeps equal requests in lockstep (docs/measurement.md, "Ramp-up and phase").
     Each point records the ramp it used (ramp_up_s) and whether its users ran in step (lockstep)."""
     return _run_sync(lambda: run_concurrency_async(server, users=users, prompt_tokens=prompt_tokens,
                                                    max_new_tokens=max_new_tokens, requests=requests,

@@ -97,7 +97,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-requests", type=int, default=0, help="unmeasured requests first (default 0)")
     p.add_argument("--ramp-up", default="auto", metavar="SECONDS",
                    help="user i starts i/N of this after the point's start; requests sent before it ends are "
-                        "not measured. auto (default): one request's duration, measured alone; 0: all at once")
+                        "not measured. auto (default): one cycle at the point's load, the mean duration of a request "
+                        "a user sent together first; 0: all at once")
     _common(p)
 
     p = sub.add_parser("rate", help="constant or Poisson arrivals, with goodput")

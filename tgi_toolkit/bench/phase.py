@@ -1,12 +1,13 @@
 """Closed-loop users out of step: the ramp that spreads their starts, and the check that they stayed spread.
 
-Users who all start at one instant with requests of one length stay in lockstep for the whole point:
-every wave of prompts queues behind itself (high TTFT) and then decodes undisturbed (low ITL), a server
-no real population of users would see (docs/measurement.md, "Ramp-up and phase"). The ramp starts
-user i at i/N of `ramp_s` (guidellm's `rampup_duration`); requests sent before the ramp ends warm the
-point up and are not measured. `phase_columns` reads the measured send times afterwards: the share of
-requests sent within one decode step of another one, against the share users at independent phases
-would give by chance, and flags the point `lockstep` when most of the excess over chance is there.
+Users who all start at one instant with requests of one length stay in lockstep for the whole point: every wave
+of prompts queues behind itself (high TTFT) and then decodes undisturbed (low ITL), a server no real population
+of users would see (docs/measurement.md, "Ramp-up and phase"). The ramp starts user i at i/N of `ramp_s`
+(guidellm's `rampup_duration`); requests sent before the ramp ends warm the point up and are not measured.
+"auto" makes the ramp one cycle at the point's load: one request a user, sent together and not measured, and
+their mean duration (`cycle_seconds`). `phase_columns` reads the measured send times afterwards: the share of
+requests sent within one decode step of another one, against the share users at independent phases would give by
+chance, and flags the point `lockstep` when most of the excess over chance is there.
 """
 
 from __future__ import annotations
@@ -34,13 +35,23 @@ def check_ramp(value: Any) -> float | str:
         seconds = math.nan
     if isinstance(value, bool) or not (seconds >= 0 and math.isfinite(seconds)):
         raise BenchError("ramp_up", f"{value!r} is not allowed",
-                         '"auto" (one request\'s duration, measured alone), or seconds >= 0 (0: all at once)')
+                         '"auto" (one cycle at the point\'s load: a request a user, sent together), or seconds >= 0 '
+                         '(0: all at once)')
     return seconds
 
 
 def resolve_ramp(ramp_up: float | str, users: int) -> float | str:
     """The ramp a point of `users` users gets: one user has no one to be in step with, so "auto" is 0 there."""
     return 0.0 if ramp_up == AUTO and users == 1 else ramp_up
+
+
+def cycle_seconds(probes: Sequence[Any]) -> float:
+    """"auto"'s ramp: the mean duration of `probes`, one request a user sent together (records with `ok`,
+    `sent_ns`, `token_ns`), i.e. how long a closed-loop user's cycle takes at the point's load; 0 if none ran.
+    A request alone is the shortest cycle: with 16 users a step took 3x one user's, and starts spread over
+    one request alone's duration packed them into a quarter of their cycle, where they ran in lockstep."""
+    durations = [(r.token_ns[-1] - r.sent_ns) / 1e9 for r in probes if r.ok and r.token_ns]
+    return sum(durations) / len(durations) if durations else 0.0
 
 
 def ramp_offsets(users: int, ramp_s: float) -> list[float]:

@@ -164,11 +164,12 @@ async def concurrency(run: Run, users: Sequence[int], grid: Sequence[tuple[int, 
         unmeasured: list[StreamRecord] = []
         ramp_s = phase.resolve_ramp(ramp_up, n)
         if ramp_s:
-            await extra.fill(n + 1)
-        if ramp_s == phase.AUTO:  # one request of the point's lengths, alone: its duration is the ramp
-            probe = await run.request(await extra.take(n), point_id)
-            unmeasured.append(probe)
-            ramp_s = (probe.token_ns[-1] - probe.sent_ns) / 1e9 if probe.ok and probe.token_ns else 0.0
+            await extra.fill(2 * n if ramp_s == phase.AUTO else n)
+        if ramp_s == phase.AUTO:  # a request a user, sent together: their mean duration is the ramp
+            probe_bodies = [await extra.take(n) for _ in range(n)]
+            probes = await gather_all(run.request(body, point_id) for body in probe_bodies)
+            unmeasured += probes
+            ramp_s = phase.cycle_seconds(probes)
         measured, ramped = await _ramped_users(run, n, bodies[warmup_requests:], float(ramp_s), extra, point_id, bar)
         unmeasured += ramped
         done += [(r, 0, True, warmup_requests + k) for k, r in enumerate(unmeasured)]

@@ -138,7 +138,8 @@ def run_concurrency(cost_model: Any, *, users: Sequence[int] = (1, 2, 4, 8, 16, 
                     requests: int | None = None, warmup_requests: int = 0, ramp_up: float | str = "auto",
                     **options: Any) -> Results:
     """bench.run_concurrency, simulated: N closed-loop users for each N and (prompt, output) pair, started
-    over bench's ramp (`ramp_up`: "auto" probes one request alone first; 0: all at once)."""
+    over bench's ramp (`ramp_up`: "auto", a request a user sent together first and their mean duration; 0: all
+    at once)."""
     topts, ropts = _split(options)
     target = make_target(cost_model, **topts)
     workload = concurrency_workload(users, _grid(target, prompt_tokens, max_new_tokens), requests, warmup_requests,

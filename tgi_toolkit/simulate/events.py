@@ -27,7 +27,7 @@ from typing import Any
 
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import StreamRecord
-from tgi_toolkit.bench.phase import ramp_offsets
+from tgi_toolkit.bench.phase import cycle_seconds, ramp_offsets
 from tgi_toolkit.costs.features import shape_of
 from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.router import Entry, Observer, Scheduler
@@ -177,10 +177,10 @@ class ClosedLoop(Driver):
     """`users` users; each sends its next request (the next in the list) when its last one ends.
 
     With a ramp (bench.phase, as bench's concurrency scenario): user i sends its first request i/N of
-    `ramp_s` after the start (a number, or the duration of `ramp_s`, a probe request that has run), and a
+    `ramp_s` after the start (a number, or the mean duration of `ramp_s`, probe requests that have run), and a
     request sent before the ramp has ended is a new unmeasured one from `extra()`, appended to `added`."""
 
-    def __init__(self, requests: Sequence[SimRequest], users: int, ramp_s: float | SimRequest = 0.0,
+    def __init__(self, requests: Sequence[SimRequest], users: int, ramp_s: float | Sequence[SimRequest] = 0.0,
                  extra: Callable[[], SimRequest] | None = None, added: list[SimRequest] | None = None) -> None:
         self.queue = list(requests)
         self.users = max(1, min(users, len(self.queue)))
@@ -200,9 +200,8 @@ class ClosedLoop(Driver):
 
     def start(self, t0: float) -> list[tuple[float, SimRequest]]:
         self.t0 = t0
-        if isinstance(self.ramp, SimRequest):
-            record = self.ramp.record
-            self.ramp_s = (record.token_ns[-1] - record.sent_ns) / 1e9 if record.ok and record.token_ns else 0.0
+        if isinstance(self.ramp, Sequence):
+            self.ramp_s = cycle_seconds([r.record for r in self.ramp])
         else:
             self.ramp_s = float(self.ramp)
         sends = [(t0 + offset, self._take(t0 + offset)) for offset in ramp_offsets(self.users, self.ramp_s)]

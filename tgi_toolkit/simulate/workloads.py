@@ -95,8 +95,9 @@ def batch_points(prompts: TokenPrompts, batch_sizes: Sequence[int], sequence_len
 
 def concurrency_points(prompts: TokenPrompts, users: Sequence[int], grid: Sequence[tuple[int, int]],
                        requests: int | None, warmup_requests: int, ramp_up: float | str = 0.0) -> list[Point]:
-    """bench's concurrency points, with its ramp (bench.phase): the "auto" probe sent alone, then user i's
-    first request i/N of the ramp after the start; requests sent before it ends are new unmeasured ones."""
+    """bench's concurrency points, with its ramp (bench.phase): for "auto" a request a user sent together
+    (their mean duration is the ramp), then user i's first request i/N of the ramp after the start; requests
+    sent before it ends are new unmeasured ones."""
     out = []
     for prompt_tokens, max_new in grid:
         for n in users:
@@ -109,9 +110,10 @@ def concurrency_points(prompts: TokenPrompts, users: Sequence[int], grid: Sequen
             ramp = resolve_ramp(ramp_up, n)
             numbers = itertools.count(warmup_requests)  # unmeasured requests' indices, bench's numbering
             if ramp == AUTO:
-                probe = _tagged(prompts.prompts(prompt_tokens, 1), max_new, 0, True, next(numbers))
-                phases.append(Phase(ClosedLoop(probe, 1), probe))
-                ramp = probe[0]
+                probes = [_tagged(prompts.prompts(prompt_tokens, 1), max_new, 0, True, next(numbers))[0]
+                          for _ in range(n)]
+                phases.append(Phase(ClosedLoop(probes, n), probes))
+                ramp = probes
             measured = _tagged(texts[warmup_requests:], max_new, 0, False)
 
             def extra(length: int = prompt_tokens, output: int = max_new, numbers: Any = numbers) -> SimRequest:
@@ -127,7 +129,7 @@ def concurrency_points(prompts: TokenPrompts, users: Sequence[int], grid: Sequen
 
 
 def _ramp_used(loop: ClosedLoop) -> Any:
-    """A point's `finish`: the ramp its users had (for "auto", the probe's duration)."""
+    """A point's `finish`: the ramp its users had (for "auto", the probes' mean duration)."""
     return lambda point, hit, lookup: point.columns.update({S.RAMP_UP_S: loop.ramp_s})
 
 

@@ -38,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--max-new-tokens", type=int, default=16, help="output length (default 16)")
     load.add_argument("--requests", type=int, help="measured requests per point")
     load.add_argument("--ramp-up", metavar="SECONDS",
-                      help="concurrency: user i starts at i/N of this (default auto: one request's duration)")
+                      help="concurrency: user i starts at i/N of this (default auto: one cycle at the load)")
     search = p.add_argument_group("search")
     search.add_argument("--knob", action="append", dest="knobs", metavar="FIELD",
                         help="field to search with a planner-bounded ladder, repeat for several "
