@@ -14,7 +14,8 @@ LAUNCHER_WIGGLE_ROOM = 0.95  # the launcher's default TGI_WIGGLE_ROOM, used by i
 # fp16 dense FLOPS per card, the launcher's `ComputeType::f16_flop` (keyed by the planner's card names).
 GPU_FP16_FLOPS: Mapping[str, int] = {
     "RTX-4090": 82 * 10**12, "T4": 65 * 10**12, "L4": 121 * 10**12, "L40": 181 * 10**12, "L40S": 363 * 10**12,
-    "A10G": 125 * 10**12, "A40": 149 * 10**12, "A100-80GB": 312 * 10**12, "A100-40GB": 312 * 10**12,
+    "A10G": 125 * 10**12, "A40": 149 * 10**12, "A100-80GB": 312 * 10**12, "A100-80GB-PCIe": 312 * 10**12,
+    "A100-40GB": 312 * 10**12,
     "H100-80GB": 900 * 10**12, "H100-NVL": 900 * 10**12, "H200": 989 * 10**12,
 }
 _DEFAULT_OPTIMAL = {"qwen2_vl": 10_000, "qwen2_5_vl": 10_000, "gemma3": 8000}

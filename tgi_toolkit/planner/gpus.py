@@ -28,6 +28,7 @@ class Gpu:
 _KNOWN: tuple[Gpu, ...] = (
     Gpu("A100-80GB", 81_920 * MiB),
     Gpu("A100-40GB", 40_960 * MiB),
+    Gpu("A100-80GB-PCIe", 81_920 * MiB),
     Gpu("H100-80GB", 81_559 * MiB, fp8=True),
     Gpu("H100-NVL", 95_830 * MiB, fp8=True),
     Gpu("H200", 143_771 * MiB, fp8=True),
@@ -48,7 +49,7 @@ _KNOWN: tuple[Gpu, ...] = (
 
 # Other spellings people use for the same cards (after normalisation).
 _ALIASES = {
-    "a100": "A100-80GB", "a10080g": "A100-80GB", "a100sxm480gb": "A100-80GB", "a10080gbpcie": "A100-80GB",
+    "a100": "A100-80GB", "a10080g": "A100-80GB", "a100sxm480gb": "A100-80GB", "a100pcie": "A100-80GB-PCIe",
     "a100sxm440gb": "A100-40GB", "a10040g": "A100-40GB",
     "h100": "H100-80GB", "h10080g": "H100-80GB", "h10080gbhbm3": "H100-80GB", "h100sxm": "H100-80GB",
     "h100pcie": "H100-80GB", "h100nvl94gb": "H100-NVL",

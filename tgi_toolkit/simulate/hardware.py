@@ -26,6 +26,7 @@ class GpuSpec:
 # vendors' product pages (the A10G's from Baseten's A10 vs A10G comparison: AWS publishes none).
 GPU_SPECS: dict[str, GpuSpec] = {
     "A100-80GB": GpuSpec(312, 2039, 600), "A100-40GB": GpuSpec(312, 1555, 600),
+    "A100-80GB-PCIe": GpuSpec(312, 1935, 64),  # 300 W, no NVLink bridge: its shards talk over PCIe
     "H100-80GB": GpuSpec(989, 3350, 900), "H100-NVL": GpuSpec(835, 3900, 600),
     "H200": GpuSpec(989, 4800, 900), "B200": GpuSpec(2250, 8000, 1800),
     "L4": GpuSpec(121, 300, 64), "L40S": GpuSpec(362, 864, 64), "L40": GpuSpec(181, 864, 64),
