@@ -58,6 +58,8 @@ def test_a_row_with_a_bad_field_is_refused_naming_the_row_and_the_allowed_values
         row = next(csv.DictReader(fh))
     with pytest.raises(ValueError, match=rf"{row['id']}: metric 'tokens_per_watt' is not one of .*tpot_ms"):
         figure_from_row({**row, "metric": "tokens_per_watt"})
+    with pytest.raises(ValueError, match=rf"{row['id']}: request_rate inf .* needs batch_size"):
+        figure_from_row({**row, "batch_size": "", "users": "", "request_rate": "inf"})
     with pytest.raises(ValueError, match="value must be a positive number"):
         figure_from_row({**row, "value": "-3"})
     with pytest.raises(ValueError, match="server 'llama.cpp' has no profile"):

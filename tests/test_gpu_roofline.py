@@ -9,7 +9,7 @@ import pytest
 
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.simulate.corpus import Figure
-from tgi_toolkit.simulate.figures import steady
+from tgi_toolkit.simulate.figures import simulated, steady
 from tgi_toolkit.simulate.gpu import roofline
 from tgi_toolkit.simulate.servers import server_of
 
@@ -106,18 +106,25 @@ class Linear:
     """A stand-in forward price: 10 ms plus 1 ms a computed token."""
 
     request_overhead_s = frontend_s = jitter_cv = 0.0
+    name = "10 ms + 1 ms a token"
 
     def __init__(self, chunking: bool = False) -> None:
-        self.profile = SimpleNamespace(chunking=chunking)
+        self.profile = SimpleNamespace(chunking=chunking, waiting_served_ratio=None)
 
     def seconds(self, s: Shape) -> float:
         return 0.010 + 0.001 * s.tokens
 
+    def server_defaults(self) -> dict:
+        return {"max_batch_total_tokens": 100_000, "chunking": self.profile.chunking}
 
-def fig(metric: str, **workload) -> Figure:
+    def describe(self) -> dict:
+        return {"kind": "stand-in"}
+
+
+def fig(metric: str, prompt: int = 100, **workload) -> Figure:
     return Figure(id="x", source_id="s", source_url="", model_id="m", gpu="A100-80GB", num_gpus=1, server="tgi-3",
                   dtype="float16", quantize=None, batch_size=workload.get("batch_size"), users=workload.get("users"),
-                  request_rate=workload.get("request_rate"), input_tokens=100, output_tokens=11, metric=metric,
+                  request_rate=workload.get("request_rate"), input_tokens=prompt, output_tokens=11, metric=metric,
                   value=1.0, regime="batched_decode")
 
 
@@ -127,6 +134,19 @@ def test_a_static_batch_prefills_together_then_decodes_side_by_side():
     assert steady(fig("ttft_ms", batch_size=4), cost) == pytest.approx(410)
     assert steady(fig("tpot_ms", batch_size=4), cost) == pytest.approx(14)
     assert steady(fig("output_tok_s", batch_size=4), cost) == pytest.approx(4 * 11 / 0.55)
+
+
+def test_a_served_burst_goes_through_the_router_where_a_static_batch_prefills_whole():
+    cost = Linear()  # no chunking: a prompt is prefilled in a forward of its own
+    burst, static = {"batch_size": 2, "request_rate": math.inf}, {"batch_size": 2}
+    # static: one 6,000-token prefill, 10 + 6,000 = 6,010 ms, for both prompts
+    assert simulated(fig("ttft_ms", 3000, **static), cost) == pytest.approx(6010)
+    # burst: the router takes the first prompt alone (3,010 ms); the second waits for it, then its own
+    # 3,010 ms forward (TTFT 6,020 ms), which stalls the first one's decode; median TTFT (3,010 + 6,020) / 2
+    assert simulated(fig("ttft_ms", 3000, **burst), cost) == pytest.approx(4515)
+    # then 10 steps of 12 ms each: both end at 6,020 + 120 = 6,140 ms; TPOTs (6,140 - 3,010) / 10 = 313 and 12 ms
+    assert simulated(fig("e2e_s", 3000, **burst), cost) == pytest.approx(6.140)
+    assert simulated(fig("tpot_ms", 3000, **burst), cost) == pytest.approx((313 + 12) / 2)
 
 
 def test_one_user_is_never_stalled_by_its_own_prompt():

@@ -53,6 +53,11 @@ class Figure:
     max_batch_size: int | None = None  # the server's cap on sequences at once (vLLM's --max-num-seqs), if stated
 
     @property
+    def burst(self) -> bool:
+        """`batch_size` prompts sent to a server at once (request_rate inf), not an offline static batch."""
+        return self.batch_size is not None and self.request_rate == math.inf
+
+    @property
     def streams(self) -> int:
         """Sequences decoding together: the batch or the users (open-loop rates are found by simulation)."""
         return int(self.batch_size or self.users or 1)
@@ -78,6 +83,9 @@ def figure_from_row(row: dict[str, str]) -> Figure:
         regime = row["regime"].strip()
         if regime not in REGIMES:
             raise ValueError(f"regime {regime!r} is not one of {', '.join(REGIMES)}")
+        batch, rate = _int(row.get("batch_size", "")), _float(row.get("request_rate", ""))
+        if rate == math.inf and batch is None:
+            raise ValueError("request_rate inf (prompts sent at once) needs batch_size, how many were sent")
         value = float(row["value"])
         if not value > 0 or math.isinf(value):
             raise ValueError(f"value must be a positive number; got {row['value']!r}")
@@ -86,8 +94,8 @@ def figure_from_row(row: dict[str, str]) -> Figure:
             model_id=row["model_id"].strip(), gpu=row["gpu"].strip(), num_gpus=_int(row["num_gpus"]) or 1,
             server=server_of(row["server"], row.get("server_version", ""), row.get("source_date", "")),
             dtype=(row.get("dtype") or "float16").strip(),
-            quantize=(row.get("quantize") or "").strip() or None, batch_size=_int(row.get("batch_size", "")),
-            users=_int(row.get("users", "")), request_rate=_float(row.get("request_rate", "")),
+            quantize=(row.get("quantize") or "").strip() or None, batch_size=batch,
+            users=_int(row.get("users", "")), request_rate=rate,
             input_tokens=_int(row["input_tokens"]) or 1, output_tokens=_int(row["output_tokens"]) or 1,
             metric=metric, value=value, regime=regime, caveats=row.get("caveats", ""), quote=row.get("quote", ""),
             scheduler_steps=_int(row.get("scheduler_steps", "")) or 1,

@@ -156,7 +156,7 @@ def simulated(figure: Figure, cost: Any, *, waves: int = 3) -> float:
     p, o = figure.input_tokens, figure.output_tokens
     if figure.metric == "ingestion_tok_s":
         return _ingestion(figure, cost)
-    if figure.batch_size is not None:
+    if figure.batch_size is not None and not figure.burst:
         # an offline static batch (TensorRT-LLM's gptSessionBenchmark, vLLM's benchmark_latency) is no served
         # workload: a router admits a burst in waves, the static batch prefills it whole; the closed form is exact
         return steady(figure, cost)
@@ -164,7 +164,11 @@ def simulated(figure: Figure, cost: Any, *, waves: int = 3) -> float:
               "--max-batch-prefill-tokens", str(max(4096, p + 1))]
     target = make_target(MultiStep(cost, figure.scheduler_steps) if figure.scheduler_steps > 1 else cost, limits,
                          environ={})
-    if figure.request_rate is None:
+    if figure.burst:  # a served burst: every prompt at once, and the router admits them as its rules say
+        b = figure.streams
+        run = run_concurrency(target, users=[b], prompt_tokens=p, max_new_tokens=o, requests=b, ramp_up=0,
+                              light=True)
+    elif figure.request_rate is None:
         b = figure.streams  # users keep sending, `waves` requests each
         run = run_concurrency(target, users=[b], prompt_tokens=p, max_new_tokens=o, requests=b * waves, light=True)
     else:
