@@ -87,7 +87,10 @@ def test_a_card_no_microbenchmark_measured_gets_the_typical_fraction_of_its_data
     ("vllm", "0.5.3", "", "vllm-v0"),
     ("vllm", "0.8.0", "", "vllm-v1"),  # V1 became the default in 0.8.0
     ("vllm", "nightly 2025-08-19", "2025-08-19", "vllm-v1"),
-    ("vllm", "unknown", "2023-09-01", "vllm-v0"),
+    ("vllm", "unknown", "2024-03-01", "vllm-v0"),
+    ("vllm", "0.2.0", "", "vllm-eager"),  # every forward eager until CUDA graphs came in 0.2.7
+    ("vllm", "0.2.7", "", "vllm-v0"),
+    ("vllm", "unknown", "2023-09-01", "vllm-eager"),  # before PR #1926 was merged (2023-12-17)
     ("tensorrt-llm", "0.5.0", "", "tensorrt-llm"),
     ("other:sglang", "0.3.0", "", "sglang"),
 ])

@@ -10,6 +10,7 @@ bounded by HOST_BOUNDS so a server with few figures cannot wander off.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 HOST_TERMS = ("forward_overhead_s", "row_overhead_s", "host_token_s", "request_overhead_s", "allreduce_latency_s")
@@ -52,7 +53,12 @@ SERVERS: dict[str, ServerProfile] = {p.name: p for p in (
     ServerProfile("tgi-3", "TGI 3", True, ">= 3.0", 2e-3, 20e-6, 2e-6, 5e-3, 25e-6),
     ServerProfile("tgi-2", "TGI 2", False, "2.x", 3e-3, 20e-6, 2e-6, 5e-3, 25e-6),
     ServerProfile("tgi-1", "TGI 1", False, "1.x and 0.9", 5e-3, 30e-6, 3e-6, 5e-3, 50e-6),
-    ServerProfile("vllm-v0", "vLLM V0 (before 0.6)", False, "< 0.6", 4e-3, 40e-6, 5e-6, 10e-3, 25e-6, 0.0),
+    # vLLM ran every forward eagerly until CUDA graphs came in 0.2.7 (PR #1926, merged 2023-12-17); its priors
+    # are TGI 1's, the other eager Python loop of that year
+    ServerProfile("vllm-eager", "vLLM before CUDA graphs (< 0.2.7)", False, "< 0.2.7", 5e-3, 30e-6, 3e-6, 5e-3,
+                  50e-6, 0.0),
+    ServerProfile("vllm-v0", "vLLM V0 (0.2.7 to 0.5)", False, ">= 0.2.7, < 0.6", 4e-3, 40e-6, 5e-6, 10e-3, 25e-6,
+                  0.0),
     # 0.6 moved the API server to its own process and overlapped output processing with the GPU: the vLLM
     # team's own post on 0.6.0 puts most of its 2.7x throughput on the host's time
     ServerProfile("vllm-v0.6", "vLLM V0 (0.6, 0.7)", False, ">= 0.6, < 0.8, or VLLM_USE_V1=0", 2e-3, 20e-6, 2e-6,
@@ -76,7 +82,8 @@ def server_profile(name: str) -> ServerProfile:
 # TGI 2.0 was released on 2024-04-12 and 3.0 on 2024-12-10; vLLM 0.6.0 on 2024-09-05, and it made V1 its
 # default in 0.8.0 (2025-03-18).
 RELEASES = {"tgi": (("2024-12-10", "tgi-3"), ("2024-04-12", "tgi-2"), ("", "tgi-1")),
-            "vllm": (("2025-03-18", "vllm-v1"), ("2024-09-05", "vllm-v0.6"), ("", "vllm-v0"))}
+            "vllm": (("2025-03-18", "vllm-v1"), ("2024-09-05", "vllm-v0.6"), ("2023-12-17", "vllm-v0"),
+                     ("", "vllm-eager"))}
 
 
 def server_of(server: str, version: str, date: str = "") -> str:
@@ -94,12 +101,20 @@ def server_of(server: str, version: str, date: str = "") -> str:
     if server == "tgi":
         return "tgi-3" if major >= 3 else ("tgi-2" if major == 2 else "tgi-1")
     version_ = (major, minor or 0)
-    return "vllm-v1" if version_ >= (0, 8) else ("vllm-v0.6" if version_ >= (0, 6) else "vllm-v0")
+    if version_ >= (0, 8):
+        return "vllm-v1"
+    if version_ >= (0, 6):
+        return "vllm-v0.6"
+    patch = _patch(version)
+    return "vllm-v0" if version_ > (0, 2) or (version_ == (0, 2) and patch >= 7) else "vllm-eager"
+
+
+def _patch(text: str) -> int:
+    parts = re.findall(r"\d+", text or "")
+    return int(parts[2]) if len(parts) > 2 else 0
 
 
 def _version(text: str) -> tuple[int | None, int | None]:
-    import re
-
     m = re.match(r"\s*v?(\d+)(?:\.(\d+))?", text or "")  # a release number, not a commit or a nightly
     if not m:
         return None, None
