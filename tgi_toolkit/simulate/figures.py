@@ -54,7 +54,7 @@ def steady(figure: Figure, cost: Any) -> float:
     if figure.metric == "ingestion_tok_s":
         low = min(INGESTION_SHORTEST, p // 2)
         return (p - low) / (prefill(cost, 1, p) - prefill(cost, 1, low))
-    if figure.batch_size is not None:
+    if figure.batch_size is not None:  # a served burst too: the fit's proxy, `simulated` runs it through the router
         b = figure.batch_size
         first = prefill(cost, b, p)
         return _metrics(front + first, decode_step(cost, b, mid), b, figure, first)[figure.metric]

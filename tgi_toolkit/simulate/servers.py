@@ -95,27 +95,21 @@ def server_of(server: str, version: str, date: str = "") -> str:
         return server
     if server not in RELEASES:
         raise ValueError(f"server {server!r} has no profile; use one of tgi, vllm, tensorrt-llm, sglang, lmdeploy")
-    major, minor = _version(version)
-    if major is None or major > 100:  # not stated, a commit or a nightly: the date decides
+    release = _version(version)
+    if release is None or release[0] > 100:  # not stated, a commit or a nightly: the date decides
         return next(name for since, name in RELEASES[server] if (date or version or "") >= since)
     if server == "tgi":
-        return "tgi-3" if major >= 3 else ("tgi-2" if major == 2 else "tgi-1")
-    version_ = (major, minor or 0)
-    if version_ >= (0, 8):
+        return "tgi-3" if release[0] >= 3 else ("tgi-2" if release[0] == 2 else "tgi-1")
+    if release >= (0, 8):
         return "vllm-v1"
-    if version_ >= (0, 6):
+    if release >= (0, 6):
         return "vllm-v0.6"
-    patch = _patch(version)
-    return "vllm-v0" if version_ > (0, 2) or (version_ == (0, 2) and patch >= 7) else "vllm-eager"
+    return "vllm-v0" if release >= (0, 2, 7) else "vllm-eager"
 
 
-def _patch(text: str) -> int:
-    parts = re.findall(r"\d+", text or "")
-    return int(parts[2]) if len(parts) > 2 else 0
-
-
-def _version(text: str) -> tuple[int | None, int | None]:
-    m = re.match(r"\s*v?(\d+)(?:\.(\d+))?", text or "")  # a release number, not a commit or a nightly
+def _version(text: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a release number (missing parts 0); None for a commit or a nightly."""
+    m = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", text or "")
     if not m:
-        return None, None
-    return int(m.group(1)), int(m.group(2)) if m.group(2) else None
+        return None
+    return int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0)

@@ -109,15 +109,15 @@ def concurrency_points(prompts: TokenPrompts, users: Sequence[int], grid: Sequen
                 phases.append(Phase(ClosedLoop(warm, n), warm))
             ramp = resolve_ramp(ramp_up, n)
             numbers = itertools.count(warmup_requests)  # unmeasured requests' indices, bench's numbering
-            if ramp == AUTO:
-                probes = [_tagged(prompts.prompts(prompt_tokens, 1), max_new, 0, True, next(numbers))[0]
-                          for _ in range(n)]
-                phases.append(Phase(ClosedLoop(probes, n), probes))
-                ramp = probes
-            measured = _tagged(texts[warmup_requests:], max_new, 0, False)
 
             def extra(length: int = prompt_tokens, output: int = max_new, numbers: Any = numbers) -> SimRequest:
                 return _tagged(prompts.prompts(length, 1), output, 0, True, next(numbers))[0]
+
+            if ramp == AUTO:
+                probes = [extra() for _ in range(n)]
+                phases.append(Phase(ClosedLoop(probes, n), probes))
+                ramp = probes
+            measured = _tagged(texts[warmup_requests:], max_new, 0, False)
 
             sent = list(measured)  # and the ramp's requests, as they are made
             loop = ClosedLoop(measured, n, ramp, extra, sent)
