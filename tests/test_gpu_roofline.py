@@ -45,6 +45,21 @@ def test_two_shards_halve_the_reads_and_add_two_all_reduces_a_layer():
     assert two.host_seconds(decode) == one.host_seconds(decode)  # one CPU loop however many shards
 
 
+def test_a_pcie_a100_is_its_own_card_and_its_shards_all_reduce_over_pcie():
+    from tgi_toolkit.planner.gpus import resolve_gpu
+
+    assert resolve_gpu("A100 80GB PCIe").name == "A100-80GB-PCIe" and resolve_gpu("A100").name == "A100-80GB"
+    two = roofline("A100 80GB PCIe", TINY, num_shard=2, **FACTORS)
+    decode = Shape(rows=1, tokens=1, context=100, pairs=100, prefilling=False)
+    # nobody measured its copy speed: its datasheet's 1,935 GB/s x the measured NVIDIA cards' median fraction,
+    # 4,180 / 4,800 = 0.87083 (H200; the others 1,700 / 2,039 = 0.83374 and 2,970 / 3,350 = 0.88657)
+    read = 72_034_304 / (2 * 1935e9 * 4180 / 4800 * 0.5)
+    # all-reduces over PCIe 4.0 x16, 64 GB/s, where the SXM board's NVLink gives 600:
+    # 2 a layer x 2 layers x (20 us + 2 x (2-1)/2 x 2,048 B / (64 GB/s x 0.5))
+    allreduce = 4 * (20e-6 + 2048 / 32e9)
+    assert two.kernel_seconds(decode) == pytest.approx(read + allreduce, rel=1e-6)
+
+
 def test_a_long_prefill_is_compute_bound_and_counts_attention_pairs():
     cost = roofline("A100-80GB", TINY, **FACTORS)
     n = 4096
