@@ -143,6 +143,22 @@ python_gc_objects_collected_total{generation="0"} 1.0
                                       ("vllm:gpu_cache_usage_perc", "model_name=m", 0.25)]
 
 
+def test_prometheus_text_keeps_the_written_names_of_counters_and_what_came_before_a_cut():
+    # TGI's own exporter types `tgi_request_count` as a counter without `_total`; prometheus_client writes
+    # `_total`: each keeps the name its server wrote. A scrape cut mid-line keeps the series read before it.
+    text = """# TYPE tgi_request_count counter
+tgi_request_count 4
+# TYPE tgi_request_failure counter
+tgi_request_failure_total{err="validation"} 2
+tgi_request_failure_created 1.7e+09
+# TYPE tgi_queue_size gauge
+tgi_queue_size 1
+tgi_batch_current_size{"""
+    assert parse_prometheus(text) == [("tgi_request_count", "", 4.0),
+                                      ("tgi_request_failure_total", "err=validation", 2.0),
+                                      ("tgi_queue_size", "", 1.0)]
+
+
 def test_client_bound_rule():
     assert not client_bound(0.3, 0.020)
     assert client_bound(8.0, 0.020)  # 8 ms of lag against a 20 ms inter-token latency
