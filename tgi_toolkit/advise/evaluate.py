@@ -241,7 +241,8 @@ def first_guess(cost: Any, kv_tokens: int, traffic: Traffic, objectives: Objecti
     while batch * (prompt + output) <= max(kv_tokens, prompt + output) and batch <= 4096:
         new = batch * prompt / output
         step = cost.seconds(Shape(batch + 1, int(batch + new), int(batch * (prompt + output / 2) + new),
-                                  batch * (prompt + output / 2) + new * prompt / 2, True))
+                                  batch * (prompt + output / 2) + new * prompt / 2, True, batch,
+                                  batch * (prompt + output / 2)))
         if best is None or objectives.tpot_s is None or step <= objectives.tpot_s:
             best = (batch, step)
         batch *= 2

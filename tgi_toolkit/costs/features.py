@@ -5,7 +5,7 @@ features beside each forward's measured seconds."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -18,6 +18,11 @@ class Shape:
     context: int
     pairs: float
     prefilling: bool
+    # the rows emitting one token after a cached context, and that context summed: a forward that chunks a
+    # prompt into running decodes mixes two attention kernels, which the measured-kernel model prices apart.
+    # Not compared: the linear model and the forward trace's readers price the five features above.
+    decode_rows: float = field(default=0, compare=False)
+    decode_context: float = field(default=0, compare=False)
 
     def vector(self, free_tokens: int = 0, token_tile: int = 1) -> list[float]:
         """The linear model's features (costs.TERMS order); tokens beyond `free_tokens` only (the knee), in
@@ -40,11 +45,14 @@ def shape_of(forward: Any) -> Shape:
     """A scheduler Forward's features (rows with `start` and `length`; prefilling when any row computes
     prompt tokens)."""
     rows = forward.rows
-    tokens = context = 0
+    tokens = context = decode_rows = decode_context = 0
     pairs = 0.0
     for row in rows:
         tokens += row.length
         context += row.start + row.length
         pairs += row_pairs(row.start, row.length)
+        if row.length == 1 and row.start > 0:
+            decode_rows += 1
+            decode_context += row.start + 1
     prefilling = bool(getattr(forward, "prefilling", any(r.length > 1 for r in rows)))
-    return Shape(len(rows), tokens, context, pairs, prefilling)
+    return Shape(len(rows), tokens, context, pairs, prefilling, decode_rows, decode_context)

@@ -96,7 +96,7 @@ def _loaded(figure: Figure, cost: Any, n: float, rate: float | None) -> dict[str
     for _ in range(3):
         if cost.profile.chunking:
             first = cost.seconds(Shape(n + arriving, n + arriving * p, n * mid + arriving * p,
-                                       n * mid + arriving * row_pairs(0, p), True))
+                                       n * mid + arriving * row_pairs(0, p), True, n, n * mid))
             extra = (first - step) / arriving
         else:
             first = prefill(cost, arriving, p)

@@ -95,7 +95,7 @@ def server_of(server: str, version: str, date: str = "") -> str:
         return server
     if server not in RELEASES:
         raise ValueError(f"server {server!r} has no profile; use one of tgi, vllm, tensorrt-llm, sglang, lmdeploy")
-    release = _version(version)
+    release = version_tuple(version)
     if release is None or release[0] > 100:  # not stated, a commit or a nightly: the date decides
         return next(name for since, name in RELEASES[server] if (date or version or "") >= since)
     if server == "tgi":
@@ -107,7 +107,7 @@ def server_of(server: str, version: str, date: str = "") -> str:
     return "vllm-v0" if release >= (0, 2, 7) else "vllm-eager"
 
 
-def _version(text: str) -> tuple[int, int, int] | None:
+def version_tuple(text: str) -> tuple[int, int, int] | None:
     """(major, minor, patch) of a release number (missing parts 0); None for a commit or a nightly."""
     m = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", text or "")
     if not m:

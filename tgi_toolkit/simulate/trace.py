@@ -29,7 +29,7 @@ def read_trace(path: str, offset: int = 0) -> tuple[list[tuple[Shape, float]], i
     them; and the offset to read on from."""
     rows, offset = read_trace_lines(path, offset)
     names = [field.name for field in dataclasses.fields(Shape)]
-    return [(Shape(**{n: row[n] for n in names}), float(row["seconds"])) for row in rows], offset
+    return [(Shape(**{n: row[n] for n in names if n in row}), float(row["seconds"])) for row in rows], offset
 
 
 def _trace_end(path: str) -> int:

@@ -1,0 +1,602 @@
+"""The measured-kernel cost model: a forward's time as the sum of its operations, each read from kernel times
+measured on the card inside a serving framework, plus the server profile's host time.
+
+    t = layers x (QKV + O + gate/up + down GEMMs at the forward's tokens, or the MoE layer
+                  + context attention over the prefill rows + generation attention over the decode rows
+                  + two all-reduces of tokens x hidden at the TP degree + the elementwise ops)
+        + the LM head at the emitting rows + host (the server profile's terms, serial with the GPU)
+
+The kernel times come from NVIDIA's AIConfigurator operator database (the PyPI package `aiconfigurator-core`,
+read in place with pandas: `<package>/systems/data/<system>/<op>/<framework>/<version>/*.parquet`, latencies in
+milliseconds per call of one layer's kernel), or from a folder of the same tables that `tgi-toolkit profile-gpu`
+measured on a user's own card. Nothing here is fitted to published figures: the tables are the card's, the
+host terms the server profile's. Between grid points a time is interpolated in log-log space; past the grid
+it scales linearly with the work (tokens, batch, KV length) from the last point, and the prediction says so.
+
+What the tables lack is priced by the roofline (tgi_toolkit.simulate.gpu): a card or framework the database has
+not measured, int4 weights, a server that runs its forwards eagerly (the tables are CUDA-graph kernels), and
+the elementwise ops (norms, rotary, activation, residual adds: memory-bound, a few per cent of a forward).
+`priced_by()` says which source priced which operation, and every prediction carries it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.simulate.gpu import EFFICIENCY_HELP, RooflineCostModel, gpu_spec
+from tgi_toolkit.simulate.servers import server_profile, version_tuple
+
+# The planner's card names -> the database's system folders (what aiconfigurator-core measured; the A100-40GB
+# and the PCIe boards have other memory and clocks, so they are not stood in for by the SXM tables).
+SYSTEMS = {"A100-80GB": "a100_sxm", "H100-80GB": "h100_sxm", "H200": "h200_sxm", "L40S": "l40s",
+           "B200": "b200_sxm"}
+# Server profile -> the framework whose kernels it runs. TGI 2 and 3 run flash/paged attention and torch's
+# GEMMs under CUDA graphs, as vLLM does, so vLLM's tables stand in for them (the provenance says so). The eager
+# servers (TGI 1, vLLM before 0.2.7) launch every kernel from Python: the graph-captured tables would flatter
+# them, and LMDeploy's TurboMind kernels are its own; the roofline prices those.
+FRAMEWORKS = {"vllm-v1": "vllm", "vllm-v0.6": "vllm", "vllm-v0": "vllm", "tgi-3": "vllm", "tgi-2": "vllm",
+              "sglang": "sglang", "tensorrt-llm": "trtllm"}
+TABLES = {"gemm": ("gemm", "gemm_perf"), "context_attention": ("attention", "context_attention_perf"),
+          "generation_attention": ("attention", "generation_attention_perf"),
+          "allreduce": ("comm", "custom_allreduce_perf"), "nccl": ("comm", "nccl_perf"), "moe": ("moe", "moe_perf")}
+GRAPH_TOKENS = 512  # vLLM captures forwards of up to 512 tokens in CUDA graphs: their all-reduce is the graphed one
+ELEMENTWISE_PASSES = 10  # hidden-sized reads and writes a layer's fused norms, rotary and residual adds make a token
+
+
+def database_root() -> Path:
+    """Where aiconfigurator-core's tables are installed (an ImportError names the package when it is not)."""
+    try:
+        import aiconfigurator_core
+    except ImportError as exc:  # pragma: no cover - the README's set-up installs it
+        raise ImportError("the measured cost model reads NVIDIA's operator database: pip install "
+                          "aiconfigurator-core (the README's set-up does)") from exc
+    return Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+
+
+def versions_held(system: str, op: str, framework: str) -> list[str]:
+    folder = database_root() / system / TABLES[op][0] / framework
+    name = TABLES[op][1] + ".parquet"
+    return sorted((p.name for p in folder.iterdir() if (p / name).exists()), key=_order) if folder.is_dir() else []
+
+
+def _order(version: str) -> tuple[int, int, int]:
+    return version_tuple(version) or (0, 0, 0)
+
+
+def nearest_version(held: list[str], wanted: str | None) -> str:
+    """The version of `held` nearest `wanted` (major, minor, patch); the newest when none is wanted."""
+    target = version_tuple(wanted or "")
+    if target is None:
+        return held[-1]
+    return min(held, key=lambda v: (sum(abs(a - b) * w for a, b, w in zip(_order(v), target, (10_000, 100, 1),
+                                                                             strict=True)), -held.index(v)))
+
+
+@dataclass
+class KernelTables:
+    """One card's kernel times, op by op (a DataFrame each, aiconfigurator-core's columns), and where each came
+    from ("h100_sxm, vllm 0.24.0")."""
+
+    tables: dict[str, Any]
+    sources: dict[str, str]
+    _grids: dict[str, GemmGrid] = field(default_factory=dict, repr=False)
+
+    def gemm(self, dtype: str) -> GemmGrid:
+        """The GEMM grid of `dtype` (KeyError when the table has none), built once."""
+        if dtype not in self._grids:
+            self._grids[dtype] = GemmGrid.of(self.tables["gemm"], dtype)
+        return self._grids[dtype]
+
+    @classmethod
+    def database(cls, system: str, framework: str, version: str | None = None) -> KernelTables:
+        """The database's tables for `system` measured inside `framework`, each op at the version nearest
+        `version` (the newest when None); the all-reduce from NCCL's table where the framework has none.
+        Read once per process and shared (the files are tens of megabytes)."""
+        return _database(system, framework, version)
+
+    @classmethod
+    def read_database(cls, system: str, framework: str, version: str | None) -> KernelTables:
+        import pandas as pd
+
+        tables, sources = {}, {}
+        for op in ("gemm", "context_attention", "generation_attention", "moe", "allreduce"):
+            held = versions_held(system, op, framework)
+            if held:
+                v = nearest_version(held, version)
+                tables[op] = pd.read_parquet(database_root() / system / TABLES[op][0] / framework / v /
+                                             (TABLES[op][1] + ".parquet"))
+                sources[op] = f"{system}, {framework} {v}"
+        held = versions_held(system, "nccl", "nccl")
+        if held:
+            v = held[-1]
+            tables["nccl"] = pd.read_parquet(database_root() / system / "comm" / "nccl" / v / "nccl_perf.parquet")
+            sources["nccl"] = f"{system}, nccl {v}"
+        return cls(tables, sources)
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> KernelTables:
+        """Tables a profile run wrote (`tgi-toolkit profile-gpu`): `<op table>.parquet` files in one folder."""
+        import pandas as pd
+
+        folder = Path(path)
+        if not folder.is_dir():
+            raise ValueError(f"kernel_times: {str(folder)!r} is not a folder of kernel tables")
+        tables, sources = {}, {}
+        for op, (_, name) in TABLES.items():
+            file = folder / f"{name}.parquet"
+            if file.exists():
+                tables[op] = pd.read_parquet(file)
+                device = str(tables[op]["device"].iloc[0]) if "device" in tables[op] and len(tables[op]) else "?"
+                sources[op] = f"{folder.name} ({device}, measured by profile-gpu)"
+        if not tables:
+            raise ValueError(f"kernel_times: {str(folder)!r} holds none of "
+                             f"{', '.join(n + '.parquet' for _, n in TABLES.values())}")
+        return cls(tables, sources)
+
+
+@functools.lru_cache(maxsize=32)
+def _database(system: str, framework: str, version: str | None) -> KernelTables:
+    return KernelTables.read_database(system, framework, version)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Latency (seconds) against one size on a grid, interpolated in log-log space; below the grid the first
+    point's (a kernel's floor), above it scaled in proportion to the size from the last point."""
+
+    xs: np.ndarray
+    ys: np.ndarray
+
+    def __call__(self, x: float) -> float:
+        if x <= 0:
+            return 0.0
+        if x > self.xs[-1]:
+            return float(self.ys[-1] * x / self.xs[-1])
+        return float(np.exp(np.interp(math.log(x), np.log(self.xs), np.log(self.ys))))
+
+    def beyond(self, x: float) -> bool:
+        return x > self.xs[-1]
+
+    @classmethod
+    def of(cls, xs: Any, ys: Any) -> Curve:
+        pairs = sorted((float(x), float(y)) for x, y in zip(xs, ys, strict=True) if y == y and y > 0)
+        if not pairs:
+            raise ValueError("no measured point")
+        return cls(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
+
+
+@dataclass(frozen=True)
+class Surface:
+    """Latency against (batch, length): one Curve over length for each measured batch size, interpolated
+    across batch sizes in log-log space, scaled in proportion to the batch past the largest."""
+
+    batches: np.ndarray
+    curves: tuple[Curve, ...]
+
+    def __call__(self, batch: float, length: float) -> float:
+        if batch <= 0:
+            return 0.0
+        b = self.batches
+        if batch >= b[-1]:
+            return self.curves[-1](length) * batch / b[-1]
+        if batch <= b[0]:
+            return self.curves[0](length)
+        i = int(np.searchsorted(b, batch))
+        lo, hi = self.curves[i - 1](length), self.curves[i](length)
+        w = (math.log(batch) - math.log(b[i - 1])) / (math.log(b[i]) - math.log(b[i - 1]))
+        return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
+
+    def beyond(self, batch: float, length: float) -> bool:
+        return batch > self.batches[-1] or self.curves[min(int(np.searchsorted(self.batches, batch)),
+                                                          len(self.curves) - 1)].beyond(length)
+
+    @classmethod
+    def of(cls, frame: Any, batch: str, length: str) -> Surface:
+        curves, batches = [], []
+        for b, group in frame.groupby(batch):
+            try:
+                curves.append(Curve.of(group[length], group["latency"] / 1e3))
+                batches.append(float(b))
+            except ValueError:
+                continue
+        if not curves:
+            raise ValueError("no measured point")
+        return cls(np.array(batches), tuple(curves))
+
+
+def _nearest(values: Any, want: float) -> float:
+    values = sorted({float(v) for v in values})
+    return min(values, key=lambda v: (abs(math.log(v / want)), v))
+
+
+@dataclass(frozen=True)
+class GemmGrid:
+    """One dtype's GEMM times as an array over the measured n x k x m grid (NaN where not measured), the
+    fastest kernel the framework has for each shape."""
+
+    ns: np.ndarray
+    ks: np.ndarray
+    ms: np.ndarray
+    seconds: np.ndarray
+
+    @classmethod
+    def of(cls, table: Any, dtype: str) -> GemmGrid:
+        rows = table[table["gemm_dtype"] == dtype]
+        if rows.empty:
+            raise KeyError(dtype)
+        best = rows.groupby(["n", "k", "m"])["latency"].min()
+        ns, ks, ms = (np.array(sorted(best.index.get_level_values(x).unique()), dtype=float) for x in "nkm")
+        cube = np.full((len(ns), len(ks), len(ms)), np.nan)
+        idx = [np.searchsorted(axis, best.index.get_level_values(x).to_numpy(dtype=float))
+               for axis, x in ((ns, "n"), (ks, "k"), (ms, "m"))]
+        cube[idx[0], idx[1], idx[2]] = best.to_numpy() / 1e3
+        return cls(ns, ks, ms, cube)
+
+    def column(self, i: int, j: int) -> Curve | None:
+        try:
+            return Curve.of(self.ms, self.seconds[i, j])
+        except ValueError:
+            return None
+
+    def curve(self, n: int, k: int) -> tuple[Curve, str]:
+        """Seconds of one GEMM of `n` output and `k` input features against its token count m: bilinear in
+        log n, log k between the measured shapes around it; else the nearest measured shape scaled by n k."""
+        def bracket(axis: np.ndarray, x: float) -> tuple[int, int]:
+            hi = int(np.searchsorted(axis, x))
+            if hi < len(axis) and axis[hi] == x:
+                return hi, hi
+            return max(hi - 1, 0), min(hi, len(axis) - 1)
+
+        (n0, n1), (k0, k1) = bracket(self.ns, n), bracket(self.ks, k)
+        corners = {(a, b): self.column(a, b) for a in {n0, n1} for b in {k0, k1}}
+        inside = self.ns[n0] <= n <= self.ns[n1] and self.ks[k0] <= k <= self.ks[k1]
+        if inside and all(c is not None and len(c.xs) == len(self.ms) for c in corners.values()):
+            wn = 0.0 if n1 == n0 else math.log(n / self.ns[n0]) / math.log(self.ns[n1] / self.ns[n0])
+            wk = 0.0 if k1 == k0 else math.log(k / self.ks[k0]) / math.log(self.ks[k1] / self.ks[k0])
+            logs = {c: np.log(curve.ys) for c, curve in corners.items()}
+            low = (1 - wk) * logs[(n0, k0)] + wk * logs[(n0, k1)]
+            high = (1 - wk) * logs[(n1, k0)] + wk * logs[(n1, k1)]
+            return Curve(self.ms, np.exp((1 - wn) * low + wn * high)), "interpolated"
+        measured = [(i, j) for i in range(len(self.ns)) for j in range(len(self.ks))
+                    if np.isfinite(self.seconds[i, j]).all()]
+        i, j = min(measured, key=lambda c: abs(math.log(self.ns[c[0]] / n)) + abs(math.log(self.ks[c[1]] / k)))
+        scale = n * k / (self.ns[i] * self.ks[j])
+        return Curve(self.ms, self.seconds[i, j] * scale), f"scaled from n={self.ns[i]:.0f}, k={self.ks[j]:.0f}"
+
+
+def attention_surface(table: Any, heads: int, kv_heads: int, head_dim: int, length: str,
+                      *, by: str) -> tuple[Surface, str]:
+    """One layer's attention (context: over prompt length `isl`; generation: over KV length `step`) for the
+    model's heads per GPU, from the rows nearest them; a time measured at other head counts is scaled by the
+    heads (`by`: 'num_heads' for context attention, compute-bound, 'num_key_value_heads' for generation,
+    which reads the KV cache)."""
+    rows = table
+    for column, value in (("kv_cache_dtype", "bfloat16"), ("attn_dtype", "bfloat16"), ("window_size", 0),
+                          ("beam_width", 1)):
+        if column in rows and (rows[column] == value).any():
+            rows = rows[rows[column] == value]
+    note = "measured"
+    picked = {}
+    for column, want in (("head_dim", head_dim), ("num_key_value_heads", kv_heads), ("num_heads", heads)):
+        have = _nearest(rows[column].unique(), want)
+        if have != want:
+            note = "scaled"
+        picked[column] = have
+        rows = rows[rows[column] == have]
+    rows = rows.groupby(["batch_size", length], as_index=False)["latency"].min()
+    scale = {"num_heads": heads, "num_key_value_heads": kv_heads}[by] / picked[by] * head_dim / picked["head_dim"]
+    rows["latency"] = rows["latency"] * scale
+    return Surface.of(rows, "batch_size", length), note
+
+
+def comm_curve(table: Any, num_gpus: int, kernel: str | None) -> Curve | None:
+    """One all-reduce's seconds against its message bytes at `num_gpus` (None when not measured there)."""
+    rows = table[(table["num_gpus"] == num_gpus)]
+    if "op_name" in rows:
+        rows = rows[rows["op_name"] == "all_reduce"]
+    for column in ("allreduce_dtype", "nccl_dtype"):
+        if column in rows and rows[column].nunique() > 1:
+            rows = rows[rows[column].isin(["bfloat16", "half"])]
+    if kernel is not None:
+        rows = rows[rows["kernel_source"] == kernel]
+    if rows.empty:
+        return None
+    best = rows.groupby("message_size", as_index=False)["latency"].min()
+    return Curve.of(best["message_size"], best["latency"] / 1e3)
+
+
+@dataclass
+class MeasuredCostModel(RooflineCostModel):
+    """A forward's seconds from measured kernel times (module docstring). `tables` None reads the operator
+    database for the card and the server's framework, at the version nearest `server_version`; a KernelTables
+    (e.g. `KernelTables.from_dir`) prices from a user's own measurements. Host terms are the roofline's (the
+    server profile's), so the two models differ only in how the GPU's part of a forward is priced."""
+
+    tables: KernelTables | None = None
+    server_version: str | None = None
+    kernel_times: str | None = None  # a folder profile-gpu wrote, read when `tables` is None
+    priced: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        gpu, _ = gpu_spec(self.gpu)
+        self.fallback_reason = ""
+        if self.tables is None and self.kernel_times:
+            self.tables = KernelTables.from_dir(self.kernel_times)
+        if self.tables is None:
+            system, framework = SYSTEMS.get(gpu), FRAMEWORKS.get(self.server)
+            self.tables = (KernelTables.database(system, framework, self.server_version)
+                           if system and framework else KernelTables({}, {}))
+            if not system:
+                self.fallback_reason = f"the operator database has no {gpu}"
+            elif not framework:
+                self.fallback_reason = f"no framework in the operator database runs {self.server}'s kernels"
+        if self.tables.tables:
+            # the host terms fitted beside the roofline's efficiencies absorbed its kernel errors: measured
+            # kernels take the server profile's own priors, so nothing here is fitted to published figures
+            for term, value in server_profile(self.server).host().items():
+                if getattr(self, term) is None:
+                    setattr(self, term, value)
+        super().__post_init__()
+        self._build()
+        tables = "measured kernels" if self.priced_by()["measured"] else "roofline (no measured kernels)"
+        model = self.shape.name.rsplit("/", 1)[-1] or self.shape.model_type
+        shards = f" x{self.num_shard}" if self.num_shard > 1 else ""
+        self.name = f"{tables}: {model} on {self.gpu}{shards}, {self.profile.label}"
+
+    # -- building the model's curves once ---------------------------------------------------------
+    def _build(self) -> None:
+        s, n, t = self.shape, self.num_shard, self.tables.tables
+        src = self.tables.sources
+        self.priced = {}
+        self.gemms: list[Curve] = []
+        self.lm_head: Curve | None = None
+        self.moe: Curve | None = None
+        self.context: Surface | None = None
+        self.generation: Surface | None = None
+        self.allreduce_graph: Curve | None = None
+        self.allreduce_eager: Curve | None = None
+        dtype = "fp8" if self.quantize == "fp8" else "bfloat16" if not self.quantize else None
+        q_out = s.num_heads * s.head_dim
+        kv_out = 2 * s.num_kv_heads * s.head_dim
+        projections = [((q_out + kv_out) // n, s.hidden_size), (s.hidden_size, q_out // n)]
+        dense_mlp = not s.num_experts
+        if dense_mlp:
+            up = (2 if s.gated_mlp else 1) * s.intermediate_size
+            projections += [(up // n, s.hidden_size), (s.hidden_size, s.intermediate_size // n)]
+        if "gemm" in t and dtype is not None:
+            try:
+                notes = []
+                grid = self.tables.gemm(dtype)
+                for out_f, in_f in projections:
+                    curve, note = grid.curve(max(out_f, 1), in_f)
+                    self.gemms.append(curve)
+                    notes.append(note)
+                self.lm_head, _ = grid.curve(max(s.vocab_size // n, 1), s.hidden_size)
+                scaled = [x for x in notes if x.startswith("scaled")]
+                self.priced["gemm"] = src["gemm"] + (f" {dtype}" if dtype != "bfloat16" else "") + \
+                    (f" ({len(scaled)} of {len(notes)} shapes scaled from the nearest measured)" if scaled else "")
+                self.priced["lm_head"] = src["gemm"]
+            except KeyError:
+                self.gemms, self.lm_head = [], None
+        if not dense_mlp and "moe" in t:
+            self.moe, note = self._moe_curve(t["moe"], dtype)
+            if self.moe is not None:
+                self.priced["moe"] = f"{src['moe']} ({note})"
+        heads, kv_heads = max(s.num_heads // n, 1), max(s.num_kv_heads // n, 1)
+        if "context_attention" in t:
+            self.context, note = attention_surface(t["context_attention"], heads, kv_heads, s.head_dim, "isl",
+                                                   by="num_heads")
+            self.priced["context_attention"] = src["context_attention"] + (" (heads scaled)" if note == "scaled"
+                                                                           else "")
+        if "generation_attention" in t:
+            self.generation, note = attention_surface(t["generation_attention"], heads, kv_heads, s.head_dim, "step",
+                                                      by="num_key_value_heads")
+            self.priced["generation_attention"] = src["generation_attention"] + (" (heads scaled)"
+                                                                                 if note == "scaled" else "")
+        if n > 1:
+            if "allreduce" in t:
+                kernels = set(t["allreduce"]["kernel_source"])
+                graph = next((k for k in kernels if "graph" in k.lower()), None)
+                eager = next((k for k in kernels if "eager" in k.lower()), None)
+                self.allreduce_graph = comm_curve(t["allreduce"], n, graph)
+                self.allreduce_eager = comm_curve(t["allreduce"], n, eager) or self.allreduce_graph
+                if self.allreduce_graph is not None:
+                    self.priced["allreduce"] = src["allreduce"]
+            if self.allreduce_graph is None and "nccl" in t:
+                self.allreduce_graph = self.allreduce_eager = comm_curve(t["nccl"], n, None)
+                if self.allreduce_graph is not None:
+                    self.priced["allreduce"] = src["nccl"]
+        self._layer_gemms = functools.lru_cache(maxsize=4096)(self._gemm_seconds)
+
+    def _moe_curve(self, table: Any, dtype: str | None) -> tuple[Curve | None, str]:
+        """The MoE layer's seconds against tokens, at the model's experts, top-k, expert width and TP split (all
+        experts on every GPU, each GPU a slice of every expert: vLLM's default without expert parallelism)."""
+        s, n = self.shape, self.num_shard
+        rows = table[(table["moe_dtype"] == (dtype or "bfloat16")) & (table["moe_ep_size"] == 1)]
+        if rows.empty:
+            return None, ""
+        for column, want in (("num_experts", s.num_experts), ("topk", s.experts_per_token),
+                             ("moe_tp_size", n)):
+            rows = rows[rows[column] == _nearest(rows[column].unique(), want)]
+        dist = "power_law_1.01" if (rows["distribution"] == "power_law_1.01").any() else "balanced"
+        rows = rows[rows["distribution"] == dist]
+        inter = s.expert_intermediate_size or s.intermediate_size
+        key = min({(h, i) for h, i in zip(rows["hidden_size"], rows["inter_size"], strict=True)},
+                  key=lambda c: abs(math.log(c[0] / s.hidden_size)) + abs(math.log(c[1] / inter)))
+        rows = rows[(rows["hidden_size"] == key[0]) & (rows["inter_size"] == key[1])]
+        best = rows.groupby("num_tokens", as_index=False)["latency"].min()
+        scale = s.hidden_size * inter / (key[0] * key[1])
+        curve = Curve.of(best["num_tokens"], best["latency"] / 1e3 * scale)
+        note = "measured shape" if scale == 1 else f"scaled from hidden {key[0]}, expert width {key[1]}"
+        return curve, f"{dist} routing, {note}"
+
+    # -- pricing a forward ------------------------------------------------------------------------
+    def _gemm_seconds(self, tokens: float) -> float:
+        return sum(curve(tokens) for curve in self.gemms)
+
+    def _op_roofline(self, flops: float, bytes_: float) -> float:
+        """An operation the tables lack, on the roofline's fitted efficiencies (one card; shards split it)."""
+        n = self.num_shard
+        peak = self.reach.tflops * 1e12 * self.matmul_efficiency
+        bandwidth = self.reach.bandwidth_gbs * 1e9 * self.bandwidth_efficiency
+        return max(flops / n / peak, bytes_ / n / bandwidth)
+
+    def kernel_seconds(self, s: Shape) -> float:
+        if not self.gemms and self.context is None:
+            return super().kernel_seconds(s)
+        shape, layers = self.shape, self.shape.num_layers
+        tokens = s.tokens
+        decode_rows = s.rows if not s.prefilling else min(s.decode_rows, s.rows)
+        decode_context = s.context if not s.prefilling else s.decode_context
+        prefill_rows = s.rows - decode_rows
+        # per layer
+        t = self._layer_gemms(tokens) if self.gemms else self._body_roofline(tokens)
+        if not shape.num_experts:
+            pass
+        elif self.moe is not None:
+            t += self.moe(tokens) + self._op_roofline(2 * tokens * shape.hidden_size * shape.num_experts,
+                                                      2 * shape.hidden_size * shape.num_experts)
+        else:
+            t += self._experts_roofline(tokens)
+        if decode_rows > 0:
+            t += self.generation(decode_rows, decode_context / decode_rows) if self.generation else \
+                self._attention_roofline(decode_context, decode_context)
+        if prefill_rows > 0:
+            pairs = max(s.pairs - decode_context, 0.0)
+            # a chunk after a cached prefix computes pairs = L x start + L (L + 1) / 2: priced as the prompt
+            # length whose causal pairs are the same, which is what the flash kernel's work grows with
+            isl = math.sqrt(2 * pairs / prefill_rows)
+            t += self.context(prefill_rows, isl) if self.context else \
+                self._attention_roofline(s.context - decode_context, pairs)
+        t += self._op_roofline(0.0, ELEMENTWISE_PASSES * tokens * shape.hidden_size * 2)
+        if self.num_shard > 1:
+            t += 2 * self._allreduce(tokens)
+        t *= layers
+        emitting = max(decode_rows + (prefill_rows if prefill_rows else 0), 1.0)
+        if self.lm_head is not None:
+            t += self.lm_head(emitting)
+        else:
+            t += self._op_roofline(2 * self.lm_head_params * emitting, self.lm_head_params * 2)
+        return t
+
+    def _body_roofline(self, tokens: float) -> float:
+        per_layer = self.body_params / self.shape.num_layers
+        bytes_ = self.weight_bytes / self.shape.num_layers
+        return self._op_roofline(2 * per_layer * tokens, bytes_)
+
+    def _experts_roofline(self, tokens: float) -> float:
+        s = self.shape
+        inter = s.expert_intermediate_size or s.intermediate_size
+        per_expert = 3 * s.hidden_size * inter
+        touched = min(s.num_experts, tokens * s.experts_per_token)
+        return self._op_roofline(2 * per_expert * tokens * s.experts_per_token, 2 * per_expert * touched)
+
+    def _attention_roofline(self, context: float, pairs: float) -> float:
+        flops = self.attn_flops_per_pair / self.shape.num_layers * pairs
+        bytes_ = self.kv_token_bytes / self.shape.num_layers * context
+        return self._op_roofline(flops, bytes_)
+
+    def _allreduce(self, tokens: float) -> float:
+        payload = tokens * self.shape.hidden_size * 2
+        curve = self.allreduce_graph if tokens <= GRAPH_TOKENS else self.allreduce_eager
+        if curve is None:
+            link = self.spec.link_gbs * 1e9 * self.link_efficiency
+            n = self.num_shard
+            return self.allreduce_latency_s + 2 * (n - 1) / n * payload / link
+        return curve(payload)
+
+    # -- what priced what ---------------------------------------------------------------------------
+    def priced_by(self) -> dict[str, Any]:
+        """Which source priced which operation: {"measured": {op: source}, "roofline": [ops], "why": ...}."""
+        ops = ["gemm", "lm_head", "context_attention", "generation_attention"]
+        if self.shape.num_experts:
+            ops.append("moe")
+        if self.num_shard > 1:
+            ops.append("allreduce")
+        measured = {op: self.priced[op] for op in ops if op in self.priced}
+        roofline = [op for op in ops if op not in self.priced] + ["elementwise"]
+        out: dict[str, Any] = {"measured": measured, "roofline": roofline}
+        if self.fallback_reason:
+            out["why"] = self.fallback_reason
+        elif self.quantize and self.quantize != "fp8" and "gemm" not in self.priced:
+            out["why"] = f"the operator database has no {self.quantize} GEMMs"
+        return out
+
+    def provenance(self) -> str:
+        """One line: 'measured: h100_sxm, vllm 0.24.0: gemm, attention; roofline: elementwise'."""
+        p = self.priced_by()
+        by_source: dict[str, list[str]] = {}
+        for op, source in p["measured"].items():
+            by_source.setdefault(source, []).append(op)
+        parts = [f"measured: {src}: {', '.join(ops)}" for src, ops in by_source.items()]
+        parts.append("roofline: " + ", ".join(p["roofline"]) + (f" ({p['why']})" if "why" in p else ""))
+        return "; ".join(parts)
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out.update({"kind": "measured", "name": self.name, "server_version": self.server_version,
+                    "kernel_times": self.kernel_times,
+                    "priced_by": self.priced_by(), "provenance": self.provenance()})
+        out["source"] = {"kernel_times": self.provenance(),
+                         "host_terms": f"{self.profile.label}'s profile priors ({self.server}), not fitted"
+                         if self.priced else out.get("source", {}).get("fitted_to")}
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out.update(self.describe())
+        out["model"] = self.model
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MeasuredCostModel:
+        keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "server", *EFFICIENCY_HELP)
+        return cls(**{k: data[k] for k in keys if k in data}, server_version=data.get("server_version"),
+                   kernel_times=data.get("kernel_times"))
+
+
+def covered(gpu: str, server: str) -> bool:
+    """Whether the operator database measured `gpu`'s kernels inside `server`'s framework."""
+    name, _ = gpu_spec(gpu)
+    return name in SYSTEMS and server in FRAMEWORKS
+
+
+COST_MODELS = ("auto", "measured", "roofline")
+
+
+def gpu_cost_model(gpu: str, model: Any, *, cost_model: str = "auto", kernel_times: str | Path | None = None,
+                   server_version: str | None = None, **roof: Any) -> RooflineCostModel:
+    """The GPU cost model of `model` on `gpu` (the roofline's arguments, `roof`): `measured` prices from kernel
+    times (the operator database, or `kernel_times`, a folder `profile-gpu` wrote), `roofline` from the
+    datasheet, `auto` (the default) measured where the database covers the card and the server's framework,
+    else the roofline. A ValueError names the field when the choice cannot be met."""
+    from tgi_toolkit.simulate.gpu import roofline
+
+    if cost_model not in COST_MODELS:
+        raise ValueError(f"cost_model: {cost_model!r} is not one of {', '.join(COST_MODELS)}")
+    base = roofline(gpu, model, **roof)
+    if cost_model == "roofline":
+        if kernel_times:
+            raise ValueError("kernel_times: measured kernel times need cost_model measured (or auto)")
+        return base
+    if kernel_times or covered(base.gpu, base.server):
+        pass
+    elif cost_model == "measured":
+        name, _ = gpu_spec(gpu)
+        raise ValueError(f"cost_model: the operator database has no kernel times for {name} served by "
+                         f"{base.server} (it has {', '.join(SYSTEMS)} inside {', '.join(sorted(FRAMEWORKS))}); "
+                         "measure your card with `tgi-toolkit profile-gpu` and pass kernel_times, or use roofline")
+    else:
+        return base
+    keys = ("num_shard", "dtype", "quantize", "memory_fraction", "server")
+    return MeasuredCostModel(base.gpu, base.model, **{k: getattr(base, k) for k in keys},
+                             **{k: v for k, v in roof.items() if k not in keys},
+                             kernel_times=str(kernel_times) if kernel_times else None, server_version=server_version)
