@@ -18,7 +18,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.standins.fixtures import no_leftover_processes, standins, tagged_processes  # noqa: F401
+from tests.standins.fixtures import STANDINS, no_leftover_processes, standins, tagged_processes  # noqa: F401
 from tgi_toolkit.config import ConfigError, LauncherConfig
 from tgi_toolkit.server import Server, ServerError, free_port
 
@@ -183,6 +183,22 @@ def test_vllm_gets_the_variables_its_mapping_asks_for():
     # --usage-stats off has no vLLM flag: it becomes VLLM_NO_USAGE_STATS=1 in the process's environment
     with quiet(config(usage_stats="off"), backend="vllm") as server:
         assert any("VLLM_NO_USAGE_STATS=1" in line for line in server.logs(None))
+
+
+def test_vllm_runs_the_executable_tgi_toolkit_vllm_names_else_the_one_on_path(tmp_path, monkeypatch):
+    # vLLM lives in a venv of its own (`make vllm`), off PATH: TGI_TOOLKIT_VLLM names its `vllm`.
+    elsewhere = tmp_path / "venv" / "bin"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "vllm").write_text((STANDINS / "vllm").read_text().replace('$(dirname "$0")', str(STANDINS)))
+    (elsewhere / "vllm").chmod(0o755)
+    with quiet(backend="vllm", env={"TGI_TOOLKIT_VLLM": str(elsewhere / "vllm")}) as server:
+        assert server.command[0] == str(elsewhere / "vllm") and server.command[1:3] == ["serve", "org/standin-model"]
+        assert server.health()
+    with quiet(backend="vllm") as server:  # unset: `vllm` on PATH, the stand-in
+        assert server.command[0] == "vllm"
+    monkeypatch.setenv("TGI_TOOLKIT_VLLM", str(tmp_path / "no-such-venv" / "bin" / "vllm"))
+    with pytest.raises(ServerError, match="TGI_TOOLKIT_VLLM=.*no-such-venv.* is not an executable file"):
+        quiet(backend="vllm").start()
 
 
 def test_gpu_visibility_becomes_docker_gpus(monkeypatch):

@@ -65,6 +65,7 @@ def standins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("TGI_TOOLKIT_STANDIN_DOCKER_STATE", str(tmp_path / "docker-state"))
     monkeypatch.setenv("TGI_TOOLKIT_STANDIN_DOCKER_GPUS", "1")  # the daemon has the NVIDIA runtime
     monkeypatch.setenv("TGI_TOOLKIT_STANDIN_DELAY", "0.2")
-    for var in ("TGI_TOOLKIT_STANDIN", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+    # TGI_TOOLKIT_VLLM (`make test` sets it for the real vLLM's tests) would bypass the stand-in `vllm` on PATH.
+    for var in ("TGI_TOOLKIT_STANDIN", "TGI_TOOLKIT_VLLM", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
         monkeypatch.delenv(var, raising=False)
     return STANDINS

