@@ -472,8 +472,8 @@ class MeasuredCostModel(RooflineCostModel):
         if prefill_rows > 0:
             pairs = max(s.pairs - decode_context, 0.0)
             # a chunk after a cached prefix computes pairs = L x start + L (L + 1) / 2: priced as the prompt
-            # length whose causal pairs are the same, which is what the flash kernel's work grows with
-            isl = math.sqrt(2 * pairs / prefill_rows)
+            # length n whose causal pairs n (n + 1) / 2 are the same, which is what the flash kernel's work grows with
+            isl = (math.sqrt(1 + 8 * pairs / prefill_rows) - 1) / 2
             t += self.context(prefill_rows, isl) if self.context else \
                 self._attention_roofline(s.context - decode_context, pairs)
         t += self._op_roofline(0.0, ELEMENTWISE_PASSES * tokens * shape.hidden_size * 2)

@@ -3,7 +3,7 @@
     tgi-toolkit simulate profile --backend embedded --output cost.json
     tgi-toolkit simulate profile --url http://127.0.0.1:3000 --output cost.json
     tgi-toolkit simulate concurrency --cost-model cost.json -u 1 -u 8 -u 32 --prompt-tokens 512
-    tgi-toolkit simulate concurrency --gpu H100 --model config.json -u 10 --prompt-tokens 1024 \\
+    tgi-toolkit simulate concurrency --gpu H100 --model meta-llama/Llama-3.1-8B -u 10 --prompt-tokens 1024 \\
         --max-new-tokens 128 --output results/sim -- --max-batch-prefill-tokens 8192
 
 SCENARIO is one of bench's (batch, concurrency, rate, ingestion, shared-prefix, multi-turn, decode-stall)
@@ -15,7 +15,11 @@ each prediction's cross-validated error is printed with it), or both: `--cost-mo
 Launcher flags after `--` set the
 scheduler (max_batch_prefill_tokens, max_batch_size, ...); ATTENTION, PREFIX_CACHING and PREFILL_CHUNKING
 are read from the environment as TGI reads them, or given with --attention / --[no-]prefix-caching /
---[no-]chunking. It prints bench's tables; `--output` writes bench's results folder, marked simulated.
+--[no-]chunking. With `--server vllm-v1` the scheduler is vLLM V1's (docs/vllm-rules.md) and the flags after `--`
+are `vllm serve`'s: --max-num-batched-tokens, --max-num-seqs, --gpu-memory-utilization, --block-size,
+--[no-]enable-prefix-caching, --max-model-len, and --kv-cache-tokens N (the capacity its log states, "GPU KV cache
+size: N tokens", which wins over the memory arithmetic); a TGI flag is refused there, naming vLLM's.
+It prints bench's tables; `--output` writes bench's results folder, marked simulated.
 Bad input is one line on stderr and exit code 2.
 """
 
@@ -44,15 +48,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def _model_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tgi-toolkit simulate SCENARIO", add_help=False)
     g = p.add_argument_group("cost model (one of)")
-    g.add_argument("--cost-model", metavar="COST_JSON", help="a cost model saved by `simulate profile` (or a roofline)")
-    g.add_argument("--gpu", help="roofline model: a card (H100, A100-80GB, L4, ...)")
-    g.add_argument("--model", metavar="CONFIG_JSON", help="roofline model: the model's config.json or directory")
+    g.add_argument("--cost-model", metavar="COST_JSON|measured|roofline",
+                   help="a cost model saved by `simulate profile` (or a GPU model's JSON); or, with --gpu and "
+                        "--model, how the GPU is priced: measured (kernel times from NVIDIA's operator database, "
+                        "or --kernel-times) or roofline (the datasheet); default: measured where the database "
+                        "covers the card and the server, else roofline")
+    g.add_argument("--kernel-times", metavar="DIR", help="with --gpu: kernel times `tgi-toolkit profile-gpu` wrote "
+                                                         "(your own card's, or one the database lacks)")
+    g.add_argument("--server-version", metavar="VERSION",
+                   help="with --gpu: the server's release; the measured model reads the tables nearest it")
+    g.add_argument("--gpu", help="GPU model: a card (H100, A100-80GB, L4, ...)")
+    g.add_argument("--model", metavar="MODEL", help="GPU model: a shipped model shape by id "
+                   "(meta-llama/Llama-3.1-8B, Qwen/Qwen3-8B, ...: data/models/), or the model's config.json or directory")
     g.add_argument("--num-shard", type=int, default=1, help="roofline model: tensor-parallel GPUs (default 1)")
     g.add_argument("--quantize", help="roofline model: quantization (bitsandbytes, gptq, awq, fp8, ...)")
     g.add_argument("--dtype", default="bfloat16", help="roofline model: weights' dtype (default bfloat16)")
-    g.add_argument("--server", default=DEFAULT_SERVER, metavar="PROFILE",
-                   help=f"roofline model: the server it stands for, one of {', '.join(SERVERS)} "
-                        f"(default {DEFAULT_SERVER})")
+    g.add_argument("--server", metavar="PROFILE",
+                   help=f"the server it stands for, one of {', '.join(SERVERS)}: its host terms (GPU models) and "
+                        f"its scheduling rules (vllm-v1: vLLM V1's) (default: the cost model's, else {DEFAULT_SERVER})")
     g.add_argument("--measured-on", metavar="GPU",
                    help="with --cost-model and --gpu: the card the profile was measured on")
     m = p.add_argument_group("scheduling mode (default: $ATTENTION, $PREFIX_CACHING, $PREFILL_CHUNKING)")
@@ -79,9 +92,15 @@ def _profile_parser() -> argparse.ArgumentParser:
 def _cost_model(ns: argparse.Namespace) -> Any:
     from tgi_toolkit.bench.errors import BenchError
 
-    if ns.server not in SERVERS:
+    if ns.server is not None and ns.server not in SERVERS:
         raise BenchError("--server", f"{ns.server!r} is not a server profile", ", ".join(SERVERS))
-    roof = {"num_shard": ns.num_shard, "dtype": ns.dtype, "quantize": ns.quantize, "server": ns.server}
+    from tgi_toolkit.costs.measured import COST_MODELS
+
+    roof = {"num_shard": ns.num_shard, "dtype": ns.dtype, "quantize": ns.quantize,
+            "server": ns.server or DEFAULT_SERVER}
+    how = ns.cost_model if ns.cost_model in COST_MODELS else None
+    if how or ns.kernel_times or ((ns.gpu or ns.model) and not ns.cost_model):
+        return _gpu_model(ns, how or "auto", roof)
     if ns.cost_model and (ns.gpu or ns.model):
         if not (ns.gpu and ns.model and ns.measured_on):
             raise BenchError("--cost-model/--gpu", "a profile carried to another card needs the card it was "
@@ -103,15 +122,29 @@ def _cost_model(ns: argparse.Namespace) -> Any:
             return load_cost_model(ns.cost_model)
         except ValueError as exc:
             raise BenchError("--cost-model", str(exc).removeprefix("cost_model: ")) from None
-    if not (ns.gpu and ns.model):
-        raise BenchError("--cost-model/--gpu", "no cost model given",
-                         "--cost-model COST_JSON, or --gpu NAME --model CONFIG_JSON")
-    from tgi_toolkit.simulate.gpu import roofline
+    raise BenchError("--cost-model/--gpu", "no cost model given",
+                     "--cost-model COST_JSON, or --gpu NAME --model CONFIG_JSON [--cost-model measured|roofline]")
 
+
+def _gpu_model(ns: argparse.Namespace, how: str, roof: dict[str, Any]) -> Any:
+    """The GPU cost model `--cost-model measured|roofline` (or neither: auto) names for --gpu and --model."""
+    from tgi_toolkit.bench.errors import BenchError
+    from tgi_toolkit.costs.measured import gpu_cost_model
+
+    if not (ns.gpu and ns.model):
+        raise BenchError("--gpu/--model", "a GPU cost model needs both the card and the model",
+                         "--gpu NAME --model CONFIG_JSON [--cost-model measured|roofline]")
+    if ns.measured_on:
+        raise BenchError("--measured-on", "only with --cost-model COST_JSON (a profile carried to another card)",
+                         "--cost-model COST_JSON --measured-on GPU --gpu GPU --model CONFIG_JSON")
     try:
-        return roofline(ns.gpu, ns.model, **roof)
+        return gpu_cost_model(ns.gpu, ns.model, cost_model=how, kernel_times=ns.kernel_times,
+                              server_version=ns.server_version, **roof)
     except ValueError as exc:
-        raise BenchError("--gpu/--model", str(exc)) from None
+        field = str(exc).split(":", 1)[0] if ":" in str(exc) else ""
+        flag = {"cost_model": "--cost-model", "kernel_times": "--kernel-times"}.get(field, "--gpu/--model")
+        raise BenchError(flag, str(exc).removeprefix(field + ": ") if field in ("cost_model", "kernel_times")
+                         else str(exc)) from None
 
 
 def _bench_args(scenario: str, rest: list[str]) -> argparse.Namespace:
@@ -144,7 +177,7 @@ def simulate_main(scenario: str, rest: list[str]) -> int:
         sim_options["command"] = ["tgi-toolkit", "simulate", scenario, *rest]
         if extra:
             sim_options["config"] = extra
-        for key in ("attention", "prefix_caching", "chunking"):
+        for key in ("attention", "prefix_caching", "chunking", "server"):
             if getattr(own, key) is not None:
                 sim_options[key] = getattr(own, key)
         cost = _cost_model(own)
@@ -155,6 +188,8 @@ def simulate_main(scenario: str, rest: list[str]) -> int:
     print(bench_cli.summary(results, scenario))
     run = results.runs[-1] if results.runs else {}
     print(f"\nsimulated: {run.get('cost_model', {}).get('name', '')}; scheduler {run.get('scheduler')}")
+    if hasattr(cost, "provenance"):
+        print(f"priced by: {cost.provenance()}")
     for line in uncertainty_lines(cost, results):
         print(line)
     if sim_options.get("output"):

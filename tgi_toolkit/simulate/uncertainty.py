@@ -1,4 +1,5 @@
-"""How far to trust a GPU prediction: the error the roofline made on published figures it was not fitted to.
+"""How far to trust a GPU prediction: the error the roofline (or the measured-kernel model) made on published
+figures it was not fitted to.
 
 benchmarks/gpu_accuracy.py fits the roofline's factors leaving one publication out at a time, and predicts a
 test set that no fit or design choice saw; it writes, per regime, how far those predictions fell from the
@@ -118,7 +119,10 @@ def uncertainty(cost: Any, metric: str, *, rows: int = 1, fit: dict[str, Any] | 
     if not hasattr(cost, "kernel_seconds"):  # a calibrated profile is judged where it was measured
         return Uncertainty(regime, None, None, 0, False, "a calibrated profile: no published GPU figure judges it "
                                                           "(benchmarks/simulate_accuracy.py does, on its machine)")
-    known = regime_error(fit, regime)
+    # kernel times read from measured tables are judged by their own record: nothing was fitted to the
+    # corpus, so every published figure they priced is held out (gpu_accuracy.py's "measured" section)
+    measured = bool(getattr(cost, "priced", None))
+    known = regime_error(fit.get("measured") or {}, regime) if measured else regime_error(fit, regime)
     if known is None:
         return Uncertainty(regime, None, None, 0, False,
                            "no cross-validated error: run benchmarks/gpu_accuracy.py to write " + FIT_FILE)

@@ -1,0 +1,195 @@
+"""The measured-kernel cost model (tgi_toolkit.costs.measured): a forward is the sum of its operations read from
+kernel tables. Small tables with latencies chosen so every sum can be worked out by hand, then the real
+operator database (aiconfigurator-core) read in place, and the CLI as a user runs it."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.measured import (
+    Curve,
+    KernelTables,
+    MeasuredCostModel,
+    database_root,
+    gpu_cost_model,
+    nearest_version,
+)
+from tgi_toolkit.simulate.hardware import achievable
+
+# hidden 128, 4 heads of 32 (2 KV heads), MLP 256 gated, vocab 512, 2 layers:
+# QKV n = (4 + 2 x 2) x 32 = 256, k = 128; O n = 128, k = 128; gate/up n = 512, k = 128; down n = 128, k = 256;
+# LM head n = 512, k = 128.
+TINY = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 512, "max_position_embeddings": 4096,
+        "tie_word_embeddings": False, "hidden_act": "silu", "rms_norm_eps": 1e-5, "_name_or_path": "tiny"}
+NO_HOST = {"forward_overhead_s": 0.0, "row_overhead_s": 0.0, "host_token_s": 0.0, "bandwidth_efficiency": 1.0}
+
+
+def gemm_ms(n: int, k: int, m: int) -> float:
+    """The tiny tables' GEMM: 1 us per 16,384 weights up to 16 tokens, then in proportion to the tokens."""
+    return 0.001 * n * k / 16384 * max(1, m / 16)
+
+
+def write_tables(folder: Path) -> Path:
+    common = {"framework": "tgi_toolkit", "version": "test", "device": "test card"}
+    gemm = [{**common, "op_name": "gemm", "kernel_source": "torch", "gemm_dtype": "bfloat16", "m": m, "n": n, "k": k,
+             "latency": gemm_ms(n, k, m)} for n in (128, 256, 512) for k in (128, 256) for m in (1, 16, 256)]
+    attn = {**common, "beam_width": 1, "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "num_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 32, "window_size": 0}
+    # generation: 1 us per row per 16 KV tokens; context: 2 us for a 16-token prompt, quadratic in its length
+    generation = [{**attn, "op_name": "generation_attention", "kernel_source": "fa", "batch_size": b, "isl": 1,
+                   "step": s, "latency": 0.001 * b * s / 16} for b in (1, 4) for s in (16, 256)]
+    context = [{**attn, "op_name": "context_attention", "kernel_source": "fa", "batch_size": b, "isl": n,
+                "step": 0, "latency": 0.002 * b * (n / 16) ** 2} for b in (1, 4) for n in (16, 256)]
+    pd.DataFrame(gemm).to_parquet(folder / "gemm_perf.parquet")
+    pd.DataFrame(generation).to_parquet(folder / "generation_attention_perf.parquet")
+    pd.DataFrame(context).to_parquet(folder / "context_attention_perf.parquet")
+    return folder
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> MeasuredCostModel:
+    return MeasuredCostModel("H100", TINY, server="vllm-v1", kernel_times=str(write_tables(tmp_path)), **NO_HOST)
+
+
+def elementwise_s(tokens: int) -> float:
+    # 10 hidden-sized passes of 2 bytes per token and layer, at the card's copy bandwidth (efficiency 1 here)
+    return 10 * tokens * 128 * 2 / (achievable("H100-80GB").bandwidth_gbs * 1e9)
+
+
+def test_one_decode_row_is_the_sum_of_its_kernels(tiny: MeasuredCostModel) -> None:
+    # per layer at m = 1: QKV 2 us + O 1 us + gate/up 4 us + down 2 us = 9 us; generation attention of one row
+    # at KV 64, between 16 (1 us) and 256 (16 us) in log-log: 4 us. Two layers, then the LM head: 4 us.
+    decode = Shape(rows=1, tokens=1, context=64, pairs=64, prefilling=False)
+    expected = 2 * (9e-6 + 4e-6 + elementwise_s(1)) + 4e-6
+    assert tiny.seconds(decode) == pytest.approx(expected, rel=1e-9)
+
+
+def test_gemms_interpolate_in_log_log_and_scale_with_tokens_past_the_grid(tiny: MeasuredCostModel) -> None:
+    # 64 tokens lie between 16 (x1) and 256 (x16): 4 times the 16-token time; 1,024 tokens lie past 256: 4 times
+    # the 256-token time. The four projections at 16 tokens are 9 us.
+    assert tiny._layer_gemms(64) == pytest.approx(4 * 9e-6, rel=1e-9)
+    assert tiny._layer_gemms(1024) == pytest.approx(4 * 16 * 9e-6, rel=1e-9)
+
+
+def test_a_prefill_prices_context_attention_and_a_mixed_forward_both_kernels(tiny: MeasuredCostModel) -> None:
+    # one 64-token prompt: GEMMs at 64 tokens 36 us a layer; context attention at 64 tokens, between 16 (2 us) and
+    # 256 (512 us), quadratic: 2 x 4^2 = 32 us; the LM head for the one emitting row 4 us
+    prefill = Shape(rows=1, tokens=64, context=64, pairs=64 * 65 / 2, prefilling=True)
+    assert tiny.seconds(prefill) == pytest.approx(2 * (36e-6 + 32e-6 + elementwise_s(64)) + 4e-6, rel=1e-6)
+    # the same prompt chunked into a forward beside 4 rows decoding at KV 64: 68 tokens of GEMMs (16 -> 256 in
+    # log-log, 68/16 = 4.25 times 9 us), the prompt's context attention as above, the 4 decode rows' generation
+    # attention (4 rows at KV 64: 4 us x 4 = 16 us, the b = 4 table), and the LM head for 5 rows (5 tokens: 4 us)
+    mixed = Shape(rows=5, tokens=68, context=64 + 4 * 64, pairs=64 * 65 / 2 + 4 * 64, prefilling=True,
+                  decode_rows=4, decode_context=4 * 64)
+    per_layer = 4.25 * 9e-6 + 32e-6 + 16e-6 + elementwise_s(68)
+    assert tiny.seconds(mixed) == pytest.approx(2 * per_layer + 4e-6, rel=1e-6)
+
+
+def test_a_chunk_after_a_cached_prefix_is_priced_by_its_query_key_pairs(tiny: MeasuredCostModel) -> None:
+    # 16 tokens after 56 cached: 16 x 56 + 16 x 17 / 2 = 1,032 pairs, the causal pairs n (n + 1) / 2 of a
+    # 44.93-token prompt (n = (sqrt(1 + 8 x 1032) - 1) / 2): 2 us x (44.93 / 16)^2 = 15.8 us a layer
+    chunk = Shape(rows=1, tokens=16, context=72, pairs=16 * 56 + 16 * 17 / 2, prefilling=True)
+    isl = (math.sqrt(1 + 8 * 1032) - 1) / 2
+    assert isl == pytest.approx(44.934, abs=1e-3)
+    attention = 2e-6 * (isl / 16) ** 2
+    assert tiny.seconds(chunk) == pytest.approx(2 * (9e-6 + attention + elementwise_s(16)) + 4e-6, rel=1e-6)
+
+
+def test_provenance_names_the_tables_and_what_the_roofline_priced(tiny: MeasuredCostModel) -> None:
+    p = tiny.priced_by()
+    assert set(p["measured"]) == {"gemm", "lm_head", "context_attention", "generation_attention"}
+    assert p["roofline"] == ["elementwise"]
+    assert "measured by profile-gpu" in tiny.provenance() and "roofline: elementwise" in tiny.provenance()
+    assert tiny.describe()["kind"] == "measured"
+
+
+def test_curves_past_the_grid_scale_in_proportion_and_below_it_keep_the_floor() -> None:
+    c = Curve.of([1, 16, 256], [1e-6, 1e-6, 16e-6])
+    assert c(512) == pytest.approx(32e-6) and c(0.5) == pytest.approx(1e-6) and c.beyond(512)
+
+
+def test_kernel_times_that_are_not_a_folder_are_refused_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="kernel_times"):
+        KernelTables.from_dir(tmp_path / "missing")
+    with pytest.raises(ValueError, match="kernel_times: .* holds none of"):
+        KernelTables.from_dir(tmp_path)
+
+
+def test_nearest_version_reads_the_release_closest_to_the_server() -> None:
+    assert nearest_version(["0.14.0", "0.24.0"], "0.15.1") == "0.14.0"
+    assert nearest_version(["0.14.0", "0.24.0"], "0.22.0") == "0.24.0"
+    assert nearest_version(["0.14.0", "0.24.0"], None) == "0.24.0"
+    assert nearest_version(["0.14.0", "0.24.0"], "nightly 2025-06-26") == "0.24.0"
+
+
+# -- the real operator database --------------------------------------------------------------------------------
+
+LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256,
+            "max_position_embeddings": 131072, "tie_word_embeddings": False, "hidden_act": "silu",
+            "rms_norm_eps": 1e-5, "_name_or_path": "meta-llama/Llama-3.1-8B"}
+
+
+def test_the_database_is_read_in_place_in_its_own_units() -> None:
+    # Llama-3.1-8B's O projection (4,096 x 4,096) is a measured shape on the H100: one token's GEMM is the
+    # table's row for m = 1, in milliseconds, as seconds
+    table = pd.read_parquet(database_root() / "h100_sxm" / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet")
+    row = table[(table.gemm_dtype == "bfloat16") & (table.m == 1) & (table.n == 4096) & (table.k == 4096)]
+    cost = MeasuredCostModel("H100", LLAMA_8B, server="vllm-v1")
+    assert cost.gemms[1](1) == pytest.approx(row.latency.min() / 1e3, rel=1e-12)
+    assert cost.provenance().startswith("measured: h100_sxm, vllm 0.24.0: gemm, lm_head, context_attention, "
+                                        "generation_attention")
+
+
+def test_cards_and_servers_the_database_lacks_fall_back_to_the_roofline_and_say_why() -> None:
+    assert type(gpu_cost_model("A10G", LLAMA_8B, server="vllm-v1")).__name__ == "RooflineCostModel"
+    with pytest.raises(ValueError, match="cost_model: the operator database has no kernel times for A10G"):
+        gpu_cost_model("A10G", LLAMA_8B, server="vllm-v1", cost_model="measured")
+    eager = MeasuredCostModel("H100", LLAMA_8B, server="tgi-1")
+    assert not eager.priced and "tgi-1" in eager.priced_by()["why"]
+    decode = Shape(rows=1, tokens=1, context=100, pairs=100, prefilling=False)
+    assert eager.kernel_seconds(decode) == gpu_cost_model("H100", LLAMA_8B, server="tgi-1",
+                                                          cost_model="roofline").kernel_seconds(decode)
+    awq = MeasuredCostModel("H100", LLAMA_8B, server="vllm-v1", quantize="awq")
+    assert "gemm" in awq.priced_by()["roofline"] and "awq" in awq.priced_by()["why"]
+
+
+def test_mixtral_is_priced_from_the_moe_table() -> None:
+    mixtral = {**LLAMA_8B, "num_local_experts": 8, "num_experts_per_tok": 2, "model_type": "mixtral",
+               "_name_or_path": "mistralai/Mixtral-8x7B-v0.1"}
+    cost = MeasuredCostModel("H100", mixtral, server="vllm-v1", num_shard=2)
+    assert "moe" in cost.priced_by()["measured"] and "allreduce" in cost.priced_by()["measured"]
+    one, many = (cost.kernel_seconds(Shape(r, r, 100 * r, 100 * r, False)) for r in (1, 64))
+    assert 0 < one < many
+
+
+@pytest.mark.slow
+def test_simulate_prices_a_gpu_from_measured_kernels_and_says_so(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    import json
+
+    config.write_text(json.dumps(LLAMA_8B))
+    cmd = [sys.executable, "-m", "tgi_toolkit.cli", "simulate", "concurrency", "--gpu", "H100", "--model",
+           str(config), "--server", "vllm-v1", "-u", "4", "--prompt-tokens", "256", "--max-new-tokens", "32",
+           "--requests", "8"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "priced by: measured: h100_sxm, vllm 0.24.0" in out.stdout
+    refused = subprocess.run([*cmd[:6], "A10G", *cmd[7:], "--cost-model", "measured"], capture_output=True,
+                             text=True, timeout=300)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --cost-model: the operator database")
+    tables = write_tables(tmp_path)
+    tiny = tmp_path / "tiny.json"
+    tiny.write_text(json.dumps(TINY))
+    own = subprocess.run([*cmd[:8], str(tiny), *cmd[9:], "--kernel-times", str(tables)], capture_output=True,
+                         text=True, timeout=300)
+    assert own.returncode == 0, own.stderr
+    assert "measured by profile-gpu" in own.stdout
