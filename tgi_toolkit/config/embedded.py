@@ -47,16 +47,20 @@ def cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def quantize_refusal(method: str) -> str | None:
-    """A sentence saying why `--quantize method` cannot run on this engine and machine, or None when it can."""
+def quantize_refusal(method: str, device: str | None = None) -> str | None:
+    """A sentence saying why `--quantize method` cannot run on this engine and machine, or None when it can;
+    `device` is the engine's `--device` (None: a CUDA GPU where torch sees one)."""
     if method in _CANNOT:
         return _CANNOT[method]
     if method == "fp8":
         import torch  # only here: asking about fp8 hardware is the one check that needs it
 
-        if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9):
-            return "fp8 weights are not implemented by the embedded engine; use the tgi or vllm backend."
-        return "fp8 matmuls need a GPU with fp8 support (Ada or Hopper); this machine has none."
+        on_cuda = device == "cuda" or (device is None and torch.cuda.is_available())
+        if on_cuda and torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9):
+            return None
+        where = "a CPU" if not on_cuda else f"this GPU ({torch.cuda.get_device_name()})"
+        return (f"fp8 matmuls need a CUDA GPU with fp8 support (compute capability 8.9 or above: Ada, Hopper); "
+                f"the engine runs on {where}.")
     if method in BITSANDBYTES and importlib.util.find_spec("bitsandbytes") is None:
         return "needs the bitsandbytes package: pip install 'tgi_toolkit[quantize]'."
     if method not in SUPPORTED:
@@ -64,8 +68,8 @@ def quantize_refusal(method: str) -> str | None:
     return None
 
 
-def refusals(cfg: Any) -> list[str]:
-    """One sentence per launcher setting that cannot apply to one CPU process (empty: all can)."""
+def refusals(cfg: Any, device: str | None = None) -> list[str]:
+    """One sentence per launcher setting that cannot apply to one process on `device` (empty: all can)."""
     out = []
 
     def changed(name: str) -> bool:
@@ -96,7 +100,7 @@ def refusals(cfg: Any) -> list[str]:
             out.append(f"--{name.replace('_', '-')}: {why} by the embedded engine.")
     quantize = getattr(cfg, "quantize", None)
     if quantize is not None:
-        reason = quantize_refusal(quantize)
+        reason = quantize_refusal(quantize, device)
         if reason:
             out.append(f"--quantize {quantize}: {reason}")
     return out

@@ -43,6 +43,19 @@ QUANTIZATION_FROM_VLLM: dict[str, str] = {
 KV_CACHE_DTYPE_TO_VLLM = {"fp8_e4m3fn": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 KV_CACHE_DTYPE_FROM_VLLM = {"fp8": "fp8_e4m3fn", "fp8_e4m3": "fp8_e4m3fn", "fp8_e5m2": "fp8_e5m2"}
 
+# Launcher settings and the `vllm serve` option that carries the same intent (to_vllm_args applies them; the
+# simulator names them when a TGI flag is given for a vLLM server).
+TGI_TO_VLLM: dict[str, str] = {
+    "model_id": "model", "max_total_tokens": "max_model_len", "max_batch_prefill_tokens": "max_num_batched_tokens",
+    "max_batch_size": "max_num_seqs", "cuda_memory_fraction": "gpu_memory_utilization", "dtype": "dtype",
+    "quantize": "quantization", "kv_cache_dtype": "kv_cache_dtype", "api_key": "api_key", "hostname": "host",
+    "port": "port", "num_shard": "tensor_parallel_size", "revision": "revision",
+    "trust_remote_code": "trust_remote_code", "tokenizer_config_path": "tokenizer", "max_top_n_tokens": "max_logprobs",
+    "huggingface_hub_cache": "download_dir", "rope_scaling": "rope_scaling", "rope_factor": "rope_scaling",
+    "cuda_graphs": "enforce_eager", "lora_adapters": "lora_modules", "cors_allow_origin": "allowed_origins",
+    "otlp_endpoint": "otlp_traces_endpoint",
+}
+
 # Launcher settings that vLLM has no counterpart for, and why.
 NO_VLLM_EQUIVALENT: dict[str, str] = {
     "validation_workers": "vLLM tokenizes in its API process; there is no validation worker pool",
@@ -114,16 +127,16 @@ def to_vllm_args(cfg: LauncherConfig) -> VllmArgs:
     out = VllmArgs(model=cfg.model_id)
     opts = out.options
 
-    def put(name: str, vllm_name: str, value: Any) -> None:
+    def put(name: str, value: Any) -> None:
         if name in changed:
-            opts[vllm_name] = value
+            opts[TGI_TO_VLLM[name]] = value
 
-    put("max_total_tokens", "max_model_len", cfg.max_total_tokens)
-    put("max_batch_prefill_tokens", "max_num_batched_tokens", cfg.max_batch_prefill_tokens)
+    put("max_total_tokens", cfg.max_total_tokens)
+    put("max_batch_prefill_tokens", cfg.max_batch_prefill_tokens)
     if "max_batch_prefill_tokens" in changed:
         out.notes["max_batch_prefill_tokens"] = ("vLLM's per-step token budget also counts decode tokens; "
                                                  "without chunked prefill it must be >= --max-model-len")
-    put("max_batch_size", "max_num_seqs", cfg.max_batch_size)
+    put("max_batch_size", cfg.max_batch_size)
     if cfg.quantize is not None:
         method = QUANTIZATION_TO_VLLM[cfg.quantize]
         if method is None:
@@ -134,10 +147,10 @@ def to_vllm_args(cfg: LauncherConfig) -> VllmArgs:
                 opts["load_format"] = "bitsandbytes"  # vLLM before 0.7 needs it spelled out
             if cfg.quantize in _QUANTIZATION_NOTES:
                 out.notes["quantize"] = _QUANTIZATION_NOTES[cfg.quantize]
-    put("dtype", "dtype", cfg.dtype)
+    put("dtype", cfg.dtype)
     if cfg.kv_cache_dtype is not None:
         opts["kv_cache_dtype"] = KV_CACHE_DTYPE_TO_VLLM[cfg.kv_cache_dtype]
-    put("api_key", "api_key", cfg.api_key)
+    put("api_key", cfg.api_key)
     opts["host"] = cfg.hostname
     opts["port"] = cfg.port
     if "cuda_memory_fraction" in changed:
@@ -146,15 +159,15 @@ def to_vllm_args(cfg: LauncherConfig) -> VllmArgs:
         out.notes["cuda_memory_fraction"] = ("TGI's default 1.0 is not passed on: vLLM keeps its own default "
                                              "--gpu-memory-utilization (0.9), since 1.0 would leave it no room "
                                              "outside its KV-cache pool")
-    put("num_shard", "tensor_parallel_size", cfg.num_shard)
-    put("revision", "revision", cfg.revision)
-    put("trust_remote_code", "trust_remote_code", cfg.trust_remote_code)
+    put("num_shard", cfg.num_shard)
+    put("revision", cfg.revision)
+    put("trust_remote_code", cfg.trust_remote_code)
     if cfg.tokenizer_config_path is not None:
         opts["tokenizer"] = str(PurePath(cfg.tokenizer_config_path).parent)
         out.notes["tokenizer_config_path"] = ("vLLM takes a tokenizer directory: the folder holding "
                                               f"{PurePath(cfg.tokenizer_config_path).name} is used")
-    put("max_top_n_tokens", "max_logprobs", cfg.max_top_n_tokens)
-    put("huggingface_hub_cache", "download_dir", cfg.huggingface_hub_cache)
+    put("max_top_n_tokens", cfg.max_top_n_tokens)
+    put("huggingface_hub_cache", cfg.huggingface_hub_cache)
     if cfg.rope_scaling is not None or cfg.rope_factor is not None:
         opts["rope_scaling"] = {"rope_type": cfg.rope_scaling or "linear",
                                 "factor": cfg.rope_factor if cfg.rope_factor is not None else 1.0}
@@ -177,8 +190,8 @@ def to_vllm_args(cfg: LauncherConfig) -> VllmArgs:
                 if revision:
                     out.notes["lora_adapters"] = "vLLM's --lora-modules takes no revision: the default branch is used"
         opts["lora_modules"] = modules
-    put("cors_allow_origin", "allowed_origins", list(cfg.cors_allow_origin))
-    put("otlp_endpoint", "otlp_traces_endpoint", cfg.otlp_endpoint)
+    put("cors_allow_origin", list(cfg.cors_allow_origin))
+    put("otlp_endpoint", cfg.otlp_endpoint)
     if "otlp_service_name" in changed:
         out.env["OTEL_SERVICE_NAME"] = cfg.otlp_service_name
     if cfg.usage_stats != "on":
@@ -191,6 +204,15 @@ def to_vllm_args(cfg: LauncherConfig) -> VllmArgs:
         if name in changed and value not in (None, False, []):
             out.unmapped[name] = reason
     return out
+
+
+
+def vllm_equivalent(name: str) -> str:
+    """For a TGI launcher setting: the `vllm serve` flag with the same intent, or that vLLM has none and why."""
+    if name in TGI_TO_VLLM:
+        return f"vLLM's is --{TGI_TO_VLLM[name].replace('_', '-')}"
+    reason = NO_VLLM_EQUIVALENT.get(name)
+    return f"vLLM has no equivalent ({reason})" if reason else "vLLM has no equivalent"
 
 
 # -- reading happy_vllm launch tables -----------------------------------------------------------------

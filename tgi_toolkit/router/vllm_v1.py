@@ -72,9 +72,14 @@ class VllmConfig:
         return self.enable_prefix_caching
 
 
-def vllm_blocks(kv_cache_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
-    """The pool a logged "GPU KV cache size: N tokens" stands for."""
-    return max(1, kv_cache_tokens // block_size)
+def serve_defaults(gpu_memory_bytes: int = 0, gpu_name: str = "") -> tuple[int, int]:
+    """`vllm serve`'s (max_num_batched_tokens, max_num_seqs) on a GPU: larger on cards of 70 GiB or more
+    (except A100s) and of 160 GiB or more (vllm/engine/arg_utils.py get_batch_defaults, OpenAI server)."""
+    if gpu_memory_bytes >= 160 * 2**30:
+        return 16384, 1024
+    if gpu_memory_bytes >= 70 * 2**30 and "a100" not in gpu_name.lower():
+        return 8192, 1024
+    return 2048, 256
 
 
 class BlockPool:

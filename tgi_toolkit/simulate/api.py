@@ -10,7 +10,9 @@ The first argument is the cost model (a CostModel, a cost.json path or its dict,
 scenario parameters are bench's (tgi_toolkit.bench.api), with the same defaults and checks. Options:
 config (launcher settings: a LauncherConfig, a dict, or launcher flags), attention / prefix_caching /
 chunking (the scheduling mode; default from ATTENTION, PREFIX_CACHING, PREFILL_CHUNKING, then the cost
-model's server), output (a results folder), seed, prefix_tokens, slo_ttft_s, slo_tpot_s,
+model's server), server (the server profile whose scheduling rules apply; "vllm-v1" takes vLLM's, with `config`
+a dict of vLLM settings or `vllm serve` flags: tgi_toolkit.simulate.target.VLLM_FLAGS),
+output (a results folder), seed, prefix_tokens, slo_ttft_s, slo_tpot_s,
 scrape_interval, command; bench's client-only options (progress, resume, tokenizer, api, sampling,
 ignore_eos, request_timeout, dataset) are accepted and have no effect.
 Every function returns bench's `Results`, marked simulated (tgi_toolkit.simulate.record).
@@ -42,7 +44,7 @@ from tgi_toolkit.simulate.workloads import (
     shared_prefix_points,
 )
 
-_TARGET_OPTIONS = ("config", "attention", "prefix_caching", "chunking")
+_TARGET_OPTIONS = ("config", "attention", "prefix_caching", "chunking", "server")
 _RUN_OPTIONS = ("output", "seed", "prefix_tokens", "slo_ttft_s", "slo_tpot_s", "scrape_interval", "command",
                 "on_point", "light")
 _IGNORED = ("progress", "resume", "tokenizer", "api", "api_key", "sampling", "ignore_eos", "request_timeout",

@@ -2,7 +2,7 @@
 
 Nothing here decides what goes into a forward: `tgi_toolkit.router.scheduler` does, exactly as in the
 server (chunked TGI 3 path or the non-chunking one, prefix cache, block allocator, all from its
-`SchedulerConfig`). This module only
+`SchedulerConfig`), or for a vLLM V1 server `tgi_toolkit.router.vllm_v1` (from its `VllmConfig`). This module only
 - keeps the virtual clock, which `SimBackend.forward` advances by the cost model's price of the forward;
 - emits tokens: a row that emits gives its request one token at the clock's time after the forward,
   and the request stops after its workload's output length;
@@ -31,6 +31,7 @@ from tgi_toolkit.bench.phase import cycle_seconds, ramp_offsets
 from tgi_toolkit.costs.features import shape_of
 from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.router import Entry, Observer, Scheduler
+from tgi_toolkit.router.vllm_v1 import VllmConfig, VllmScheduler
 
 
 class VirtualClock:
@@ -116,7 +117,11 @@ class _Observer(Observer):
     def __init__(self) -> None:
         self.batch_size = self.queue_size = self.kv_tokens = 0
         self.lookup_tokens = self.hit_tokens = 0
+        self.preemptions = 0
         self.dropped_entries: list[Any] = []
+
+    def preempted(self, entry: Any) -> None:
+        self.preemptions += 1
 
     def prefix(self, lookup_tokens: int, hit_tokens: int) -> None:
         self.lookup_tokens += lookup_tokens
@@ -293,7 +298,8 @@ class Sample:
 
 
 class Simulator:
-    """One simulated server: a scheduler built from `config` (a SchedulerConfig), driven on a virtual clock.
+    """One simulated server: a scheduler built from `config` (TGI's SchedulerConfig or vLLM's VllmConfig), driven
+    on a virtual clock.
 
     The clock and the prefix cache carry over from one `run` to the next, as a real server's do between
     the points of a benchmark.
@@ -306,7 +312,9 @@ class Simulator:
         self.observer = _Observer()
         self.driver: Driver | None = None
         self.backend = SimBackend(self.clock, cost, self._finished, seed=seed)
-        self.scheduler = Scheduler(config, self.backend, observer=self.observer, clock=self.clock)
+        # the server's own rules: vLLM V1's for a VllmConfig, TGI's for a SchedulerConfig
+        rules = VllmScheduler if isinstance(config, VllmConfig) else Scheduler
+        self.scheduler = rules(config, self.backend, observer=self.observer, clock=self.clock)
         self.queue = self.scheduler.queue
         self.scrape_interval = scrape_interval
         self.samples: list[Sample] = []

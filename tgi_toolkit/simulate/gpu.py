@@ -217,6 +217,14 @@ class RooflineCostModel:
             out["waiting_served_ratio"] = self.profile.waiting_served_ratio
         return out
 
+    def vllm_kv_cache(self, **settings: Any) -> Any:
+        """The KV pool vLLM V1 finds on this card with these settings (planner.memory.vllm_kv_cache's keywords:
+        gpu_memory_utilization, max_num_batched_tokens, max_num_seqs, block_size, ...)."""
+        from tgi_toolkit.planner.memory import vllm_kv_cache
+
+        return vllm_kv_cache(self.shape, KNOWN_GPUS[self.gpu].memory_bytes, dtype=self.dtype, quantize=self.quantize,
+                             num_shard=self.num_shard, **settings)
+
     def hardware(self) -> dict[str, Any]:
         return {"gpus": [{"name": self.gpu, "memory_bytes": KNOWN_GPUS[self.gpu].memory_bytes}] * self.num_shard,
                 "simulated": True, "datasheet": asdict(self.spec), "achievable": asdict(self.reach)}

@@ -13,6 +13,11 @@ The scheduler's settings come from, first to last:
 `max_batch_total_tokens` is the KV capacity of the cost model's server: TGI 3 ignores a user's value
 for flash models (it warns and uses what warm-up found, docs/tgi-rules.md L2), so a flag only applies
 where the cost model knows no capacity.
+
+A vLLM V1 server (`server="vllm-v1"`, or a roofline model of that profile) is scheduled by vLLM's rules instead
+(tgi_toolkit.router.vllm_v1, docs/vllm-rules.md), with `vllm serve`'s own settings (VLLM_FLAGS, as a dict or as
+flags); its KV capacity is the one its log states (`kv_cache_tokens`) when given, else vLLM's memory arithmetic on
+the roofline's card, else the calibrated server's. TGI's settings are refused for it, naming vLLM's.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from tgi_toolkit.config.errors import ConfigError
 from tgi_toolkit.config.scheduling_mode import BLOCK_SIZES, resolve_mode
 from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.router import SchedulerConfig
+from tgi_toolkit.router.vllm_v1 import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, VllmConfig, serve_defaults
 from tgi_toolkit.simulate.costs import load_cost_model
+from tgi_toolkit.simulate.servers import DEFAULT_SERVER, SERVERS
 
 DEFAULT_PREFILL_TOKENS = 4096  # the launcher's default_optimal when its FLOPs formula cannot run (L1)
 
@@ -41,7 +48,7 @@ def _bool_env(value: Any) -> str | None:
 @dataclass
 class SimTarget:
     cost: CostModel
-    scheduler: SchedulerConfig
+    scheduler: SchedulerConfig | VllmConfig
     launcher: Any = None  # LauncherConfig or None
     model_id: str = ""
     max_input_tokens: int | None = None
@@ -65,6 +72,11 @@ class SimTarget:
 
     def info(self) -> dict[str, Any]:
         sc = self.scheduler
+        if isinstance(sc, VllmConfig):
+            return {"model_id": self.model_id, "max_model_len": sc.max_model_len, "kv_cache_tokens": sc.kv_cache_tokens,
+                    "max_num_batched_tokens": sc.max_num_batched_tokens, "max_num_seqs": sc.max_num_seqs,
+                    "block_size": sc.block_size, "enable_prefix_caching": sc.enable_prefix_caching,
+                    "router": "tgi_toolkit.simulate (vLLM V1)"}
         return {"model_id": self.model_id, "max_input_tokens": self.max_input_tokens,
                 "max_total_tokens": self.max_total_tokens, "max_batch_total_tokens": sc.max_batch_total_tokens,
                 "max_batch_prefill_tokens": sc.max_batch_prefill_tokens, "max_batch_size": sc.max_batch_size,
@@ -108,11 +120,18 @@ def _launcher(config: Any) -> Any:
 
 def make_target(cost_model: Any, config: Any = None, *, attention: str | None = None,
                 prefix_caching: bool | None = None, chunking: bool | None = None,
-                environ: Mapping[str, str] | None = None) -> SimTarget:
-    """A SimTarget from a cost model (object, JSON path or dict) and launcher settings (module docstring)."""
+                environ: Mapping[str, str] | None = None, server: str | None = None) -> SimTarget:
+    """A SimTarget from a cost model (object, JSON path or dict) and launcher settings (module docstring);
+    `server` (a servers.SERVERS profile) picks the scheduling rules, by default the roofline model's server's."""
     if isinstance(cost_model, SimTarget):
         return cost_model
     cost = cost_model if hasattr(cost_model, "seconds") else load_cost_model(cost_model)
+    server = server or getattr(cost, "server", None) or DEFAULT_SERVER
+    if server not in SERVERS:
+        raise BenchError("server", f"{server!r} is not a server profile", ", ".join(SERVERS))
+    if server == VLLM_V1:
+        return vllm_target(cost, config, {"attention": attention, "prefix_caching": prefix_caching,
+                                          "chunking": chunking})
     launcher = _launcher(config)
     env = os.environ if environ is None else environ
     fraction = getattr(launcher, "cuda_memory_fraction", None)
@@ -180,9 +199,125 @@ def make_target(cost_model: Any, config: Any = None, *, attention: str | None = 
 
 def describe_mode(target: SimTarget) -> str:
     sc = target.scheduler
+    if isinstance(sc, VllmConfig):
+        return (f"vLLM V1 (block size {sc.block_size}), prefix caching {'on' if sc.enable_prefix_caching else 'off'}; "
+                f"max_num_batched_tokens {sc.max_num_batched_tokens}, max_num_seqs {sc.max_num_seqs}, "
+                f"max_model_len {sc.max_model_len}, KV cache {sc.kv_cache_tokens} tokens")
     return (f"{target.attention} (block size {sc.block_size}), prefix caching {'on' if sc.prefix_caching else 'off'}, "
             f"chunking {'on' if sc.chunking else 'off'}; max_batch_prefill_tokens {sc.max_batch_prefill_tokens}, "
             f"max_batch_total_tokens {sc.max_batch_total_tokens}")
 
 
-__all__: Sequence[str] = ("SimTarget", "make_target", "describe_mode", "BLOCK_SIZES")
+# -- vLLM V1 -------------------------------------------------------------------------------------------------------
+VLLM_V1 = "vllm-v1"  # the server profile scheduled by vLLM V1's rules; every other profile by TGI's
+# The settings a vLLM V1 server takes here: `vllm serve`'s own flags, and the KV capacity its log states
+# ("GPU KV cache size: N tokens"), which takes precedence over the memory arithmetic.
+VLLM_FLAGS: dict[str, type] = {"max_num_batched_tokens": int, "max_num_seqs": int, "gpu_memory_utilization": float,
+                               "block_size": int, "enable_prefix_caching": bool, "max_model_len": int,
+                               "kv_cache_tokens": int}
+# The simulator's own TGI mode flags, and what stands for them on a vLLM server.
+_TGI_MODE = {"attention": "vLLM picks its attention backend itself; its KV block size is --block-size",
+             "prefix_caching": "vLLM's is --enable-prefix-caching / --no-enable-prefix-caching",
+             "chunking": "vLLM V1 always chunks prompts within --max-num-batched-tokens"}
+
+
+def _vllm_refusal(name: str) -> BenchError:
+    from tgi_toolkit.config.launcher import OPTIONS
+    from tgi_toolkit.config.vllm_args import vllm_equivalent
+
+    flag = "--" + name.replace("_", "-")
+    allowed = ", ".join("--" + k.replace("_", "-") for k in VLLM_FLAGS)
+    if name in OPTIONS:
+        return BenchError(flag, f"is TGI's launcher flag, not vLLM's: {vllm_equivalent(name)}", allowed)
+    return BenchError(flag, "is not a vLLM setting the simulator models", allowed)
+
+
+def vllm_options(config: Any) -> dict[str, Any]:
+    """vLLM V1 settings from a dict of VLLM_FLAGS names or a list of their flags (`--max-num-seqs 64`,
+    `--block-size=32`, `--enable-prefix-caching`, `--no-enable-prefix-caching`); anything else is refused,
+    a TGI launcher flag with vLLM's equivalent named."""
+    if config is None:
+        return {}
+    if isinstance(config, Mapping):
+        given = [(str(k), v) for k, v in config.items()]
+    elif isinstance(config, (list, tuple)):
+        given, args = [], [str(a) for a in config if a != "--"]
+        while args:
+            arg = args.pop(0)
+            if not arg.startswith("--"):
+                raise BenchError("vLLM flags", f"{arg!r} is not a flag", "--name value")
+            name, eq, value = arg[2:].partition("=")
+            name = name.replace("-", "_")
+            if name in ("enable_prefix_caching", "no_enable_prefix_caching") and not eq:
+                given.append(("enable_prefix_caching", name == "enable_prefix_caching"))
+                continue
+            if not eq:
+                if not args or name not in VLLM_FLAGS:
+                    raise _vllm_refusal(name) if name not in VLLM_FLAGS else \
+                        BenchError("--" + arg[2:], "needs a value", "--name value")
+                value = args.pop(0)
+            given.append((name, value))
+    else:
+        raise BenchError("config", f"a {type(config).__name__} is not a vLLM configuration",
+                         "a dict of vLLM settings, or a list of `vllm serve` flags")
+    out: dict[str, Any] = {}
+    for name, value in given:
+        kind = VLLM_FLAGS.get(name)
+        if kind is None:
+            raise _vllm_refusal(name)
+        flag = "--" + name.replace("_", "-")
+        if kind is bool:
+            out[name] = {"true": True, "1": True, "false": False, "0": False}.get(str(value).lower())
+            if out[name] is None:
+                raise BenchError(flag, f"{value!r} is not true or false", "true or false")
+            continue
+        try:
+            out[name] = kind(value)
+        except (TypeError, ValueError):
+            raise BenchError(flag, f"{value!r} is not a {kind.__name__}", f"a {kind.__name__}") from None
+        fraction = name == "gpu_memory_utilization"
+        if not out[name] > 0 or (fraction and out[name] > 1):
+            raise BenchError(flag, f"{value!r} is out of range", "a fraction in (0, 1]" if fraction else "a number > 0")
+    return out
+
+
+def vllm_target(cost: CostModel, config: Any, tgi_mode: Mapping[str, Any]) -> SimTarget:
+    """A vLLM V1 server: vLLM's scheduler with `vllm serve`'s defaults and the settings given (module docstring)."""
+    for key, value in tgi_mode.items():
+        if value is not None:
+            raise BenchError("--" + key.replace("_", "-"), f"is TGI's scheduling mode, not vLLM's: {_TGI_MODE[key]}",
+                             ", ".join("--" + k.replace("_", "-") for k in VLLM_FLAGS))
+    opts = vllm_options(config)
+    server = _cost_server(cost)
+    card = getattr(cost, "gpu", None)
+    memory = int(((cost.hardware().get("gpus") or [{}])[0]).get("memory_bytes") or 0) if card else 0
+    batched, seqs = serve_defaults(memory, card or "")
+    batched, seqs = opts.get("max_num_batched_tokens", batched), opts.get("max_num_seqs", seqs)
+    block_size = opts.get("block_size", DEFAULT_BLOCK_SIZE)
+    tokens = opts.get("kv_cache_tokens")
+    if tokens is None and hasattr(cost, "vllm_kv_cache"):
+        tokens = cost.vllm_kv_cache(
+            gpu_memory_utilization=opts.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION),
+            max_num_batched_tokens=batched, max_num_seqs=seqs, block_size=block_size).kv_cache_tokens
+    if tokens is None:
+        tokens = server.get("max_batch_total_tokens")  # what the profiled server reported
+    if not tokens:
+        raise BenchError("--kv-cache-tokens", "the cost model knows no KV capacity and none was given",
+                         "--kv-cache-tokens N after `--` (vLLM's log: \"GPU KV cache size: N tokens\")")
+    blocks = int(tokens) // block_size
+    shape = getattr(cost, "shape", None)
+    max_len = opts.get("max_model_len") or getattr(shape, "max_position_embeddings", None) or \
+        server.get("max_total_tokens") or blocks * block_size
+    if -(-int(max_len) // block_size) > blocks:
+        raise BenchError("--max-model-len", f"{max_len} tokens need {-(-int(max_len) // block_size)} blocks of "
+                                            f"{block_size}; the KV cache holds {blocks}: vLLM refuses to start",
+                         f"--max-model-len <= {blocks * block_size}")
+    scheduler = VllmConfig(num_gpu_blocks=blocks, max_num_batched_tokens=int(batched), max_num_seqs=int(seqs),
+                           max_model_len=int(max_len), block_size=int(block_size),
+                           enable_prefix_caching=bool(opts.get("enable_prefix_caching", True)))
+    model_id = str(server.get("model_id") or "")
+    return SimTarget(cost, scheduler, None, model_id, int(max_len) - 1, int(max_len), "vllm", server)
+
+
+__all__: Sequence[str] = ("SimTarget", "make_target", "describe_mode", "BLOCK_SIZES", "VLLM_FLAGS", "vllm_options",
+                          "vllm_target")

@@ -1,0 +1,121 @@
+"""The simulator with vLLM V1's rules: the server profile picks them, `vllm serve`'s flags set them, TGI's flags are
+refused naming vLLM's, and the KV pool is vLLM's arithmetic unless the server's logged capacity is given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tgi_toolkit.bench.errors import BenchError
+from tgi_toolkit.router import SchedulerConfig
+from tgi_toolkit.router.vllm_v1 import VllmConfig
+from tgi_toolkit.simulate import roofline
+from tgi_toolkit.simulate.api import run_concurrency
+from tgi_toolkit.simulate.cli import simulate_main
+from tgi_toolkit.simulate.events import ClosedLoop, SimRequest, Simulator
+from tgi_toolkit.simulate.target import make_target, vllm_options
+
+LLAMA3 = Path(__file__).parent / "data" / "configs" / "llama-3-8b.json"
+
+
+@pytest.fixture(scope="module")
+def l4_vllm():
+    return roofline("L4", LLAMA3, server="vllm-v1")
+
+
+def test_the_server_profile_picks_the_rules(l4_vllm):
+    assert isinstance(make_target(l4_vllm).scheduler, VllmConfig)
+    assert isinstance(make_target(l4_vllm, server="tgi-3").scheduler, SchedulerConfig)
+    assert isinstance(make_target(roofline("L4", LLAMA3, server="vllm-v0")).scheduler, SchedulerConfig)
+
+
+def test_the_kv_pool_is_vllms_arithmetic_on_the_card(l4_vllm):
+    # L4: 23,034 MiB = 24,152,899,584 B, under 70 GiB: vllm serve's defaults 2048 tokens and 256 sequences.
+    # ceil(x 0.9) = 21,737,609,626 B, less 16,060,522,496 B of weights, 131,072 B x 2048 = 268,435,456 B of
+    # activations and 256 x 128,256 x 4 = 131,334,144 B of logits, 0.5 GiB outside torch, 0.5 GiB of graphs:
+    # 4,203,575,706 B / 2,097,152 B a block = 2,004 blocks.
+    sc = make_target(l4_vllm).scheduler
+    assert (sc.max_num_batched_tokens, sc.max_num_seqs, sc.block_size) == (2048, 256, 16)
+    assert sc.num_gpu_blocks == 2004 and sc.kv_cache_tokens == 32_064
+    assert sc.max_model_len == 8192  # the model's max_position_embeddings
+
+
+def test_the_logged_capacity_wins_and_vllm_flags_set_the_scheduler(l4_vllm):
+    sc = make_target(l4_vllm, config=["--kv-cache-tokens", "4096", "--max-num-seqs", "2", "--block-size=32",
+                                      "--no-enable-prefix-caching", "--max-model-len", "2048",
+                                      "--max-num-batched-tokens", "512"]).scheduler
+    assert sc == VllmConfig(num_gpu_blocks=128, max_num_batched_tokens=512, max_num_seqs=2, max_model_len=2048,
+                            block_size=32, enable_prefix_caching=False)
+    # the same as a dict; a lower utilization shrinks the arithmetic's pool
+    assert vllm_options({"max_num_seqs": 2}) == {"max_num_seqs": 2}
+    smaller = make_target(l4_vllm, config={"gpu_memory_utilization": 0.85}).scheduler
+    assert smaller.num_gpu_blocks < 2004
+
+
+@pytest.mark.parametrize("config, message", [
+    (["--max-batch-prefill-tokens", "8192"], "--max-batch-prefill-tokens: is TGI's launcher flag, not vLLM's: "
+                                             "vLLM's is --max-num-batched-tokens"),
+    (["--max-batch-size", "8"], "vLLM's is --max-num-seqs"),
+    (["--max-total-tokens", "4096"], "vLLM's is --max-model-len"),
+    (["--waiting-served-ratio", "1.2"], "vLLM has no equivalent"),
+    (["--max-batch-total-tokens", "9000"], "vLLM has no equivalent (vLLM sizes the KV cache"),
+    (["--swap-space", "4"], "--swap-space: is not a vLLM setting the simulator models"),
+    (["--max-num-seqs", "0"], "--max-num-seqs: '0' is out of range"),
+    (["--gpu-memory-utilization", "1.5"], "a fraction in (0, 1]"),
+    ({"max_model_len": 1_000_000}, "--max-model-len: 1000000 tokens need 62500 blocks"),
+])
+def test_bad_or_tgi_settings_are_refused_by_name(l4_vllm, config, message):
+    with pytest.raises(BenchError) as err:
+        make_target(l4_vllm, config=config)
+    assert message in str(err.value)
+
+
+def test_tgi_mode_flags_are_refused_for_vllm(l4_vllm):
+    with pytest.raises(BenchError, match="--chunking: is TGI's scheduling mode.*always chunks"):
+        make_target(l4_vllm, chunking=False)
+    with pytest.raises(BenchError, match="--enable-prefix-caching"):
+        make_target(l4_vllm, prefix_caching=True)
+
+
+def test_the_cli_takes_vllm_flags_and_refuses_tgi_ones(capsys):
+    common = ["--gpu", "L4", "--model", str(LLAMA3), "--server", "vllm-v1", "-u", "2", "--prompt-tokens", "64",
+              "--max-new-tokens", "4", "--requests", "2"]
+    assert simulate_main("concurrency", [*common, "--", "--max-num-seqs", "1", "--kv-cache-tokens", "2048",
+                                                    "--max-model-len", "2048"]) == 0
+    out = capsys.readouterr().out
+    assert "'max_num_seqs': 1" in out and "'num_gpu_blocks': 128" in out
+    assert simulate_main("concurrency", [*common, "--", "--max-batch-size", "1"]) == 2
+    assert "--max-batch-size: is TGI's launcher flag, not vLLM's: vLLM's is --max-num-seqs" in capsys.readouterr().err
+
+
+def _requests(n: int, prompt: int, out: int) -> list[SimRequest]:
+    return [SimRequest(list(range(1000 * i, 1000 * i + prompt)), out) for i in range(n)]
+
+
+def test_the_simulator_holds_running_requests_to_max_num_seqs(l4_vllm):
+    target = make_target(l4_vllm, config={"max_num_seqs": 3})
+    sim = Simulator(target.scheduler, target.cost)
+    requests = _requests(12, 100, 20)
+    sim.run(ClosedLoop(requests, users=12), requests)
+    assert all(r.done for r in requests)
+    assert max(s.batch_size for s in sim.samples) == 3
+    assert max(s.queue_size for s in sim.samples) == 9
+
+
+def test_a_small_pool_preempts_where_tgi_would_queue(l4_vllm):
+    # 8 users of 100 + 200 tokens in 1024 tokens of KV (64 blocks): each needs 19 blocks at its end, so the pool
+    # holds 3 full ones; admitted on their prompts' 7 blocks, they run out and the newest is recomputed.
+    target = make_target(l4_vllm, config={"kv_cache_tokens": 1024, "max_model_len": 1024})
+    sim = Simulator(target.scheduler, target.cost)
+    requests = _requests(8, 100, 200)
+    sim.run(ClosedLoop(requests, users=8), requests)
+    assert all(r.done and len(r.record.token_ns) == 200 for r in requests)
+    assert sim.observer.preemptions > 0
+    assert max(s.kv_tokens for s in sim.samples) <= 63 * 16
+
+
+def test_a_scenario_runs_end_to_end_with_vllms_capacity_in_its_results(l4_vllm):
+    res = run_concurrency(l4_vllm, users=[2], prompt_tokens=128, max_new_tokens=8, requests=4,
+                          config={"kv_cache_tokens": 8192})
+    assert res.points["kv_capacity_tokens"].iloc[0] == 8192
