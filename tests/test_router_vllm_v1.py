@@ -128,6 +128,26 @@ def test_a_preempted_request_reuses_its_blocks_still_cached():
     assert obs.prefixes[-1] == (10, 8)
 
 
+@pytest.mark.parametrize("reserve_full", [True, False])
+def test_admission_reserves_the_whole_prompt_unless_turned_off(reserve_full):
+    # 4 blocks of 4 (3 usable), budget 5. Step 1: A's 4 tokens (1 block), 1 token of budget left for B (12 tokens).
+    # Reserving B's whole 12 tokens (3 blocks, 2 free) keeps it waiting until A ends; checking its first chunk only
+    # (1 block) admits it, and at step 2 A's 5th token takes the last free block, B's next 4 tokens need one more:
+    # B, last in the running list, preempts itself.
+    s, rec, obs = make(num_gpu_blocks=4, max_num_batched_tokens=5, block_size=4,
+                       scheduler_reserve_full_isl=reserve_full)
+    add(s, "A", 4, 4)
+    add(s, "B", 12, 1)
+    run(s)
+    if reserve_full:
+        assert rec.steps[:5] == [[("A", 0, 4, True)], [("A", 4, 1, True)], [("A", 5, 1, True)],
+                                 [("A", 6, 1, True)], [("B", 0, 5, False)]]
+        assert s.preemptions == 0
+    else:
+        assert rec.steps[:2] == [[("A", 0, 4, True), ("B", 0, 1, False)], [("A", 4, 1, True)]]
+        assert obs.preempted_names[0] == "B"
+
+
 def test_prefix_hits_are_full_blocks_at_most_all_tokens_but_one_and_shared_while_running():
     # Blocks are cached once scheduled full: Y, queued while X runs, hits X's 2 blocks (8 of its 12 tokens).
     # A repeat of X's 8 tokens may hit 7 at most: 1 block, so it computes 4.
@@ -167,7 +187,7 @@ def random_run(seed: int) -> int:
     capacity = (blocks - 1) * bs
     config = VllmConfig(num_gpu_blocks=blocks, max_num_batched_tokens=rng.randint(1, 64),
                         max_num_seqs=rng.randint(1, 8), block_size=bs,
-                        enable_prefix_caching=rng.random() < 0.7)
+                        enable_prefix_caching=rng.random() < 0.7, scheduler_reserve_full_isl=rng.random() < 0.7)
     rec, obs = Recorder(), Counts()
     s = VllmScheduler(config, rec, observer=obs)
     prefixes = [[next(_ids) for _ in range(rng.randint(1, capacity))] for _ in range(3)]

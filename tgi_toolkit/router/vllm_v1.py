@@ -10,8 +10,9 @@ K = KV blocks, P = preemption, C = prefix cache). Nothing of vLLM's code is repr
 - V3: then waiting requests, first come first served, while budget is left and fewer than `max_num_seqs` run;
   none at all in a step that preempted. A request that cannot get its blocks stops the scan (no skipping).
 - K1: blocks of `block_size` tokens from a pool of `num_gpu_blocks`, block 0 held back (vLLM's null block).
-- K2: a waiting request is admitted only if the blocks for its whole sequence are free (vLLM's
-  scheduler_reserve_full_isl, on by default), counting its cache hits that sit in the free queue.
+- K2: a waiting request is admitted only if the blocks for its whole sequence are free, counting its cache hits
+  that sit in the free queue (`scheduler_reserve_full_isl`, on by default since vLLM PR #37307, 2026-03; off,
+  as in earlier releases, only its first chunk's blocks must be free).
 - P1: a running request that cannot get a block preempts the LAST running request (the most recently
   admitted), again until it fits or it preempted itself; the victim frees its blocks, goes to the FRONT of
   the waiting queue and, when admitted again, recomputes its prompt and generated tokens (less cache hits).
@@ -47,6 +48,7 @@ class VllmConfig:
     max_model_len: int | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
     enable_prefix_caching: bool = True
+    scheduler_reserve_full_isl: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size"):
@@ -228,7 +230,8 @@ class VllmScheduler:
         computed = len(hits) * bs
         chunk = min(total - computed, budget)
         idle_hits = sum(1 for b in hits if self.pool.refs[b] == 0)  # in the free queue: touching takes them out
-        if math.ceil(total / bs) - len(hits) + idle_hits > len(self.pool.free):
+        needed = total if self.config.scheduler_reserve_full_isl else computed + chunk
+        if math.ceil(needed / bs) - len(hits) + idle_hits > len(self.pool.free):
             return 0
         self.pool.touch(hits)
         self.blocks[entry] = hits + self.pool.take(math.ceil((computed + chunk) / bs) - len(hits))

@@ -214,7 +214,8 @@ VLLM_V1 = "vllm-v1"  # the server profile scheduled by vLLM V1's rules; every ot
 # ("GPU KV cache size: N tokens"), which takes precedence over the memory arithmetic.
 VLLM_FLAGS: dict[str, type] = {"max_num_batched_tokens": int, "max_num_seqs": int, "gpu_memory_utilization": float,
                                "block_size": int, "enable_prefix_caching": bool, "max_model_len": int,
-                               "kv_cache_tokens": int}
+                               "scheduler_reserve_full_isl": bool, "kv_cache_tokens": int}
+_SWITCHES = ("enable_prefix_caching", "scheduler_reserve_full_isl")  # --NAME / --no-NAME, as vLLM's
 # The simulator's own TGI mode flags, and what stands for them on a vLLM server.
 _TGI_MODE = {"attention": "vLLM picks its attention backend itself; its KV block size is --block-size",
              "prefix_caching": "vLLM's is --enable-prefix-caching / --no-enable-prefix-caching",
@@ -248,8 +249,8 @@ def vllm_options(config: Any) -> dict[str, Any]:
                 raise BenchError("vLLM flags", f"{arg!r} is not a flag", "--name value")
             name, eq, value = arg[2:].partition("=")
             name = name.replace("-", "_")
-            if name in ("enable_prefix_caching", "no_enable_prefix_caching") and not eq:
-                given.append(("enable_prefix_caching", name == "enable_prefix_caching"))
+            if name.removeprefix("no_") in _SWITCHES and not eq:
+                given.append((name.removeprefix("no_"), not name.startswith("no_")))
                 continue
             if not eq:
                 if not args or name not in VLLM_FLAGS:
@@ -314,7 +315,8 @@ def vllm_target(cost: CostModel, config: Any, tgi_mode: Mapping[str, Any]) -> Si
                          f"--max-model-len <= {blocks * block_size}")
     scheduler = VllmConfig(num_gpu_blocks=blocks, max_num_batched_tokens=int(batched), max_num_seqs=int(seqs),
                            max_model_len=int(max_len), block_size=int(block_size),
-                           enable_prefix_caching=bool(opts.get("enable_prefix_caching", True)))
+                           enable_prefix_caching=bool(opts.get("enable_prefix_caching", True)),
+                           scheduler_reserve_full_isl=bool(opts.get("scheduler_reserve_full_isl", True)))
     model_id = str(server.get("model_id") or "")
     return SimTarget(cost, scheduler, None, model_id, int(max_len) - 1, int(max_len), "vllm", server)
 
