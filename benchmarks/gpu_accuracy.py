@@ -54,10 +54,10 @@ def speed_check() -> float:
 def heldout_test(fitted: dict) -> dict:
     """The test set predicted once with the fit over the whole corpus: per figure, per regime, overall."""
     from tgi_toolkit.simulate import gpu_fit as G
-    from tgi_toolkit.simulate.corpus import corpus_dir, load_figures, load_models
+    from tgi_toolkit.simulate.corpus import corpus_dir, load_figures, load_models, models_file
 
     figures = load_figures(corpus_dir() / TEST_FIGURES)
-    models = {**load_models(), **load_models(corpus_dir() / TEST_MODELS)}
+    models = {**load_models(), **load_models(models_file(TEST_MODELS))}
     rows = [G.figure_row(f, G.predict(f, models, fitted)) for f in figures]
     print(f"\nTest set ({TEST_FIGURES}: {len(figures)} figures from {len({f.source_id for f in figures})} sources "
           "the design never saw), predicted once by the fit over the whole corpus:")

@@ -1,7 +1,7 @@
 """`tgi-toolkit advise`: which GPUs to run a model on, at your traffic and latency objectives, and what it costs.
 
-    tgi-toolkit advise --model config.json --rate 20 --prompt-tokens 512 --max-new-tokens 128 --ttft 1 --tpot 0.05
-    tgi-toolkit advise --model config.json --users 64 --dataset lengths.jsonl --ttft 2 --tpot 0.1 \\
+    tgi-toolkit advise --model Qwen/Qwen3-8B --rate 20 --prompt-tokens 512 --max-new-tokens 128 --ttft 1 --tpot 0.05
+    tgi-toolkit advise --model meta-llama/Llama-3.1-8B --users 64 --dataset lengths.jsonl --ttft 2 --tpot 0.1 \\
         --gpus A10G,L4,A100-80GB,H100 --shards 1,2,4 --quantize none,awq,fp8 --prices my_prices.yaml --output DIR
 
 Every candidate (GPU kind x GPUs per replica x quantization) is checked by the capacity planner, simulated with
@@ -24,7 +24,9 @@ def _list(text: str) -> list[str]:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("advise", help="the cheapest GPUs that meet your latency objectives at your traffic",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, metavar="CONFIG_JSON", help="the model's config.json or directory")
+    p.add_argument("--model", required=True, metavar="MODEL",
+                   help="a shipped model shape by id (meta-llama/Llama-3.1-8B, Qwen/Qwen3-8B, ...: data/models/), "
+                        "or the model's config.json or directory")
     load = p.add_argument_group("traffic (one of --rate, --users)")
     load.add_argument("--rate", type=float, help="requests per second (Poisson arrivals)")
     load.add_argument("--users", type=int, help="parallel users (closed loop)")

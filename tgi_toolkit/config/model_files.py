@@ -264,3 +264,48 @@ def model_config_file(model: str, revision: str | None = None) -> Path:
     if path.is_dir() and (path / "config.json").is_file():
         return path / "config.json"
     return converted_model_dir(resolve_model(model, revision)) / "config.json"
+
+
+def model_config(model: str | Path, revision: str | None = None) -> dict[str, Any]:
+    """config.json fields of `model`, read without loading or converting weights: a config.json, a model
+    directory, a .gguf file (its header), a shipped shape by id (data/models/, tgi_toolkit.config.shipped_models),
+    or a model the embedded engine finds (a hub id in the local cache, the bundled default by name; a GGUF
+    model's fields come from its header, never from a converted copy). Shipped shapes come before the cache:
+    they are the same repositories' config.json, read offline and at once.
+
+    ModelNotFoundError naming every place looked at and the shipped ids.
+    """
+    from tgi_toolkit.config.gguf_config import gguf_config
+    from tgi_toolkit.config.shipped_models import closest_ids, shipped_config, shipped_ids, shipped_models_dir
+
+    path = Path(model).expanduser()
+    config_file = path if path.is_file() and path.suffix == ".json" else path / "config.json"
+    if config_file.is_file():
+        return _read_config(config_file)
+    shipped = shipped_config(str(model))
+    if shipped is not None:
+        return shipped
+    try:
+        source = resolve_model(str(model), revision)
+    except ModelNotFoundError as exc:
+        near = closest_ids(str(model))
+        hint = f" Did you mean {' or '.join(near)}?" if near else ""
+        raise ModelNotFoundError(f"{str(model)!r} is neither a shipped model shape nor a model found here.{hint} "
+                                 f"Shipped shapes (by id, in {shipped_models_dir()}): {', '.join(shipped_ids())}. "
+                                 f"{exc}") from None
+    if source.gguf_file:
+        try:
+            return gguf_config(source.path / source.gguf_file)
+        except ValueError as exc:
+            raise ModelNotFoundError(f"cannot read model {source.describe()}: {exc}") from None
+    return _read_config(source.path / "config.json")
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ModelNotFoundError(f"{path} is not a readable JSON file: {exc}") from None
+    if not isinstance(config, dict):
+        raise ModelNotFoundError(f"{path} holds a JSON {type(config).__name__}, not an object of model settings")
+    return config

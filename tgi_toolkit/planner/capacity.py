@@ -148,6 +148,26 @@ def _kv_step(shape: ModelShape, dtype: str, kv_cache_dtype: str | None, num_shar
 EMBEDDED_GPU_NAMES = ("embedded", "cpu")
 
 
+def check_arguments(gpu: str | int | Gpu, *, dtype: str | None = None, kv_cache_dtype: str | None = None,
+                    num_shard: int = 1, memory_fraction: float = 1.0, prompt_tokens: int | None = None,
+                    output_tokens: int | None = None, max_input_tokens: int | None = None,
+                    max_total_tokens: int | None = None, max_batch_prefill_tokens: int | None = None) -> None:
+    """`plan`'s checks of its own arguments, which need no model: ValueError naming the argument. `plan` runs
+    them first, and `tgi-toolkit plan` before it reads the model, so a typo answers at once."""
+    if isinstance(gpu, str) and gpu.strip().lower() in EMBEDDED_GPU_NAMES:
+        if kv_cache_dtype or num_shard != 1:
+            raise ValueError("gpu 'embedded' runs one CPU process: kv_cache_dtype and num_shard do not apply")
+        if dtype is not None:
+            canonical_dtype(dtype)
+    else:
+        resolve_gpu(gpu)
+        kv_dtype_bytes(kv_cache_dtype, canonical_dtype(dtype or "bfloat16"))  # validates both names
+        _check_positive("num_shard", num_shard)
+    if isinstance(memory_fraction, bool) or not 0 < float(memory_fraction) <= 1:
+        raise ValueError(f"memory_fraction must be in (0, 1]; got {memory_fraction!r}")
+    _known_lengths(prompt_tokens, output_tokens, max_input_tokens, max_total_tokens, max_batch_prefill_tokens)
+
+
 def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, quantize: str | None = None,
          kv_cache_dtype: str | None = None, num_shard: int = 1, memory_fraction: float = 1.0,
          prompt_tokens: int | None = None, output_tokens: int | None = None,
@@ -168,9 +188,11 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, q
     flashinfer, 16 paged, 256 flashdecoding). To predict vLLM instead, pass
     `memory_fraction=<gpu_memory_utilization, 0.9>`, `wiggle_room=1.0`, `block_size=16`.
     """
+    check_arguments(gpu, dtype=dtype, kv_cache_dtype=kv_cache_dtype, num_shard=num_shard,
+                    memory_fraction=memory_fraction, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                    max_input_tokens=max_input_tokens, max_total_tokens=max_total_tokens,
+                    max_batch_prefill_tokens=max_batch_prefill_tokens)
     if isinstance(gpu, str) and gpu.strip().lower() in EMBEDDED_GPU_NAMES:
-        if kv_cache_dtype or num_shard != 1:
-            raise ValueError("gpu 'embedded' runs one CPU process: kv_cache_dtype and num_shard do not apply")
         return plan_embedded(model_config, dtype=dtype, quantize=quantize, memory_fraction=memory_fraction,
                              prompt_tokens=prompt_tokens, output_tokens=output_tokens,
                              max_input_tokens=max_input_tokens, max_total_tokens=max_total_tokens,
@@ -178,11 +200,7 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, q
     shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
     card = resolve_gpu(gpu)
     dtype = canonical_dtype(dtype or "bfloat16")
-    kv_dtype_bytes(kv_cache_dtype, dtype)  # validates the name
-    _check_positive("num_shard", num_shard)
     _check_positive("block_size", block_size)
-    if isinstance(memory_fraction, bool) or not 0 < float(memory_fraction) <= 1:
-        raise ValueError(f"memory_fraction must be in (0, 1]; got {memory_fraction!r}")
     if not 0 < float(wiggle_room) <= 1:
         raise ValueError(f"wiggle_room must be in (0, 1]; got {wiggle_room!r}")
     scheme = quant_scheme(quantize, shape.quantization_config)

@@ -17,7 +17,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Plan a deployment before launching it: weights, KV cache per token, the "
                     "max-batch-total-tokens that fits, concurrent users, and recommended launcher flags.")
     p.add_argument("--model", required=True, metavar="MODEL",
-                   help="a config.json, a model directory holding one, or a model as `tgi-toolkit serve "
+                   help="a shipped model shape by id (meta-llama/Llama-3.1-8B, Qwen/Qwen3-8B, ...: data/models/), "
+                        "a config.json, a model directory holding one, or a model as `tgi-toolkit serve "
                         "--model-id` takes it (the default HuggingFaceTB/SmolLM2-135M-Instruct by name, a .gguf "
                         "file, a hub id already in the local cache)")
     p.add_argument("--gpu", required=True,
@@ -42,34 +43,34 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from tgi_toolkit.planner.capacity import plan
+    from tgi_toolkit.planner.capacity import check_arguments, plan
 
     common = dict(quantize=args.quantize, memory_fraction=args.memory_fraction, prompt_tokens=args.prompt_tokens,
                   output_tokens=args.output_tokens, max_input_tokens=args.max_input_tokens,
                   max_total_tokens=args.max_total_tokens, max_batch_prefill_tokens=args.max_batch_prefill_tokens,
                   model_id=args.model_id)
-    from tgi_toolkit.config.model_files import ModelNotFoundError, model_config_file
-
-    model: str | Path = args.model
-    path = Path(args.model).expanduser()
-    readable = path.is_file() and path.suffix == ".json" or (path.is_dir() and (path / "config.json").is_file())
-    named = not path.exists() and not args.model.startswith(("/", ".", "~")) and not args.model.endswith(".json")
-    if not readable and (path.exists() or named):  # a .gguf, a folder of one, or a model id: found as serve finds it
-        try:
-            model = model_config_file(args.model)
-        except ModelNotFoundError as exc:
-            print(f"error: --model: {exc}", file=sys.stderr)
-            return 2
-        if args.model_id is None and named:
-            common["model_id"] = args.model  # the recommended command names the model as it was asked for
-    try:
+    lengths = {k: common[k] for k in ("prompt_tokens", "output_tokens", "max_input_tokens", "max_total_tokens",
+                                      "max_batch_prefill_tokens")}
+    try:  # the flags first: a typo is answered before the model is read (a GGUF header takes a second)
         overhead = parse_size(args.overhead, field="--overhead") if args.overhead else None
-        result = plan(model, args.gpu, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
+        check_arguments(args.gpu, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype, num_shard=args.num_shard,
+                        memory_fraction=args.memory_fraction, **lengths)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    path = Path(args.model).expanduser()
+    named = not path.exists() and not args.model.startswith(("/", ".", "~")) and not args.model.endswith(".json")
+    if args.model_id is None and named:
+        common["model_id"] = args.model  # the recommended command names the model as it was asked for
+    try:
+        # a config.json, a model folder, a shipped shape by id, a .gguf (its header) or a cached model id:
+        # planner.shape.load_config reads each without loading weights
+        result = plan(args.model, args.gpu, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
                       num_shard=args.num_shard, overhead_bytes=overhead, **common)
     except ValueError as exc:
         message = str(exc)
-        if message.startswith("model_config"):  # the shape's own errors: name the file they are about
-            message = f"--model ({model}){message.removeprefix('model_config')}"
+        if message.startswith("model_config"):  # the shape's own errors: name the model they are about
+            message = f"--model ({args.model}){message.removeprefix('model_config')}"
         print(f"error: {message}", file=sys.stderr)
         return 2
     if args.json:

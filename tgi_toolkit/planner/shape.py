@@ -34,10 +34,28 @@ def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
+def _names_a_model(model: str, path: Path) -> bool:
+    """A model id or a GGUF model rather than a config.json path: read by config.model_files.model_config."""
+    if path.exists():
+        return (path.is_file() and path.suffix == ".gguf") or (path.is_dir() and not (path / "config.json").is_file())
+    return not model.startswith(("/", ".", "~")) and not model.endswith(".json")
+
+
 def load_config(model_config: Any) -> dict[str, Any]:
-    """config.json contents from a dict, a path (file or model directory) or a transformers config."""
+    """config.json contents from a dict, a path (file or model directory), a transformers config, or a model
+    by id: a shipped shape (data/models/), a .gguf file or a model found as the embedded engine finds it
+    (tgi_toolkit.config.model_files.model_config, which reads a GGUF's header, never its weights)."""
     if isinstance(model_config, dict):
         cfg = dict(model_config)
+    elif isinstance(model_config, (str, Path)) and _names_a_model(str(model_config),
+                                                                   Path(model_config).expanduser()):
+        from tgi_toolkit.config.model_files import ModelNotFoundError
+        from tgi_toolkit.config.model_files import model_config as config_of_model
+
+        try:
+            cfg = config_of_model(model_config)
+        except ModelNotFoundError as exc:
+            raise ValueError(f"model_config: {exc}") from None
     elif isinstance(model_config, (str, Path)):
         path = Path(model_config).expanduser()
         if path.is_dir():

@@ -58,8 +58,8 @@ def _model_parser() -> argparse.ArgumentParser:
     g.add_argument("--server-version", metavar="VERSION",
                    help="with --gpu: the server's release; the measured model reads the tables nearest it")
     g.add_argument("--gpu", help="GPU model: a card (H100, A100-80GB, L4, ...)")
-    g.add_argument("--model", metavar="MODEL", help="GPU model: a shipped model shape by id "
-                   "(meta-llama/Llama-3.1-8B, Qwen/Qwen3-8B, ...: data/models/), or the model's config.json or directory")
+    g.add_argument("--model", metavar="MODEL", help="GPU model: a shipped model shape by id (meta-llama/Llama-3.1-8B, "
+                   "Qwen/Qwen3-8B, ...: data/models/), or the model's config.json or directory")
     g.add_argument("--num-shard", type=int, default=1, help="roofline model: tensor-parallel GPUs (default 1)")
     g.add_argument("--quantize", help="roofline model: quantization (bitsandbytes, gptq, awq, fp8, ...)")
     g.add_argument("--dtype", default="bfloat16", help="roofline model: weights' dtype (default bfloat16)")

@@ -1,12 +1,12 @@
 """Published GPU serving figures (data/reference/gpu_figures.csv) and the shapes of their models
-(gpu_models.json): what the roofline is fitted to and judged against. One row per figure, with where it came
-from; docs/simulator.md says how the corpus was gathered and what each column means."""
+(data/models/gpu_models.json, among the shipped shapes plan, simulate and advise read by id): what the
+roofline is fitted to and judged against. One row per figure, with where it came from; docs/simulator.md says
+how the corpus was gathered and what each column means."""
 
 from __future__ import annotations
 
 import csv
 import hashlib
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,17 +126,25 @@ def _rows(path: str | Path | None) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def models_file(name: str = MODELS_FILE) -> Path:
+    """A file of the corpus's model shapes, among the shipped ones (tgi_toolkit.config.shipped_models)."""
+    from tgi_toolkit.config.shipped_models import shipped_models_dir
+
+    return shipped_models_dir() / name
+
+
 def load_models(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """{model_id: config.json fields}, `_source` dropped (it says where the fields were read)."""
-    path = Path(path) if path else corpus_dir() / MODELS_FILE
-    models = json.loads(Path(path).read_text())
+    from tgi_toolkit.config.shipped_models import read_shapes
+
+    models = read_shapes(Path(path) if path else models_file())
     return {k: {f: v for f, v in cfg.items() if not f.startswith("_")} | {"_name_or_path": k}
             for k, cfg in models.items()}
 
 
 def corpus_sha256(paths: tuple[str | Path, ...] | None = None) -> str:
     """One hash of the figures and the models' shapes: a fit names the corpus it came from."""
-    paths = paths or (corpus_dir() / FIGURES_FILE, corpus_dir() / MODELS_FILE)
+    paths = paths or (corpus_dir() / FIGURES_FILE, models_file())
     digest = hashlib.sha256()
     for p in paths:
         digest.update(Path(p).read_bytes())
