@@ -1,7 +1,8 @@
 """What every backend shares: the error type, the backend interface, and one managed process.
 
 A `ManagedProcess` runs a command in its own process group (so a Ctrl-C in a notebook or terminal
-does not reach it, and one signal reaches everything it started), copies its merged stdout and
+does not reach it, and one signal reaches everything it started), tied to this process's life (lifeline.py:
+it gets SIGTERM when this process dies, however it dies), copies its merged stdout and
 stderr line by line to a log file, an in-memory tail and an optional callback, and stops it:
 SIGTERM to the group, SIGKILL after a grace period, then the same for any descendant that lives in
 a group of its own (TGI's launcher puts each shard and the router in their own group).
@@ -22,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from tgi_toolkit.config.embedded import PARENT_PID_ENV
+from tgi_toolkit.server.lifeline import spawn
 
 TAIL_LINES = 30  # log lines an error carries
 
@@ -111,8 +115,10 @@ class ManagedProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - closed by the reader thread
         try:
-            self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            # It ends with this process, even a SIGKILLed one (lifeline): the kernel's parent-death signal,
+            # and the pid the embedded engine watches.
+            self.popen = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               env={**env, PARENT_PID_ENV: str(os.getpid())}, start_new_session=True)
         except BaseException:
             self._log.close()
             raise
