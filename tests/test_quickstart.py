@@ -42,8 +42,9 @@ def test_kv_memory_for_one_request_runs_the_users_one_at_a_time(tmp_path) -> Non
                   workloads=[Workload("concurrency", **{**quickstart.CONCURRENCY, "users": [4], "requests": 4})])
     points = sweep.run(tmp_path, progress=False).points.sort_values("server_batch_size_max")
     small, whole = points.to_dict("records")
-    # a label names what differs from the defaults: all of the KV memory (1.0) is the default
-    assert small["config_label"].startswith("cuda_memory_fraction=0.0") and "cuda_memory" not in whole["config_label"]
+    # a label names every setting swept, the default 1.0 (all of the KV memory) included (issue 43)
+    assert small["config_label"].startswith("cuda_memory_fraction=0.0")
+    assert whole["config_label"].startswith("cuda_memory_fraction=1.0,")
     assert small["errors"] == whole["errors"] == 0
     # the server's own batch count: throughput follows it on an idle machine, but on a loaded one (other
     # processes taking 1.5 of the 2 cores) a batch of 4 gained 11 % where idle it gains several times

@@ -230,7 +230,7 @@ def test_a_poor_ingestion_fit_is_never_a_number_alone(example: Results) -> None:
     assert row["text"].endswith(f" t/s, {reason}")
     assert reason in row["basis"]
     (figure,) = [f for f in report_figures.card_figures(poor) if f.name.startswith("prompt_ingestion")]
-    assert reason in figure.figure.layout.title.text
+    assert reason in figure.figure.layout.title.subtitle.text  # the title keeps its number, the subtitle why
     # too few requests: 4 of two lengths fit a line perfectly, and mean nothing
     few = _copy(example)
     ingestion = few.requests[few.requests[S.SCENARIO] == "ingestion"]
@@ -278,7 +278,9 @@ def test_each_configurations_ingestion_figure_agrees_with_its_table_cell(example
               if f.name.startswith("prompt_ingestion")]
     assert len(titles) == 2 == len(speeds)
     for (config, speed), title in zip(speeds.items(), titles, strict=True):
-        assert title.startswith(f"Prompt ingestion, {config}: {speed:,.0f} tokens/s")
+        # the number first, then the setting that tells the configurations apart (all of them: the parameters)
+        batch = config.split("max_batch_size=")[1].split(",")[0]  # 16 (the example's), 4 (the other's)
+        assert title.startswith(f"Prompt ingestion: {speed:,.0f} tokens/s, max_batch_size={batch}, ")
 
 
 def test_points_measured_on_a_busy_machine_are_flagged_on_the_card(example: Results, tmp_path) -> None:

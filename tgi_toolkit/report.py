@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import html
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,9 +69,22 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([row(headers), "|" + "|".join(" :---: " for _ in headers) + "|", *map(row, rows)])
 
 
+# Where a long value may wrap: after , / - and a dotted name's dot, and after _ in an identifier of 25
+# characters or more ("cuda_memory_fraction=0.006867,"); never inside a word of prose.
+_BREAKS = re.compile(r"([,/-]|\.(?=[A-Za-z]))")
+_LONG = re.compile(r"\S{25,}")
+
+
+def _cell_html(value: object) -> str:
+    # words never break (the CSS: "ingest ion" was read as two); long values wrap at their separators, so
+    # that 4 configurations fit a 1,280-pixel window
+    text = _LONG.sub(lambda m: m.group(0).replace("_", "_\0"), html.escape(str(value), quote=False))
+    return _BREAKS.sub(r"\1<wbr>", text).replace("\0", "<wbr>")
+
+
 def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    head = "".join(f"<th>{_cell_html(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_cell_html(c)}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -96,7 +110,7 @@ def _markdown(title: str, sections: Sequence[_Section], figure_links: dict[str, 
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0;max-width:100%}
-td,th{border:1px solid #ccc;padding:.3em .6em;text-align:center;overflow-wrap:anywhere}
+td,th{border:1px solid #ccc;padding:.3em .6em;text-align:center;word-break:normal;overflow-wrap:normal;hyphens:none}
 th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow-x:auto}.caption{color:#555}"""
 
 

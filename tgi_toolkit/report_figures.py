@@ -36,6 +36,7 @@ def card_figures(results: Any) -> list[Figure]:
     text-generation-benchmark's latency against throughput, ITL distributions, the server's queue and
     batch over time, KV usage, and the Pareto frontier when there are several configurations."""
     from tgi_toolkit import plots
+    from tgi_toolkit.plots.labels import short_labels
 
     results = as_results(results)
     figures = []
@@ -58,6 +59,7 @@ def card_figures(results: Any) -> list[Figure]:
     # One ingestion fit per configuration, as the main metrics table has: a fit over every
     # configuration's requests at once would give a figure that the table contradicts.
     parts = split_by_config(results)
+    short = short_labels(parts)  # the settings that differ between configurations; the parameters table has all
     for i, (config, part) in enumerate(parts.items()):
         ingestion = part.requests[part.requests[S.SCENARIO] == "ingestion"]
         if not len(ingestion):
@@ -66,10 +68,9 @@ def card_figures(results: Any) -> list[Figure]:
         if len(parts) > 1:
             name = f"prompt_ingestion_{i}"
             fit = plots.fit_ingestion(ingestion)
+            # the number first, so that nothing pushes it out of the title; why it is unreliable in the subtitle
             speed = f": {fit['speed_tok_s']:,.0f} tokens/s" if np.isfinite(fit["speed_tok_s"]) else ""
-            if speed and fit.get("unreliable"):
-                speed += f", {fit['unreliable']}"
-            title = f"Prompt ingestion, {config}{speed}"
+            title = f"Prompt ingestion{speed}, {short[config]}"
         figures.append(Figure(name, "Prompt ingestion",
                               "TTFT against prompt length, one request at a time; the slope of the fitted line is "
                               "the time per prompt token, its inverse the ingestion speed.",

@@ -99,7 +99,11 @@ class _Section:
 
 
 def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures: Sequence[Figure]) -> list[_Section]:
+    from tgi_toolkit.plots.labels import short_labels  # plotly comes with plots: imported when a card is written
+
     configs = list(dict.fromkeys(metrics["config_label"]))
+    # configurations named by what differs between them, as in the figures; the parameters table has every setting
+    name = short_labels([*configs, *params.columns])
     table = main_metrics_table(metrics)
     if len(configs) == 1:
         main = _Section("Main metrics", ["The main metrics are summarized in the following table :"])
@@ -110,13 +114,14 @@ def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures
         legend = "; ".join(f"{name}: {label}" for name, label in zip(short, table.index, strict=True))
         main = _Section("Main metrics", [f"The main metrics are summarized in the following table, one row per "
                                          f"configuration ({legend}) :"])
-        main.tables.append((["Configuration", *short], [[config, *table[config].tolist()] for config in configs]))
+        main.tables.append((["Configuration", *short],
+                            [[name[config], *table[config].tolist()] for config in configs]))
     main.paragraphs.append("How each value was obtained:")
     main.tables.append((["Configuration", "Metric", "Basis"] if len(configs) > 1 else ["Metric", "Basis"],
-                        [[*([r.config_label] if len(configs) > 1 else []), r.label, r.basis]
+                        [[*([name[r.config_label]] if len(configs) > 1 else []), r.label, r.basis]
                          for r in metrics.itertuples()]))
     sections = [main]
-    conditions = _conditions(results)
+    conditions = _conditions(results, short_labels(results.points[S.CONFIG_LABEL]))
     if conditions is not None:
         sections.append(conditions)
     by_section: dict[str, _Section] = {}
@@ -136,13 +141,14 @@ def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures
         with contextlib.suppress(Exception):  # the tables are extra: a partial batch run still gets its figure
             by_section["Batch benchmark (text-generation-benchmark)"].preformatted = results.tables()
     launched = _Section("Parameters", ["The server was launched using the following arguments :"])
-    launched.tables.append((["Parameter", *params.columns] if len(params.columns) > 1 else ["Parameter", "Value"],
+    launched.tables.append((["Parameter", *(name[c] for c in params.columns)] if len(params.columns) > 1
+                            else ["Parameter", "Value"],
                             [[k, *row] for k, row in zip(params.index, params.values.tolist(), strict=True)]))
     sections.append(launched)
     return sections
 
 
-def _conditions(results: Any) -> _Section | None:
+def _conditions(results: Any, name: dict[str, str]) -> _Section | None:
     """The points whose numbers the machine stretched: measured while other processes took CPU
     (machine_busy), while the benchmark client itself was the bottleneck (client_bound), or with the users
     in step (lockstep)."""
@@ -162,7 +168,8 @@ def _conditions(results: Any) -> _Section | None:
                 and bool(point[column])]
         other = point.get(S.OTHER_CPU_CORES)
         load = f"{other:.1f}" if isinstance(other, float) and np.isfinite(other) else "-"
-        rows.append([str(point[S.CONFIG_LABEL] or point[S.CONFIG_ID] or ""), str(point[S.SCENARIO]),
+        rows.append([name.get(str(point[S.CONFIG_LABEL]), str(point[S.CONFIG_LABEL] or point[S.CONFIG_ID] or "")),
+                     str(point[S.SCENARIO]),
                      str(point[S.POINT_ID]), "; ".join(said), load])
     section = _Section("Measurement conditions", [
         f"{int(marked.sum())} of {len(points)} points were measured under conditions other than the server's "

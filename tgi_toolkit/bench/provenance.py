@@ -70,10 +70,15 @@ def config_id(config: Any) -> str:
 
 
 def config_label(config: Any) -> str:
-    """Human label of a configuration: its non-default settings, e.g. "max_batch_size=8"."""
+    """Human label of a configuration: its non-default settings and those set explicitly, e.g.
+    "max_batch_size=8". A setting given at its default stays in the label: a sweep of
+    cuda_memory_fraction 0.05 against 1.0 names both (the id, `config_id`, is the settings' alone)."""
     if config is None:
         return ""
     fields = _setting_fields(config)
+    chosen = getattr(config, "model_fields_set", set()) - PLACE_FIELDS
+    explicit = config.to_dict(redact=True)
+    fields = dict(sorted({**fields, **{k: explicit[k] for k in chosen if k in explicit}}.items()))
     return ",".join(f"{k}={v}" for k, v in fields.items()) or "default"
 
 

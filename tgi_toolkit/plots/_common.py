@@ -184,10 +184,18 @@ def number_format(unit: str) -> str:
     return {"tokens/s": ",.1f", "tokens": ",.0f", "ms": ",.2f", "s": ",.3f"}.get(unit, ",.3g")
 
 
-def layout(fig: go.Figure, title: str, legend_title: str = "", **kwargs: object) -> go.Figure:
-    """The look every figure shares: title top left, white template, full trace names in hover labels."""
-    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, template=TEMPLATE,
+def layout(fig: go.Figure, title: str, legend_title: str = "", *, subtitle: str = "", **kwargs: object) -> go.Figure:
+    """The look every figure shares: title (and subtitle) top left, white template, full trace names in hover labels,
+    long legend entries wrapped (`labels.legend_name`) so that the plot keeps most of the figure's width."""
+    from tgi_toolkit.plots.labels import legend_name
+
+    # the subtitle holds what would make a title too long for its figure (a title does not wrap: it is cut)
+    heading = {"text": title, "x": 0.01, "xanchor": "left", **({"subtitle": {"text": subtitle}} if subtitle else {})}
+    fig.update_layout(title=heading, template=TEMPLATE,
                       hoverlabel={"namelength": -1}, legend={"title": {"text": legend_title}}, **kwargs)
+    for trace in fig.data:
+        if trace.name and trace.showlegend is not False:
+            trace.name = legend_name(trace.name)
     return fig
 
 

@@ -27,9 +27,10 @@ def cost_latency(table: pd.DataFrame, *, percentile: str = "p90", latency: str =
         raise ValueError(f"latency must be 'ttft' or 'tpot'; got {latency!r}")
     x = S.stat_column(latency, percentile)
     fig = go.Figure()
-    title = f"Cost against {latency.upper()} {percentile}: the cheapest deployments that meet the objectives"
+    title = f"Cost against {latency.upper()} {percentile}"
+    subtitle = "the cheapest deployments that meet the objectives (stars: the Pareto set)"
     if table is None or table.empty:
-        return note(layout(fig, title), "no candidate meets the objectives")
+        return note(layout(fig, title, subtitle=subtitle), "no candidate meets the objectives")
     require_columns(table, ["candidate", "gpu", COST, "cost_low", "cost_high", x], "cost_latency")
     df = table.reset_index(drop=True).copy()
     df["pareto"] = pareto_front(df, x, COST, maximize_x=False, minimize_y=True)
@@ -59,5 +60,6 @@ def cost_latency(table: pd.DataFrame, *, percentile: str = "p90", latency: str =
     if limit:
         fig.add_vline(x=float(limit), line_dash="dash", line_color="#c00",
                       annotation_text=f"{latency.upper()} objective {float(limit):g} s")
-    return layout(fig, title, "GPU kind", xaxis_title=f"predicted {latency.upper()} {percentile} (s)",
+    return layout(fig, title, "GPU kind", subtitle=subtitle,
+                  xaxis_title=f"predicted {latency.upper()} {percentile} (s)",
                   yaxis_title=f"{currency} per million output tokens")

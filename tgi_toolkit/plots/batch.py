@@ -24,6 +24,7 @@ from tgi_toolkit.plots._common import (
     scaled,
     sorted_values,
 )
+from tgi_toolkit.plots.labels import settings_hover, shorten_config_labels
 
 # (throughput column, latency column, subplot title) per step, as text-generation-benchmark pairs them.
 BATCH_STEPS: dict[str, tuple[str, str, str]] = {
@@ -56,6 +57,8 @@ def batch_latency_throughput(batch: pd.DataFrame, *, steps: Sequence[str] = ("pr
         raise ValueError(f"steps must be among {', '.join(BATCH_STEPS)}; got {list(steps)}")
     needed = [S.BATCH_SIZE, *(c for s in steps for c in BATCH_STEPS[s][:2])]
     df = measured(require_columns(batch, needed, "batch_latency_throughput"))
+    # legends name what differs between configurations; hover has every setting
+    df, full_labels = shorten_config_labels(df, symbol_by) if symbol_by else (df, {})
     colors = color_map(df[S.BATCH_SIZE])
     groups = _groups(df, symbol_by)
     fig = make_subplots(rows=1, cols=len(steps), subplot_titles=[BATCH_STEPS[s][2] for s in steps],
@@ -79,7 +82,8 @@ def batch_latency_throughput(batch: pd.DataFrame, *, steps: Sequence[str] = ("pr
                     x=x[keep], y=y[keep], mode="markers", name=name, legendgroup=name, showlegend=col == 1,
                     marker={"color": colors[size], "symbol": SYMBOLS[g_index % len(SYMBOLS)], "size": 9,
                             "line": {"width": 0.5, "color": "white"}},
-                    customdata=_run_labels(df[keep]), hovertemplate=hover(f"<b>{name}</b>", *template),
+                    customdata=_run_labels(df[keep]),
+                    hovertemplate=hover(f"<b>{name}</b>", *template, *settings_hover(full_labels.get(group))),
                 ), row=1, col=col)
                 drawn += 1
         fig.update_xaxes(title_text=axis_title(x_col), type="log" if log_axes else None, row=1, col=col)
@@ -108,6 +112,8 @@ def batch_heatmap(df: pd.DataFrame, z: str = S.DECODE_THROUGHPUT, *, x: str = S.
     data = measured(require_columns(df, [x, y, z], "batch_heatmap"))
     values, unit = scaled(data, z)
     data = data.assign(_z=values).dropna(subset=[x, y])
+    # panel titles name what differs between configurations; hover has every setting
+    data, full_labels = shorten_config_labels(data, facet_by) if facet_by else (data, {})
     facets = _groups(data, facet_by)
     fig = make_subplots(rows=1, cols=len(facets), shared_yaxes=True,
                         subplot_titles=[str(f) for f in facets] if facets != [None] else None)
@@ -124,7 +130,8 @@ def batch_heatmap(df: pd.DataFrame, z: str = S.DECODE_THROUGHPUT, *, x: str = S.
             z=grid.to_numpy(dtype=float), x=[integer_text(v) for v in x_cats], y=[integer_text(v) for v in y_cats],
             coloraxis="coloraxis", customdata=count.to_numpy(), texttemplate=f"%{{z:{fmt}}}",
             hovertemplate=hover(f"{axis_title(y)}: %{{y}}", f"{axis_title(x)}: %{{x}}",
-                                f"{column_name(z)}: %{{z:{fmt}}} {unit}", f"{agg} of %{{customdata}} row(s)"),
+                                f"{column_name(z)}: %{{z:{fmt}}} {unit}", f"{agg} of %{{customdata}} row(s)",
+                                *settings_hover(full_labels.get(facet))),
             name=str(facet) if facet is not None else column_name(z)), row=1, col=col)
         fig.update_xaxes(title_text=axis_title(x), type="category", row=1, col=col)
     fig.update_yaxes(title_text=axis_title(y), type="category", row=1, col=1)

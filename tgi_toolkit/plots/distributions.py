@@ -163,7 +163,7 @@ def fit_ingestion(requests: pd.DataFrame) -> IngestionFit:
 
 def ingestion_plot(requests: pd.DataFrame, *, title: str | None = None, grey_outliers: bool = True) -> go.Figure:
     """TTFT against prompt length with the fitted line (`fit_ingestion`); the speed in the title,
-    with "not to be quoted: ..." and why beside it when the fit is poor (`bench.stats.ingestion_unreliable`).
+    with "not to be quoted: ..." and why in the subtitle when the fit is poor (`bench.stats.ingestion_unreliable`).
 
     grey_outliers: draw the requests the fit left out (outliers) in grey, apart from those it kept.
     Needs TTFT_S and INPUT_TOKENS or PROMPT_TOKENS."""
@@ -179,7 +179,7 @@ def ingestion_plot(requests: pd.DataFrame, *, title: str | None = None, grey_out
                                      marker={"color": color, "size": 7},
                                      hovertemplate=hover(f"<b>{'request' if name == 'requests' else 'outlier'}</b>",
                                                          "Prompt: %{x:,.0f} tokens", f"TTFT: %{{y:{fmt}}} {unit}")))
-    speed = ""
+    speed, subtitle = "", "TTFT against prompt length"
     if np.isfinite(fit["slope_s_per_tok"]):
         xs = np.array([data["x"].min(), data["x"].max()])
         left_out = ", outliers left out" if fit["n"] < len(data) else ""
@@ -191,10 +191,10 @@ def ingestion_plot(requests: pd.DataFrame, *, title: str | None = None, grey_out
                                 f"slope: {fit['slope_s_per_tok'] * 1e3:.4g} ms/token, R²: {fit['r2']:.3f}")))
         if np.isfinite(fit["speed_tok_s"]):
             speed = f": {fit['speed_tok_s']:,.0f} tokens/s"
-            if fit.get("unreliable"):  # never the number alone: the title says how little it means
-                speed += f", {fit['unreliable']}"
+            if fit.get("unreliable"):  # never the number alone: the subtitle says how little it means
+                subtitle = str(fit["unreliable"])
     else:
         note(fig, "too few distinct prompt lengths to fit a line" if len(data) else "no measured requests")
     fig.update_xaxes(title_text=axis_title(S.INPUT_TOKENS))
     fig.update_yaxes(title_text=axis_title(S.TTFT_S, unit))
-    return layout(fig, title or f"Prompt ingestion{speed} (TTFT against prompt length)")
+    return layout(fig, title or f"Prompt ingestion{speed}", subtitle=subtitle)

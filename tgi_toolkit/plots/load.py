@@ -24,6 +24,7 @@ from tgi_toolkit.plots._common import (
     scaled,
     series_label,
 )
+from tgi_toolkit.plots.labels import settings_hover, shorten_config_labels
 
 # What tells two lines apart: the configuration (when several), then the scenario's lengths.
 SERIES = (S.CONFIG_LABEL, S.PROMPT_TOKENS, S.MAX_NEW_TOKENS)
@@ -63,6 +64,7 @@ def metrics_vs_users(points: pd.DataFrame, metrics: Sequence[str] = (S.OUTPUT_TH
     if not cols:
         raise ValueError("metrics_vs_users: no metrics given")
     df = measured(require_columns(points, [x, *(c[0] for c in cols)], "metrics_vs_users"))
+    df, full_labels = shorten_config_labels(df)  # legends name what differs; hover has every setting
     df, labels = _with_series(df, series)
     colors = color_map(labels)
     spread_name = f"{low}–{high}"
@@ -77,8 +79,9 @@ def metrics_vs_users(points: pd.DataFrame, metrics: Sequence[str] = (S.OUTPUT_TH
             stats = stats[stats[line_col].notna()]
             if stats.empty:
                 continue
+            settings = settings_hover(full_labels.get(part[S.CONFIG_LABEL].iloc[0])) if full_labels else []
             _add_line(fig, stats, x, (line_col, low_col, high_col), unit, label, colors[label], spread,
-                      spread_name, row, show_legend=label not in drawn)
+                      spread_name, row, show_legend=label not in drawn, settings=settings)
             _add_prediction_band(fig, part, stats, x, metrics[row - 1], line_col, unit, colors[label], row)
             drawn.add(label)
         fig.update_yaxes(title_text=axis_title(line_col, unit), row=row, col=1)
@@ -104,7 +107,7 @@ def _median_per_x(part: pd.DataFrame, x: str, columns: list[str]) -> pd.DataFram
 
 def _add_line(fig: go.Figure, stats: pd.DataFrame, x: str, columns: tuple[str, str | None, str | None],
               unit: str, label: str, color: str, spread: str, spread_name: str, row: int,
-              show_legend: bool) -> None:
+              show_legend: bool, settings: Sequence[str] = ()) -> None:
     line_col, low_col, high_col = columns
     fmt = number_format(unit)
     y = scaled(stats, line_col, unit)[0]
@@ -120,7 +123,7 @@ def _add_line(fig: go.Figure, stats: pd.DataFrame, x: str, columns: tuple[str, s
                        "color": color, "thickness": 1.2, "width": 4}
         else:
             band = stats.assign(_lo=lo, _hi=hi).dropna(subset=["_lo", "_hi"])
-    lines.append("rows: %{customdata[0]}")
+    lines += ["rows: %{customdata[0]}", *settings]
     fig.add_trace(go.Scatter(x=stats[x], y=y, mode="lines+markers", name=label, legendgroup=label,
                              showlegend=show_legend, line={"color": color}, marker={"color": color},
                              error_y=error_y, customdata=custom, hovertemplate=hover(*lines)), row=row, col=1)

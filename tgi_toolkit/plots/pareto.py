@@ -26,6 +26,7 @@ from tgi_toolkit.plots._common import (
     require_columns,
     scaled,
 )
+from tgi_toolkit.plots.labels import settings_hover, shorten_config_labels
 
 UNLABELLED = "(no configuration label)"
 HOVER_COLUMNS = (S.POINT_ID, S.USERS, S.BATCH_SIZE, S.RATE_RPS, S.PROMPT_TOKENS, S.MAX_NEW_TOKENS, S.RUN_ID)
@@ -75,6 +76,7 @@ def pareto_plot(points: pd.DataFrame, *, x: str = S.OUTPUT_THROUGHPUT, y: str = 
     (`axis_scale`), labelled with the side that meets it.
     """
     df = measured(require_columns(points, [x, y, label], "pareto_plot")).reset_index(drop=True)
+    df, full_labels = shorten_config_labels(df, label)  # legends name what differs; hover has every setting
     front = pareto_front(df, x, y, maximize_x=maximize_x, minimize_y=minimize_y)
     x_scale, y_scale = axis_scale(df, x), axis_scale(df, y)
     xs, x_unit = scaled(df, x)
@@ -99,7 +101,8 @@ def pareto_plot(points: pd.DataFrame, *, x: str = S.OUTPUT_THROUGHPUT, y: str = 
             x=xs[mask], y=ys[mask], mode="markers", name=name,
             marker={"color": color, "size": np.where(on, 13, 8), "opacity": np.where(on, 1.0, 0.45),
                     "line": {"width": np.where(on, 1.5, 0.0), "color": "black"}},
-            customdata=custom[mask.to_numpy()], hovertemplate=hover(f"<b>{name}</b>", *lines, "%{customdata[0]}")))
+            customdata=custom[mask.to_numpy()],
+            hovertemplate=hover(f"<b>{name}</b>", *lines, "%{customdata[0]}", *settings_hover(full_labels.get(name)))))
     frontier = df[front].assign(_x=xs[front], _y=ys[front]).sort_values("_x")
     if not frontier.empty:
         fig.add_trace(go.Scatter(

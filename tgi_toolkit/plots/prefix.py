@@ -24,18 +24,29 @@ from tgi_toolkit.plots._common import (
     require_columns,
     time_scale,
 )
+from tgi_toolkit.plots.labels import settings_hover, shorten_config_labels
 
 FIRST, LATER = "first of its group (prefix computed)", "later requests (prefix cached)"
 
 
 def _series(df: pd.DataFrame) -> pd.Series:
-    """One label per row: the configuration where several are present, else the run, else 'all'."""
-    for column in (S.CONFIG_LABEL, S.RUN_ID):
-        if column in df.columns and df[column].nunique(dropna=True) > 1:
-            return df[column].astype(str)
+    """One label per row: the configuration where several are present (what differs between them,
+    `shorten_config_labels`), else the run, else 'all'."""
+    if S.CONFIG_LABEL in df.columns and df[S.CONFIG_LABEL].nunique(dropna=True) > 1:
+        return shorten_config_labels(df)[0][S.CONFIG_LABEL].astype(str)
+    if S.RUN_ID in df.columns and df[S.RUN_ID].nunique(dropna=True) > 1:
+        return df[S.RUN_ID].astype(str)
     if S.CONFIG_LABEL in df.columns and df[S.CONFIG_LABEL].notna().any() and str(df[S.CONFIG_LABEL].iloc[0]):
         return df[S.CONFIG_LABEL].astype(str)
     return pd.Series("all", index=df.index)
+
+
+def _settings(requests: pd.DataFrame, scenario: str) -> dict[str, str]:
+    """Short series label -> the configuration's full label, for the hover text of `scenario`'s figure."""
+    if S.CONFIG_LABEL not in requests.columns or S.SCENARIO not in requests.columns:
+        return {}
+    df = measured(requests, successful=True)
+    return shorten_config_labels(df[df[S.SCENARIO] == scenario])[1]
 
 
 def _quartiles(values: pd.Series) -> tuple[float, float, float]:
@@ -77,6 +88,7 @@ def ttft_by_turn(requests: pd.DataFrame, *, title: str | None = None) -> go.Figu
     With a prefix cache, turn t recomputes only the last answer and the new message, so TTFT stays
     flat while the prompt grows; without one it grows with the history. Needs TTFT_S, TURN, SCENARIO."""
     table = ttft_table(requests, "multi_turn")
+    full = _settings(requests, "multi_turn")
     fig = go.Figure()
     layout(fig, title or "TTFT by conversation turn", "Series")
     factor, unit = time_scale(table["ttft_p50_s"])
@@ -91,7 +103,7 @@ def ttft_by_turn(requests: pd.DataFrame, *, title: str | None = None) -> go.Figu
             x=x, y=(part["ttft_p50_s"] * factor).tolist(), mode="lines+markers", name=str(series),
             line={"color": colors[series]}, error_y=_bars(part, factor), customdata=part[S.REQUESTS].tolist(),
             hovertemplate=hover(f"<b>{series}</b>", "turn %{x}", f"TTFT p50 %{{y:{number_format(unit)}}} {unit}",
-                                "requests %{customdata}")))
+                                "requests %{customdata}", *settings_hover(full.get(series)))))
     return fig
 
 
@@ -99,6 +111,7 @@ def shared_prefix_ttft(requests: pd.DataFrame, *, title: str | None = None) -> g
     """TTFT of a group's first request (its prefix computed) against its later ones (the prefix in
     the cache): median bars with p25-p75, one colour per series. Needs TTFT_S, TURN, SCENARIO."""
     table = ttft_table(requests, "shared_prefix")
+    full = _settings(requests, "shared_prefix")
     fig = go.Figure()
     layout(fig, title or "TTFT with and without a cached shared prefix", "Series", barmode="group")
     factor, unit = time_scale(table["ttft_p50_s"])
@@ -112,7 +125,7 @@ def shared_prefix_ttft(requests: pd.DataFrame, *, title: str | None = None) -> g
             x=x, y=(part["ttft_p50_s"] * factor).tolist(), name=str(series), marker_color=colors[series],
             error_y=_bars(part, factor), customdata=part[S.REQUESTS].tolist(),
             hovertemplate=hover(f"<b>{series}</b>", "%{x}", f"TTFT p50 %{{y:{number_format(unit)}}} {unit}",
-                                "requests %{customdata}")))
+                                "requests %{customdata}", *settings_hover(full.get(series)))))
     return fig
 
 
@@ -151,6 +164,7 @@ def decode_stall(requests: pd.DataFrame, *, repeat: int | None = 0, title: str |
     their decode tokens (several short ones). The x axis opens on the long prompts' wait; the gaps
     after it are drawn too (zoom out). Needs the decode-stall request columns."""
     table = stall_gaps_table(requests, repeat)
+    full = _settings(requests, "decode_stall")
     fig = go.Figure()
     layout(fig, title or "Running streams while a long prompt joins: inter-token gaps", "Series")
     factor, unit = time_scale(table["gap_s"]) if not table.empty else (1000.0, "ms")
@@ -164,7 +178,7 @@ def decode_stall(requests: pd.DataFrame, *, repeat: int | None = 0, title: str |
             x=part["t_s"].tolist(), y=(part["gap_s"] * factor).tolist(), mode="markers", name=str(series),
             marker={"color": colors[series], "size": 6, "opacity": 0.75}, customdata=part["stream"].tolist(),
             hovertemplate=hover(f"<b>{series}</b>", "stream %{customdata}", "t %{x:.3f} s",
-                                f"gap %{{y:{number_format(unit)}}} {unit}")))
+                                f"gap %{{y:{number_format(unit)}}} {unit}", *settings_hover(full.get(series)))))
         for long_ttft in sorted(set(part["long_ttft_s"])):
             fig.add_vline(x=long_ttft, line={"color": colors[series], "dash": "dash", "width": 1})
     fig.add_vline(x=0, line={"color": "#888", "width": 1})
