@@ -227,3 +227,19 @@ def test_advise_with_users_and_a_dataset_of_lengths(tmp_path):
     # each request's lengths were drawn from the dataset
     drawn = set(zip(requests["input_tokens"], requests["output_tokens"], strict=True))
     assert drawn <= {(200, 40), (400, 80), (300, 60)} and len(drawn) > 1
+
+
+def test_each_candidate_says_what_priced_it():
+    from tgi_toolkit.advise import advise
+
+    # the operator database measured the H100 (inside vLLM, which stands in for TGI 3's kernels) but not the L4
+    advice = advise(LLAMA3, rate=2, prompt_tokens=256, max_new_tokens=64, ttft=1.0, tpot=0.1,
+                    gpus=["H100", "L4"], shards=[1], tune=False, requests=40, progress=False)
+    priced = dict(zip(advice.table["gpu"], advice.table["priced_by"], strict=True))
+    assert priced["H100-80GB"].startswith("measured: h100_sxm, vllm")
+    assert priced["L4"].startswith("roofline")
+    forced = advise(LLAMA3, rate=2, prompt_tokens=256, max_new_tokens=64, ttft=1.0, tpot=0.1, gpus=["H100"],
+                    shards=[1], tune=False, requests=40, progress=False, cost_model="roofline")
+    assert forced.table["priced_by"].iloc[0].startswith("roofline")
+    with pytest.raises(ValueError, match="cost_model: 'kernels' is not one of auto, measured, roofline"):
+        advise(LLAMA3, rate=2, ttft=1.0, gpus=["H100"], shards=[1], cost_model="kernels")

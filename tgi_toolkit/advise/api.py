@@ -17,6 +17,7 @@ default launcher settings, the knobs tuned in simulation, and a search for the l
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +36,8 @@ def advise(model: Any, *, rate: float | None = None, users: int | None = None, p
            percentile: int | str = 90, gpus: Sequence[str] = DEFAULT_GPUS, shards: Sequence[int] = DEFAULT_SHARDS,
            quantize: Sequence[str | None] = ("none",), prices: Any = None, dataset: str | Path | None = None,
            candidates: Sequence[Candidate] | None = None, requests: int = 120, tune: bool = True,
-           output: str | Path | None = None, progress: bool = True, seed: int = 0) -> Advice:
+           output: str | Path | None = None, progress: bool = True, seed: int = 0,
+           cost_model: str = "auto") -> Advice:
     """Rank deployments of `model` (config.json path, model directory, dict, or a name in
     simulate.gpu.PUBLISHED_MODELS) for the traffic and objectives.
 
@@ -43,7 +45,8 @@ def advise(model: Any, *, rate: float | None = None, users: int | None = None, p
     prompt/output lengths); ttft / tpot: limits in seconds at `percentile`; gpus x shards x quantize: the
     candidates (or `candidates`: Candidate objects, e.g. a calibrated cost model of this machine); prices: a
     YAML path or mapping (default: the shipped dated table); output: a results folder with one simulated
-    configuration per candidate and advise.json.
+    configuration per candidate and advise.json; cost_model: how a GPU is priced, measured (kernel times from
+    NVIDIA's operator database), roofline (the datasheet) or auto (measured where the database covers the card).
     """
     from tgi_toolkit.planner.shape import load_config
     from tgi_toolkit.progress import progress_bar
@@ -61,7 +64,12 @@ def advise(model: Any, *, rate: float | None = None, users: int | None = None, p
     table_prices = load_prices(prices)
     prompt, output_tokens = traffic.longest
     if candidates is None:
+        from tgi_toolkit.costs.measured import COST_MODELS
+
+        if cost_model not in COST_MODELS:
+            raise ValueError(f"cost_model: {cost_model!r} is not one of {', '.join(COST_MODELS)}")
         kept, refused = enumerate_candidates(config, gpus, shards, quantize, prompt, output_tokens)
+        kept = [dataclasses.replace(c, pricing=cost_model) for c in kept]
     else:
         kept, refused = list(candidates), []
     unpriced = sorted({c.gpu for c in kept} - set(table_prices.per_gpu_hour))

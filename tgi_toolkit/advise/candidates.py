@@ -29,6 +29,7 @@ class Candidate:
     cost: Any = None
     memory_fraction: float = 1.0
     label: str = ""
+    pricing: str = "auto"  # without `cost`: measured kernel times, roofline, or auto (measured where covered)
 
     @property
     def name(self) -> str:

@@ -44,6 +44,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     cands.add_argument("--shards", type=_list, default=None, help="GPUs per replica (default 1,2,4,8)")
     cands.add_argument("--quantize", type=_list, default=None, help="none,awq,fp8,... (default none)")
     cands.add_argument("--no-tune", dest="tune", action="store_false", help="TGI 3's defaults only, no knob search")
+    cands.add_argument("--cost-model", choices=("auto", "measured", "roofline"), default="auto",
+                       help="how a GPU is priced: measured kernel times (NVIDIA's operator database), the roofline "
+                            "(datasheet), or auto: measured where the database covers the card (default)")
     p.add_argument("--prices", metavar="YAML", help="prices per GPU-hour (default: the shipped dated table)")
     p.add_argument("--output", "-o", metavar="DIR", help="results folder: one simulated configuration per candidate")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -66,7 +69,8 @@ def main(args: argparse.Namespace) -> int:
                         max_new_tokens=args.max_new_tokens, ttft=args.ttft, tpot=args.tpot,
                         percentile=args.percentile, gpus=args.gpus or list(DEFAULT_GPUS), shards=shards,
                         quantize=args.quantize or ["none"], prices=args.prices, dataset=args.dataset,
-                        requests=args.requests, tune=args.tune, output=args.output, progress=args.progress)
+                        requests=args.requests, tune=args.tune, output=args.output, progress=args.progress,
+                        cost_model=args.cost_model)
     except (ValueError, KeyError, BenchError, ConfigError, FileNotFoundError) as exc:
         print(f"error: {str(exc).strip(chr(39))}", file=sys.stderr)
         return 2

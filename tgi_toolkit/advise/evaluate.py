@@ -57,12 +57,12 @@ class Evaluation:
 def cost_model(candidate: Candidate, model: dict[str, Any]) -> Any:
     if candidate.cost is not None:
         return candidate.cost
+    from tgi_toolkit.costs.measured import gpu_cost_model
     from tgi_toolkit.planner.gpus import KNOWN_GPUS
-    from tgi_toolkit.simulate.gpu import roofline
 
     dtype = "bfloat16" if KNOWN_GPUS[candidate.gpu].bf16 else "float16"
-    return roofline(candidate.gpu, model, num_shard=candidate.num_shard, quantize=candidate.quantize, dtype=dtype,
-                    memory_fraction=candidate.memory_fraction)
+    return gpu_cost_model(candidate.gpu, model, cost_model=candidate.pricing, num_shard=candidate.num_shard,
+                          quantize=candidate.quantize, dtype=dtype, memory_fraction=candidate.memory_fraction)
 
 
 def _workload(traffic: Traffic, load: float, objectives: Objectives) -> Any:

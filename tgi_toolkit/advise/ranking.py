@@ -67,6 +67,7 @@ def _row(e: Evaluation, traffic: Traffic, objectives: Objectives, prices: Prices
         "tpot_relative_error": e.tpot.error, "settings": ",".join(f"{k}={v}" for k, v in e.overrides.items())
         or "TGI 3 defaults", "command": " ".join(e.launcher.to_cli()), S.CONFIG_ID: e.row.get(S.CONFIG_ID),
         "simulations": e.simulations, "seconds": round(e.seconds, 2), "note": e.note,
+        "priced_by": e.cost.provenance() if hasattr(e.cost, "provenance") else getattr(e.cost, "name", ""),
     }
 
 

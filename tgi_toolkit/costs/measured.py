@@ -21,6 +21,7 @@ the elementwise ops (norms, rotary, activation, residual adds: memory-bound, a f
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Mapping
@@ -154,13 +155,27 @@ class Curve:
 
     xs: np.ndarray
     ys: np.ndarray
+    # the logs as plain floats: a simulation prices tens of thousands of forwards, each a few lookups, and
+    # bisecting a list is ten times quicker than numpy on one scalar
+    _lx: list[float] = field(init=False, repr=False, compare=False)
+    _ly: list[float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_lx", [math.log(x) for x in self.xs])
+        object.__setattr__(self, "_ly", [math.log(y) for y in self.ys])
 
     def __call__(self, x: float) -> float:
         if x <= 0:
             return 0.0
+        lx, ly = self._lx, self._ly
         if x > self.xs[-1]:
-            return float(self.ys[-1] * x / self.xs[-1])
-        return float(np.exp(np.interp(math.log(x), np.log(self.xs), np.log(self.ys))))
+            return float(self.ys[-1]) * x / float(self.xs[-1])
+        at = math.log(x)
+        i = bisect.bisect_left(lx, at)
+        if i == 0:
+            return math.exp(ly[0])
+        w = (at - lx[i - 1]) / (lx[i] - lx[i - 1])
+        return math.exp(ly[i - 1] + w * (ly[i] - ly[i - 1]))
 
     def beyond(self, x: float) -> bool:
         return x > self.xs[-1]
@@ -180,18 +195,22 @@ class Surface:
 
     batches: np.ndarray
     curves: tuple[Curve, ...]
+    _lb: list[float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_lb", [math.log(b) for b in self.batches])
 
     def __call__(self, batch: float, length: float) -> float:
         if batch <= 0:
             return 0.0
         b = self.batches
         if batch >= b[-1]:
-            return self.curves[-1](length) * batch / b[-1]
+            return self.curves[-1](length) * batch / float(b[-1])
         if batch <= b[0]:
             return self.curves[0](length)
-        i = int(np.searchsorted(b, batch))
+        i = bisect.bisect_left(self._lb, math.log(batch))
         lo, hi = self.curves[i - 1](length), self.curves[i](length)
-        w = (math.log(batch) - math.log(b[i - 1])) / (math.log(b[i]) - math.log(b[i - 1]))
+        w = (math.log(batch) - self._lb[i - 1]) / (self._lb[i] - self._lb[i - 1])
         return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
 
     def beyond(self, batch: float, length: float) -> bool:
