@@ -155,9 +155,10 @@ def _simulated(args: argparse.Namespace, base: Any, objectives: Any, server: dic
     if args.cost_model:
         cost: Any = args.cost_model
     elif args.gpu and args.model_config:
-        from tgi_toolkit.simulate.gpu import roofline
+        from tgi_toolkit.costs.measured import gpu_cost_model
 
-        cost = roofline(args.gpu, args.model_config, num_shard=base.num_shard or 1, quantize=base.quantize)
+        # measured kernel times where the operator database covers the card, else the roofline
+        cost = gpu_cost_model(args.gpu, args.model_config, num_shard=base.num_shard or 1, quantize=base.quantize)
     else:
         print("error: --simulate needs --cost-model COST_JSON (tgi-toolkit simulate profile), or --gpu and "
               "--model-config for the roofline model", file=sys.stderr)
