@@ -119,3 +119,18 @@ def test_a_scenario_runs_end_to_end_with_vllms_capacity_in_its_results(l4_vllm):
     res = run_concurrency(l4_vllm, users=[2], prompt_tokens=128, max_new_tokens=8, requests=4,
                           config={"kv_cache_tokens": 8192})
     assert res.points["kv_capacity_tokens"].iloc[0] == 8192
+
+
+def test_published_vllm_v1_figures_are_simulated_with_vllms_settings():
+    # A served burst of 10 on an A100 (the corpus's vLLM V1 rows): the simulator is given vLLM's flags, not TGI's
+    # length limits (which a vLLM server refuses), and predicts within the corpus's usual spread.
+    import math
+
+    from tgi_toolkit.simulate.corpus import load_figures, load_models
+    from tgi_toolkit.simulate.figures import simulated
+    from tgi_toolkit.simulate.gpu import RooflineCostModel
+
+    figure = next(f for f in load_figures() if f.id == "n-dl-a100-q2-7b-burst10-1024-1024-tpot")
+    cost = RooflineCostModel(figure.gpu, load_models()[figure.model_id], server="vllm-v1")
+    value = simulated(figure, cost)
+    assert math.isfinite(value) and 0.5 < value / figure.value < 2

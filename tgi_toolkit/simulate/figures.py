@@ -146,9 +146,21 @@ def batch_cap(figure: Figure, cost: Any) -> float:
     return max(1.0, cap)
 
 
+def _limits(figure: Figure, cost: Any, max_input: int, total: int, prefill: int) -> list[str]:
+    """The server's flags that let the figure's requests in: TGI's length limits and prefill budget, or for a vLLM V1
+    server (scheduled by vLLM's rules) its max_model_len and max_num_seqs, its token budget left at its default."""
+    from tgi_toolkit.simulate.target import VLLM_V1
+
+    if getattr(cost, "server", None) == VLLM_V1:
+        return ["--max-model-len", str(total), "--max-num-seqs", str(figure.max_batch_size or VLLM_MAX_NUM_SEQS)]
+    return ["--max-input-tokens", str(max_input), "--max-total-tokens", str(total),
+            "--max-batch-prefill-tokens", str(prefill)]
+
+
 def simulated(figure: Figure, cost: Any, *, waves: int = 3) -> float:
-    """The figure's metric from the simulator: TGI's scheduler (the server profile's batching rule) on a
-    virtual clock; medians over requests, as the corpus's figures mostly are."""
+    """The figure's metric from the simulator: the server profile's scheduler (vLLM V1's for vllm-v1, else TGI's
+    with the profile's batching rule) on a virtual clock; medians over requests, as the corpus's figures mostly
+    are."""
     from tgi_toolkit.bench import schema as S
     from tgi_toolkit.simulate.api import run_concurrency, run_rate
     from tgi_toolkit.simulate.target import make_target
@@ -160,8 +172,7 @@ def simulated(figure: Figure, cost: Any, *, waves: int = 3) -> float:
         # an offline static batch (TensorRT-LLM's gptSessionBenchmark, vLLM's benchmark_latency) is no served
         # workload: a router admits a burst in waves, the static batch prefills it whole; the closed form is exact
         return steady(figure, cost)
-    limits = ["--max-input-tokens", str(p + 1), "--max-total-tokens", str(p + o + 2),
-              "--max-batch-prefill-tokens", str(max(4096, p + 1))]
+    limits = _limits(figure, cost, p + 1, p + o + 2, max(4096, p + 1))
     target = make_target(MultiStep(cost, figure.scheduler_steps) if figure.scheduler_steps > 1 else cost, limits,
                          environ={})
     if figure.burst:  # a served burst: every prompt at once, and the router admits them as its rules say
@@ -200,7 +211,6 @@ def _ingestion(figure: Figure, cost: Any) -> float:
 
     p = figure.input_tokens
     lengths = spread_lengths(min(INGESTION_SHORTEST, p // 2), p, 8)
-    target = make_target(cost, ["--max-input-tokens", str(p + 1), "--max-total-tokens", str(p + 2),
-                                "--max-batch-prefill-tokens", str(p + 1)], environ={})
+    target = make_target(cost, _limits(figure, cost, p + 1, p + 2, p + 1), environ={})
     rows = measure_ingestion(target, prompt_tokens=lengths, repeats=1, light=True).request_rows
     return ingestion_fit([r["input_tokens"] for r in rows], [r["ttft_s"] for r in rows])["speed_tok_s"]
