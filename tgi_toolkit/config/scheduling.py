@@ -222,14 +222,15 @@ def embedded_kv_bytes(env: Mapping[str, str], cuda_memory_fraction: float = 1.0)
 # -- the engine's start-up: launcher flags + environment + model -> SchedulerConfig ----------------------
 def scheduler_config(launcher: Any, env: Mapping[str, str], *, model_config: Mapping[str, Any],
                      kv_bytes_per_token: int, max_position_embeddings: int | None = None,
-                     model_max_length: int | None = None) -> SchedulerConfig:
+                     model_max_length: int | None = None, kv_bytes: int | None = None) -> SchedulerConfig:
     """The embedded engine's router settings for a model, derived and logged as TGI 3 derives and logs them.
 
     `launcher` is the LauncherConfig. The mode comes from ATTENTION, PREFIX_CACHING and PREFILL_CHUNKING in
     `env` as TGI reads them (the engine behaves as TGI on a CUDA GPU of compute capability 9.0);
     `max_batch_prefill_tokens` defaults as the launcher's does without a known card (L1);
     `max_batch_total_tokens` is the KV memory (TGI_TOOLKIT_KV_CACHE_GIB x --cuda-memory-fraction) in whole
-    blocks, a user value being ignored with TGI's warning; `max_total_tokens` and `max_input_tokens` default as
+    blocks (or `kv_bytes`, given: what a CUDA card left free, engine.device.cuda_kv_bytes), a user value being
+    ignored with TGI's warning; `max_total_tokens` and `max_input_tokens` default as
     TGI's warm-up sets them. Raises ConfigError listing every start-up check the values fail (L4).
     """
     mode = resolve_mode(env, speculate=launcher.speculate or 0, model_config=model_config,
@@ -244,7 +245,7 @@ def scheduler_config(launcher: Any, env: Mapping[str, str], *, model_config: Map
         log.info("Default `max_batch_prefill_tokens` to %d (%s)", prefill, "; ".join(steps))
     given_input = launcher.max_input_tokens if launcher.max_input_tokens is not None else launcher.max_input_length
     limits = derive_limits(
-        kv_bytes=embedded_kv_bytes(env, launcher.cuda_memory_fraction or 1.0),
+        kv_bytes=embedded_kv_bytes(env, launcher.cuda_memory_fraction or 1.0) if kv_bytes is None else kv_bytes,
         bytes_per_block=kv_bytes_per_token * mode.block_size, block_size=mode.block_size, chunking=mode.chunking,
         max_batch_prefill_tokens=prefill, max_input_tokens=given_input, max_total_tokens=launcher.max_total_tokens,
         user_max_batch_total_tokens=launcher.max_batch_total_tokens, max_position_embeddings=max_position_embeddings,

@@ -54,6 +54,8 @@ class ServerInfo:
     model_dtype: str = "float32"
     quantize: str | None = None
     payload_limit: int = 2_000_000  # --payload-limit, bytes
+    device_type: str = "cpu"  # --device: cuda or cpu
+    random_weights: bool = False  # --random-weights: timing only (validation.RANDOM_WEIGHTS_REFUSAL)
 
 
 class Api:
@@ -326,7 +328,7 @@ class Api:
         return {
             "model_id": self.info.model_id, "model_sha": self.info.model_sha,
             # model_dtype and model_device_type are in TGI's /info up to 2.x; kept for provenance.
-            "model_dtype": self.info.model_dtype, "model_device_type": "cpu",
+            "model_dtype": self.info.model_dtype, "model_device_type": self.info.device_type,
             "model_pipeline_tag": "text-generation",
             "max_concurrent_requests": self.info.max_concurrent_requests,
             "max_best_of": self.limits.max_best_of, "max_stop_sequences": self.limits.max_stop_sequences,
@@ -343,6 +345,7 @@ class Api:
             "waiting_served_ratio": self.engine.config.waiting_served_ratio,
             "max_waiting_tokens": self.engine.config.max_waiting_tokens,
             "quantize": self.info.quantize,
+            "random_weights": self.info.random_weights,
         }
 
     def _build(self) -> FastAPI:

@@ -18,9 +18,9 @@ from tgi_toolkit.engine.kv_cache import KVPool
 
 
 def causal_mask(positions: torch.Tensor, span: int, window: int | None) -> torch.Tensor:
-    """`[queries, span]`, True where the query at `positions[i]` sees key position j: every position up to
-    its own, or with a sliding `window` the last `window` of them."""
-    keys = torch.arange(span)[None, :]
+    """`[queries, span]` on `positions`' device, True where the query at `positions[i]` sees key position j: every
+    position up to its own, or with a sliding `window` the last `window` of them."""
+    keys = torch.arange(span, device=positions.device)[None, :]
     keep = keys <= positions[:, None]
     if window:
         keep &= keys > positions[:, None] - window
@@ -63,9 +63,15 @@ class Plan:
 
 
 def plan(spans: Sequence[tuple[int, int, int]], window: int | None,
-         store: Sequence[Sequence[int] | None] | None = None, pool: KVPool | None = None) -> Plan:
+         store: Sequence[Sequence[int] | None] | None = None, pool: KVPool | None = None,
+         device: torch.device | str = "cpu") -> Plan:
     """The plan of a forward whose rows are `spans`, each (cache row, first position, tokens), in the forward's
-    token order; `store[i]`, where given, the pool slots of row i's tokens."""
+    token order; `store[i]`, where given, the pool slots of row i's tokens. Its tensors are on `device` (the
+    cache's), built from host lists once per forward."""
+
+    def tensor(values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device)
+
     at, chunks, one, positions, firsts = 0, [], [], [], []
     for row, start, n in spans:
         firsts.append(at)
@@ -76,30 +82,31 @@ def plan(spans: Sequence[tuple[int, int, int]], window: int | None,
             mask = None
             # SDPA's is_causal aligns the mask top-left; a chunk after cached positions needs it bottom-right.
             if start or (window and n > window):
-                mask = causal_mask(torch.arange(start, start + n), start + n, window)
+                mask = causal_mask(torch.arange(start, start + n, device=device), start + n, window)
             chunks.append(Chunk(at, n, start, row, mask))
             positions.extend(range(start, start + n))
         at += n
-    pos = torch.tensor(positions, dtype=torch.long)
+    pos = tensor(positions)
     one_token = None
     if one:
         rows = [row for _, row, _ in one]
         starts = [start for _, _, start in one]
         width, span = max(rows) + 1, max(starts) + 1
         dense = rows == list(range(width))
-        row_index = torch.arange(width) if dense else torch.tensor(rows, dtype=torch.long)
-        one_pos = pos if not chunks else torch.tensor(starts, dtype=torch.long)
+        row_index = torch.arange(width, device=device) if dense else tensor(rows)
+        one_pos = pos if not chunks else tensor(starts)
         mask = None
         if not dense or window or min(starts) < span - 1:
-            seen = one_pos if dense else torch.zeros(width, dtype=torch.long).index_put_((row_index,), one_pos)
+            seen = one_pos if dense else torch.zeros(width, dtype=torch.long, device=device).index_put_(
+                (row_index,), one_pos)
             mask = causal_mask(seen, span, window)[:, None, None, :]
-        index = torch.tensor([a for a, _, _ in one], dtype=torch.long) if chunks else None
+        index = tensor([a for a, _, _ in one]) if chunks else None
         one_token = OneTokenRows(index, row_index, one_pos, width, span, dense, mask)
     stored = None
     if store is not None:
         pairs = [(firsts[i] + j, slot) for i, slots in enumerate(store) if slots is not None
                  for j, slot in enumerate(slots)]
-        stored = (torch.tensor([p[0] for p in pairs], dtype=torch.long), pool.index([p[1] for p in pairs]))
+        stored = (tensor([p[0] for p in pairs]), pool.index([p[1] for p in pairs]))
     return Plan(at, pos, chunks, one_token, stored)
 
 

@@ -1,10 +1,35 @@
-"""`python -m tgi_toolkit.engine` and `tgi-toolkit serve`: text-generation-launcher's flags."""
+"""`python -m tgi_toolkit.engine` and `tgi-toolkit serve`: text-generation-launcher's flags, and the engine's own
+(`--device`, `--random-weights`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import Any
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The engine's flags beyond the launcher's (`serve.EngineOptions`)."""
+    group = parser.add_argument_group("embedded engine (beyond text-generation-launcher)")
+    group.add_argument("--device", default=None, metavar="{cuda,cpu}",
+                       help="where the model runs: cuda (weights, KV cache and sampling on the GPU, bfloat16 by "
+                            "default, decode steps as CUDA graphs) or cpu; default cuda where torch sees a GPU")
+    group.add_argument("--random-weights", action="store_true",
+                       help="--model-id (or --model) names a config.json: build that shape with random weights, "
+                            "for timing only (requests must set ignore_eos; docs/engine.md)")
+    return parser
+
+
+def split_engine_args(argv: list[str]) -> tuple[Any, list[str]]:
+    """The engine's own options, and the launcher arguments left (`--model` spelled as `--model-id`)."""
+    from tgi_toolkit.engine.serve import EngineOptions
+
+    parser = add_engine_arguments(argparse.ArgumentParser(add_help=False, allow_abbrev=False))
+    known, rest = parser.parse_known_args(argv)
+    rest = ["--model-id" if a == "--model" else "--model-id=" + a[8:] if a.startswith("--model=") else a
+            for a in rest]
+    return EngineOptions(device=known.device, random_weights=known.random_weights), rest
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engine") -> int:
@@ -21,11 +46,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engin
             description="The embedded TGI-compatible engine. Takes text-generation-launcher's flags "
                         "and environment variables.")
         LauncherConfig.add_arguments(parser)
+        add_engine_arguments(parser)
         parser.print_help()
         return 0
     try:
+        options, argv = split_engine_args(argv)
         cfg = LauncherConfig.from_cli(argv, environ=os.environ)
-        return serve(cfg)
+        return serve(cfg, options)
     except (ConfigError, UnsupportedSetting, ModelNotFoundError, UnsupportedModelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -40,8 +40,8 @@ Weight = Tensors | torch.nn.Module
 def project(x: torch.Tensor, w: Tensors) -> torch.Tensor:
     """`x @ W.T (+ bias)` for decode rows: one oneDNN call on a packed weight; else, in half precision,
     `(W @ x.T).T`, which streams the weight rows once (one row computed as two to take the same kernel);
-    float32 keeps `F.linear` (MKL's GEMV). Measured in docs/engine.md, "The decode step's speed". Outside
-    TorchScript `w` may also be a module (a `Weight`), run as itself."""
+    float32 keeps `F.linear` (MKL's GEMV), and so does a CUDA tensor (cuBLAS). Measured in docs/engine.md, "The
+    decode step's speed". Outside TorchScript `w` may also be a module (a `Weight`), run as itself."""
     if not isinstance(w, tuple):  # a module; TorchScript, which knows `w` a tuple, compiles no such branch
         return w(x)
     weight, scale, bias = w
@@ -49,8 +49,8 @@ def project(x: torch.Tensor, w: Tensors) -> torch.Tensor:
         return packed_linear(x, weight, bias)
     if scale is not None:
         y = torch._weight_int8pack_mm(x.to(torch.bfloat16), weight, scale).to(x.dtype)
-    elif x.dtype != torch.bfloat16 and x.dtype != torch.float16:  # not in packed.HALF, as TorchScript can spell it
-        return F.linear(x, weight, bias)
+    elif (x.dtype != torch.bfloat16 and x.dtype != torch.float16) or x.device.type != "cpu":
+        return F.linear(x, weight, bias)  # float32 (not in packed.HALF, as TorchScript can spell it), or a GPU's GEMM
     elif x.shape[0] == 1:
         y = torch.mm(weight, torch.cat([x, x]).T)[:, :1].T
     else:
@@ -98,7 +98,7 @@ def decode_layers(h: torch.Tensor, weights: list[Tensors], norms: list[torch.Ten
     """Every decoder layer of a decode step whose rows are cache rows 0..len(h)-1, row i's token at
     `positions[i]`: the hidden states after the last layer. `weights` holds each layer's q/k/v, o, gate/up and
     down, `norms` its two norms, in layer order; `span` and `mask` as `attention.OneTokenRows` has them."""
-    rows = torch.arange(h.shape[0])
+    rows = torch.arange(h.shape[0], device=h.device)
     for i in range(len(norms) // 2):
         q, k, v = layer_in(h, norms[2 * i], weights[4 * i], cos, sin, eps, heads, kv_heads)
         attn = one_token_attention(q, k, v, k_cache[i], v_cache[i], rows, positions, span, mask)

@@ -44,13 +44,14 @@ class SlotCache:
     """
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 max_rows: int, max_positions: int, capacity: int | None = None) -> None:
+                 max_rows: int, max_positions: int, capacity: int | None = None,
+                 device: torch.device | str = "cpu") -> None:
         self.layers, self.kv_heads, self.head_dim, self.dtype = layers, kv_heads, head_dim, dtype
         self.max_rows, self.max_positions = max_rows, max_positions
         self.capacity = max(capacity or max_rows * max_positions, max_positions)
         size = layers * self.capacity * kv_heads * head_dim
-        self._k = torch.empty(size, dtype=dtype).zero_()  # zero_ touches every page now
-        self._v = torch.empty(size, dtype=dtype).zero_()
+        self._k = torch.empty(size, dtype=dtype, device=device).zero_()  # zero_ touches every page now
+        self._v = torch.empty(size, dtype=dtype, device=device).zero_()
         self.seqs: list[Seq] = []  # seqs[i].row == i
         # a budget below max_rows positions (the tuner's one-request KV rung) starts as rows of one position
         positions = max(1, min(max_positions, self.capacity // max_rows)) if max_rows * max_positions > self.capacity \
@@ -114,13 +115,14 @@ class KVPool:
     in bfloat16 for the default model) and pages nobody has written stay unresident.
     """
 
-    def __init__(self, layers: int, n_slots: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
+    def __init__(self, layers: int, n_slots: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device | str = "cpu") -> None:
         self.n_slots = n_slots
-        self.k = torch.empty((layers, n_slots, kv_heads, head_dim), dtype=dtype)
-        self.v = torch.empty((layers, n_slots, kv_heads, head_dim), dtype=dtype)
+        self.k = torch.empty((layers, n_slots, kv_heads, head_dim), dtype=dtype, device=device)
+        self.v = torch.empty((layers, n_slots, kv_heads, head_dim), dtype=dtype, device=device)
 
     def index(self, slots: Sequence[int]) -> torch.Tensor:
-        idx = torch.as_tensor(slots, dtype=torch.long)
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.n_slots):
-            raise ValueError(f"pool slots must lie in 0..{self.n_slots - 1}; got {int(idx.min())}..{int(idx.max())}")
-        return idx
+        """The slots as an index on the pool's device, checked on the host first (no device sync)."""
+        if len(slots) and (min(slots) < 0 or max(slots) >= self.n_slots):
+            raise ValueError(f"pool slots must lie in 0..{self.n_slots - 1}; got {min(slots)}..{max(slots)}")
+        return torch.as_tensor(slots, dtype=torch.long, device=self.k.device)

@@ -1,4 +1,5 @@
-"""Loading the model the engine serves, in the dtype it computes in.
+"""Loading the model the engine serves, in the dtype it computes in, on its device; or a model of a published
+shape with random weights (`load_random`, `--random-weights`), for timing where no weights can be fetched.
 
 Finding it (local directory, GGUF file, offline hub cache, or the bundled default) and the GGUF
 conversion cache are in tgi_toolkit.config.model_files, which the planner and the tuner use
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tgi_toolkit.config.embedded import cpu_has_bf16
+from tgi_toolkit.config.embedded import cpu_has_bf16  # re-exported
 from tgi_toolkit.config.model_files import (
     BUNDLED_GGUF,
     BUNDLED_PACKAGE,
@@ -30,7 +31,7 @@ from tgi_toolkit.config.model_files import (
 __all__ = [
     "BUNDLED_GGUF", "BUNDLED_PACKAGE", "DEFAULT_MODEL_ID", "DTYPES", "LoadedModel", "ModelNotFoundError",
     "ModelSource", "bundled_gguf_path", "conversion_cache_dir", "converted_model_dir", "cpu_has_bf16",
-    "default_dtype", "gguf_digest", "load_model", "resolve_model", "torch_dtype",
+    "default_dtype", "gguf_digest", "load_model", "load_random", "resolve_model", "torch_dtype",
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -43,6 +44,7 @@ class LoadedModel:
     tokenizer: Any  # transformers tokenizer
     config: Any  # transformers PretrainedConfig
     dtype: Any  # torch.dtype
+    random_weights: bool = False  # built by load_random: its text is noise, served for timing only
 
     @property
     def max_position_embeddings(self) -> int:
@@ -63,35 +65,28 @@ class LoadedModel:
         return ids
 
 
-def default_dtype() -> str:
-    """bfloat16 where the hardware computes in it (a GPU, or a CPU with AVX512-BF16/AMX), else float32.
+def default_dtype(device: str | None = None) -> str:
+    """bfloat16 where the hardware computes in it (a CUDA card, or a CPU with AVX512-BF16/AMX), else float32
+    (`device.default_dtype_name`); `device` None: the one `--device` would default to."""
+    from tgi_toolkit.engine.device import default_dtype_name, resolve_device
 
-    Without native bf16 matmuls, bf16 weights are converted on every product: prefill ran 5x
-    slower than float32 on an AVX2-only CPU.
-    """
-    import torch
-
-    if torch.cuda.is_available() or cpu_has_bf16():
-        return "bfloat16"
-    return "float32"
+    return default_dtype_name(device or resolve_device(None))
 
 
-def torch_dtype(name: str | None):
+def torch_dtype(name: str | None, device: str | None = None):
     import torch
 
     if name is None:
-        name = default_dtype()
+        name = default_dtype(device)
     if name not in DTYPES:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}; got {name!r}")
     return getattr(torch, name)
 
 
 def load_model(source: ModelSource, dtype: str | None = None,
-               tokenizer_config_path: str | None = None) -> LoadedModel:
-    """Load tokenizer and weights from a resolved source; errors name the files involved."""
-    import torch
-
-    target = torch_dtype(dtype)
+               tokenizer_config_path: str | None = None, device: str = "cpu") -> LoadedModel:
+    """Load tokenizer and weights from a resolved source onto `device`; errors name the files involved."""
+    target = torch_dtype(dtype, device)
     try:
         if source.gguf_file:
             tokenizer, model = _load_gguf(source, target)
@@ -100,12 +95,74 @@ def load_model(source: ModelSource, dtype: str | None = None,
     except Exception as exc:  # transformers raises many kinds; all mean "cannot read this model"
         raise ModelNotFoundError(f"cannot read model {source.describe()}: {exc}") from exc
     model.eval()
+    if device != "cpu":
+        model.to(device)
+    return _finish(LoadedModel(source=source, model=model, tokenizer=tokenizer, config=model.config, dtype=target),
+                   tokenizer_config_path)
+
+
+def _finish(loaded: LoadedModel, tokenizer_config_path: str | None) -> LoadedModel:
+    import torch
+
     if tokenizer_config_path:
-        _apply_tokenizer_config(tokenizer, Path(tokenizer_config_path))
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+        _apply_tokenizer_config(loaded.tokenizer, Path(tokenizer_config_path))
+    if loaded.tokenizer.pad_token_id is None:
+        loaded.tokenizer.pad_token = loaded.tokenizer.eos_token
     torch.set_grad_enabled(False)
-    return LoadedModel(source=source, model=model, tokenizer=tokenizer, config=model.config, dtype=target)
+    return loaded
+
+
+def random_config(model: str) -> tuple[dict[str, Any], Path | None]:
+    """The config.json fields `--random-weights` builds, and the file they came from: a config.json, a directory
+    holding one, or a published shape shipped with the toolkit by id (data/models/, no file: None)."""
+    import json
+
+    from tgi_toolkit.config.shipped_models import shipped_config
+
+    path = Path(model).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        try:
+            return json.loads(path.read_text()), path
+        except (OSError, ValueError) as exc:
+            raise ModelNotFoundError(f"--random-weights: cannot read {path} as JSON ({exc})") from exc
+    shipped = shipped_config(model)
+    if shipped is None:
+        raise ModelNotFoundError(
+            f"--random-weights builds a model from a config.json: --model-id {model!r} is neither a config.json "
+            "file, a directory holding one, nor a shipped model shape (tgi-toolkit plan lists them)")
+    return {k: v for k, v in shipped.items() if not k.startswith("_")}, None
+
+
+def load_random(model: str, dtype: str | None = None, tokenizer_config_path: str | None = None,
+                device: str = "cpu") -> LoadedModel:
+    """A model of `model`'s shape (`random_config`) with random weights, built on `device` in `dtype`.
+
+    For timing only: its tokens are noise. Built under `torch.device(device)`, so an 8B model's weights are
+    allocated once, on the card, never first in host memory. The tokenizer is the one beside config.json where
+    there is one, else the bundled default model's (ids beyond its vocabulary decode to nothing)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    fields, path = random_config(model)
+    try:
+        fields = dict(fields)
+        config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    except (ValueError, KeyError) as exc:
+        raise ModelNotFoundError(f"--random-weights: cannot read {path or model} as a model's config.json "
+                                 f"({type(exc).__name__}: {exc})") from exc
+    target = torch_dtype(dtype, device)
+    with torch.device(device):
+        built = AutoModelForCausalLM.from_config(config, dtype=target)
+    built.eval()
+    tokenizer_dir = path.parent if path is not None and (path.parent / "tokenizer.json").is_file() else \
+        converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    source = ModelSource(str(path or model), "random-weights", path.parent if path else Path("."))
+    loaded = LoadedModel(source=source, model=built, tokenizer=tokenizer, config=built.config, dtype=target,
+                         random_weights=True)
+    return _finish(loaded, tokenizer_config_path)
 
 
 def _apply_tokenizer_config(tokenizer: Any, path: Path) -> None:

@@ -4,7 +4,9 @@ Picked by measurement on the 2-core CPU (benchmarks/quantization.py prints the f
 - `bitsandbytes`: bitsandbytes' LLM.int8 (`Linear8bitLt`, outlier threshold 6.0, as TGI uses it);
 - `bitsandbytes-nf4` / `bitsandbytes-fp4`: bitsandbytes' 4-bit `Linear4bit` with that data type;
 - `eetq`: EETQ's scheme, int8 weights with one scale per output channel, on PyTorch's own
-  int8 weight-only matmul (`aten::_weight_int8pack_mm`), the fastest 8-bit path at small batch.
+  int8 weight-only matmul (`aten::_weight_int8pack_mm`), the fastest 8-bit path at small batch;
+- `fp8` (a CUDA card of compute capability 8.9 or above only): e4m3 weights with one scale per tensor,
+  activations scaled per tensor as they come, multiplied by `torch._scaled_mm` on the fp8 tensor cores.
 On CUDA the same names run bitsandbytes' GPU kernels. Checkpoint formats that need GPU kernels
 (AWQ, GPTQ, Marlin, EXL2, compressed-tensors) and fp8 without fp8 hardware are refused with a
 sentence, before the model loads. Embeddings, norms and the LM head stay unquantized, as in TGI.
@@ -18,7 +20,8 @@ import torch
 
 from tgi_toolkit.config.embedded import BITSANDBYTES, SUPPORTED, quantize_refusal
 
-__all__ = ["BITSANDBYTES", "SUPPORTED", "Int8PerChannelLinear", "quantize_linear", "quantize_runner", "refusal"]
+__all__ = ["BITSANDBYTES", "SUPPORTED", "Fp8Linear", "Int8PerChannelLinear", "quantize_linear", "quantize_runner",
+           "refusal"]
 
 # Which methods run here is a configuration fact (the form and the planner show it without importing
 # the engine); re-exported for the engine and its callers.
@@ -45,6 +48,32 @@ class Int8PerChannelLinear(torch.nn.Module):
         return y if self.bias is None else y + self.bias
 
 
+class Fp8Linear(torch.nn.Module):
+    """fp8 (e4m3) weights with one scale per tensor; each input is scaled to e4m3 per tensor as it comes (TGI's
+    fp8 for a checkpoint without calibrated scales), and `torch._scaled_mm` multiplies the two, out in the
+    model's dtype. No host sync: a CUDA graph captures it."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach()
+        top = torch.finfo(torch.float8_e4m3fn).max
+        scale = weight.abs().amax().float().clamp(min=1e-12) / top
+        self.register_buffer("qweight", (weight.float() / scale).clamp(-top, top).to(torch.float8_e4m3fn))
+        self.register_buffer("scale", scale)
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach(), requires_grad=False)
+        self.out_dtype = linear.weight.dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        top = torch.finfo(torch.float8_e4m3fn).max
+        x_scale = flat.abs().amax().float().clamp(min=1e-12) / top
+        xq = (flat.float() / x_scale).clamp(-top, top).to(torch.float8_e4m3fn)
+        y = torch._scaled_mm(xq, self.qweight.t(), scale_a=x_scale, scale_b=self.scale, bias=self.bias,
+                             out_dtype=self.out_dtype)
+        return y.reshape(*shape[:-1], -1)
+
+
 def _bitsandbytes(linear: torch.nn.Linear, method: str) -> torch.nn.Module:
     import bitsandbytes as bnb
 
@@ -65,11 +94,13 @@ def _bitsandbytes(linear: torch.nn.Linear, method: str) -> torch.nn.Module:
 
 
 def quantize_linear(linear: torch.nn.Linear, method: str) -> torch.nn.Module:
-    reason = refusal(method)
+    reason = refusal(method, linear.weight.device.type)
     if reason:
         raise ValueError(f"--quantize {method}: {reason}")
     if method == "eetq":
         return Int8PerChannelLinear(linear)
+    if method == "fp8":
+        return Fp8Linear(linear)
     return _bitsandbytes(linear, method)
 
 

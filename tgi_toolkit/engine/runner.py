@@ -48,6 +48,7 @@ from tgi_toolkit.engine.decode_step import (
     scripted_decode_layers,
     weight_of,
 )
+from tgi_toolkit.engine.graphs import GraphDecode
 from tgi_toolkit.engine.kv_cache import KVPool, Seq, SlotCache
 from tgi_toolkit.engine.linear import _linear
 
@@ -101,23 +102,25 @@ class LlamaRunner:
         self.sliding_window = getattr(cfg, "sliding_window", None) if cfg.model_type == "mistral" else None
         inner = model.model
         self.embed = inner.embed_tokens.weight
+        self.device = self.embed.device  # every tensor the runner makes lives beside the weights
         self.norm = inner.norm.weight
         self.lm_head = model.lm_head.weight
         self.head = _linear(self.lm_head)  # the LM head as a layer's linear: packed where it can be
         self.layers = [self._fuse(layer) for layer in inner.layers]
         # RoPE table from the model's own rotary module, so every rope scaling variant is honoured.
-        positions = torch.arange(max_positions).unsqueeze(0)
-        probe = torch.zeros(1, dtype=torch.float32)
+        positions = torch.arange(max_positions, device=self.device).unsqueeze(0)
+        probe = torch.zeros(1, dtype=torch.float32, device=self.device)
         cos, sin = inner.rotary_emb(probe, positions)
         self.cos = cos[0].to(self.dtype)
         self.sin = sin[0].to(self.dtype)
         self.cache = SlotCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype,
-                               max_rows, max_positions, kv_capacity)
+                               max_rows, max_positions, kv_capacity, device=self.device)
         self.pool: KVPool | None = None
         self.compiled: CompiledDecode | None = None  # see compile_decode()
+        self.graphs: GraphDecode | None = None  # CUDA graphs of the decode step (compile_decode on a GPU)
         self.scripted = scripted_decode_layers()  # the decode step's layers as TorchScript (None: from Python)
         self._step_args: tuple[list[torch.nn.Module], tuple[list[Weight], list[torch.Tensor], bool]] | None = None
-        self.last_logits = torch.empty(0)  # see forward()
+        self.last_logits = torch.empty(0, device=self.device)  # see forward()
         if pool_slots:
             self.enable_pool(pool_slots)
 
@@ -162,7 +165,11 @@ class LlamaRunner:
     def compile_decode(self, rows: Sequence[int]) -> float:
         """Compile the decode step's layer functions (`decode_step.CompiledDecode`) and warm them at these
         row counts, so that no later step compiles; returns the seconds taken. Layers only their own
-        forward runs (bitsandbytes) keep the eager step."""
+        forward runs (bitsandbytes) keep the eager step. On a CUDA card the whole step (embedding to logits) is
+        captured as CUDA graphs at these batch sizes instead (`graphs.GraphDecode`), as TGI captures them."""
+        if self.device.type == "cuda":
+            self.graphs = GraphDecode(self, rows, capture=True)
+            return self.graphs.seconds
         if any(isinstance(w, torch.nn.Module) for layer in self.layers for w in layer.weights()):
             log.info("Decode step not compiled: its quantized layers run their own kernels")
             return 0.0
@@ -176,7 +183,7 @@ class LlamaRunner:
         seqs = self.cache.seqs
         assert len(tokens) == len(seqs), "one token per running sequence"
         if not seqs:
-            return torch.empty(0, self.vocab_size)
+            return torch.empty(0, self.vocab_size, device=self.device)
         self.forward([(seq, [token]) for seq, token in zip(seqs, tokens, strict=True)])
         return self.last_logits
 
@@ -232,17 +239,23 @@ class LlamaRunner:
             and (emits is None or all(emits))
         order = None
         if step and any(seq.row != i for i, (seq, _) in enumerate(rows)):
-            order = torch.tensor([seq.row for seq, _ in rows])
+            order = torch.tensor([seq.row for seq, _ in rows], device=self.device)
             rows = sorted(rows, key=lambda r: r[0].row)
         self.cache.reserve(len(seqs), max(seq.length + len(tokens) for seq, tokens in rows))
-        plan = attention.plan([(seq.row, seq.length, len(tokens)) for seq, tokens in rows], self.sliding_window,
-                              store, self.pool)
-        h = self._layers(plan, [t for _, tokens in rows for t in tokens], step)
         if step:
-            logits = self.logits(h)
+            tokens = [ids[0] for _, ids in rows]
+            # a CUDA graph of the whole step where one was captured for this batch and context (graphs.py)
+            logits = self.graphs.step(tokens, [seq.length for seq, _ in rows]) if self.graphs is not None else None
+            if logits is None:
+                plan = attention.plan([(seq.row, seq.length, 1) for seq, _ in rows], self.sliding_window,
+                                      device=self.device)
+                logits = self.logits(self._layers(plan, tokens, step))
             self.last_logits = logits if order is None else logits[order]
             out_logits = list(self.last_logits.split(1))
         else:
+            plan = attention.plan([(seq.row, seq.length, len(ids)) for seq, ids in rows], self.sliding_window,
+                                  store, self.pool, device=self.device)
+            h = self._layers(plan, [t for _, ids in rows for t in ids], step)
             out_logits = self._read_logits(h, ns, all_logits, emits)
         for (seq, _), n in zip(rows, ns, strict=True):
             seq.length += n
@@ -250,10 +263,10 @@ class LlamaRunner:
 
     def _layers(self, plan: attention.Plan, tokens: list[int], step: bool) -> torch.Tensor:
         """The decoder layers over the forward's tokens: the hidden states after the last."""
-        h = self.embed[torch.tensor(tokens, dtype=torch.long)]
+        h = self.embed[torch.tensor(tokens, dtype=torch.long, device=self.device)]
         cos, sin = self.cos[plan.positions].unsqueeze(1), self.sin[plan.positions].unsqueeze(1)
         if step and self.compiled is None:  # the layers' tensors, in TorchScript where it can take them
-            weights, norms, tensors_only = self._step_weights()
+            weights, norms, tensors_only = self.step_weights()
             run = self.scripted if self.scripted and tensors_only else decode_layers
             one = plan.one_token
             return run(h, weights, norms, cos, sin, self.cache.k, self.cache.v, one.positions, one.span, one.mask,
@@ -268,7 +281,7 @@ class LlamaRunner:
             h = second(h, attn, o, layer.post_norm, gate_up, down, self.eps)
         return h
 
-    def _step_weights(self) -> tuple[list[Weight], list[torch.Tensor], bool]:
+    def step_weights(self) -> tuple[list[Weight], list[torch.Tensor], bool]:
         """Every layer's weights as the decode step takes them and its two norms, in layer order, and whether all
         are tensors (TorchScript takes no module). Kept between steps (building them was 1-2 % of a one-row
         step); built again when a layer's linear modules change (`quantization.quantize_runner` replaces them)."""
@@ -287,7 +300,8 @@ class LlamaRunner:
             offsets.append(offsets[-1] + n)
         emitting = [i for i in range(len(ns)) if emits is None or emits[i]]
         at = {i: j for j, i in enumerate(emitting)}
-        last = self.logits(h[torch.tensor([offsets[i + 1] - 1 for i in emitting], dtype=torch.long)])
+        last = self.logits(h[torch.tensor([offsets[i + 1] - 1 for i in emitting], dtype=torch.long,
+                                          device=self.device)])
         out_logits = []
         for i, n in enumerate(ns):
             if all_logits is not None and all_logits[i]:
@@ -309,7 +323,7 @@ class LlamaRunner:
         """Create the KV pool (`self.pool`) with `n_slots` token slots; only prefix caching needs it."""
         if n_slots < 1:
             raise ValueError(f"n_slots must be a positive number of token slots; got {n_slots}")
-        self.pool = KVPool(len(self.layers), n_slots, self.kv_heads, self.head_dim, self.dtype)
+        self.pool = KVPool(len(self.layers), n_slots, self.kv_heads, self.head_dim, self.dtype, self.device)
         return self.pool
 
     @torch.inference_mode()

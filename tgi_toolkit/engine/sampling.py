@@ -105,6 +105,8 @@ class TokenChooser:
             scores = self._warp(scores)
         logprobs = scores.log_softmax(-1)
         if self.generator is not None:
+            if self.generator.device != scores.device:  # a GPU's logits sample on the GPU, from the same seed
+                self.generator = torch.Generator(device=scores.device).manual_seed(self.seed)
             token = int(torch.multinomial(logprobs.exp(), 1, generator=self.generator))
         else:
             token = int(scores.argmax())
@@ -138,7 +140,7 @@ def choose_batch(logits: torch.Tensor, choosers: list[TokenChooser],
             greedy_rows.append(i)
         else:
             ids = history_of(i) if chooser.params.has_penalties else []
-            choices[i] = chooser.choose(logits[i], torch.tensor(ids, dtype=torch.long))
+            choices[i] = chooser.choose(logits[i], torch.tensor(ids, dtype=torch.long, device=logits.device))
     if greedy_rows:
         rows = logits if len(greedy_rows) == len(choosers) else logits[greedy_rows]
         best, tokens = rows.max(-1)  # the first maximal index, as argmax

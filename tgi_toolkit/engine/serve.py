@@ -22,6 +22,15 @@ from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID
 
 log = logging.getLogger("tgi_toolkit.engine")
 
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine's own flags beyond text-generation-launcher's (engine/cli.py parses them)."""
+
+    device: str | None = None  # --device cuda|cpu; None: cuda where torch sees a GPU, else cpu
+    random_weights: bool = False  # --random-weights: --model-id is a config.json, weights random, timing only
+
+
 @dataclass
 class Built:
     app: Any
@@ -30,13 +39,18 @@ class Built:
     seconds_to_ready: float
 
 
-def build(cfg: Any, *, started: float | None = None) -> Built:
-    """Load and warm the model described by a LauncherConfig; return the ready app."""
+def build(cfg: Any, *, started: float | None = None, options: EngineOptions | None = None) -> Built:
+    """Load and warm the model described by a LauncherConfig (and the engine's own `options`); return the ready
+    app."""
+    from tgi_toolkit.engine.device import resolve_device
+
     started = time.perf_counter() if started is None else started
+    options = options or EngineOptions()
     # Every rule that needs no model is checked before loading it (tens of seconds on a small CPU), so
     # a contradictory flag is a one-line error at once; the limits derived from the model come after.
+    device = resolve_device(options.device)
     cfg.check(os.environ, backend="embedded")
-    refused = refusals(cfg)
+    refused = refusals(cfg, device)
     if refused:
         raise UnsupportedSetting("\n".join(refused))
     trace = _open_trace(os.environ.get("TGI_TOOLKIT_FORWARD_TRACE"))
@@ -53,7 +67,7 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
     # Every torch computation, loading included, happens in one thread (see ComputeThread).
     compute = ComputeThread()
     try:
-        source, loaded, runner, config = compute.call(_load, cfg)
+        source, loaded, runner, config = compute.call(_load, cfg, device, options.random_weights)
         compute.call(_warm_up, runner, cfg.cuda_graphs)
     except BaseException:
         compute.close()
@@ -68,14 +82,15 @@ def build(cfg: Any, *, started: float | None = None) -> Built:
         engine, loaded.tokenizer,
         RequestLimits(max_best_of=cfg.max_best_of, max_stop_sequences=cfg.max_stop_sequences,
                       max_top_n_tokens=cfg.max_top_n_tokens, max_input_tokens=config.max_input_tokens,
-                      max_total_tokens=config.max_total_tokens, disable_grammar_support=cfg.disable_grammar_support),
+                      max_total_tokens=config.max_total_tokens, disable_grammar_support=cfg.disable_grammar_support,
+                      random_weights=loaded.random_weights),
         ServerInfo(model_id=cfg.model_id if cfg.model_id else DEFAULT_MODEL_ID, model_sha=source.sha,
                    max_concurrent_requests=cfg.max_concurrent_requests,
                    max_client_batch_size=cfg.max_client_batch_size,
                    validation_workers=cfg.validation_workers, api_key=cfg.api_key,
                    cors_allow_origin=tuple(cfg.cors_allow_origin or ()),
                    model_dtype=str(loaded.dtype).removeprefix("torch."), quantize=cfg.quantize,
-                   payload_limit=cfg.payload_limit),
+                   payload_limit=cfg.payload_limit, device_type=device, random_weights=loaded.random_weights),
         metrics,
     )
     return Built(api.app, engine, api, time.perf_counter() - started)
@@ -111,28 +126,37 @@ def _pace(path: str | None) -> Callable[[Any], float] | None:
     return lambda forward: cost.seconds(shape_of(forward))
 
 
-def _load(cfg: Any) -> tuple[Any, Any, Any, Any]:
-    """Resolve and load the model, derive TGI 3's router settings for it, build its runner (quantized if asked).
+def _load(cfg: Any, device: str = "cpu", random_weights: bool = False) -> tuple[Any, Any, Any, Any]:
+    """Resolve and load the model onto `device` (or build it with random weights), derive TGI 3's router settings
+    for it, build its runner (quantized if asked).
 
     Returns the source, the loaded model, the runner and the SchedulerConfig.
     """
     import torch
 
     from tgi_toolkit.config.scheduling import scheduler_config
+    from tgi_toolkit.engine.device import describe
     from tgi_toolkit.engine.kv_cache import kv_bytes_per_token
-    from tgi_toolkit.engine.model import load_model, resolve_model
+    from tgi_toolkit.engine.model import load_model, load_random, resolve_model
     from tgi_toolkit.engine.runner import LlamaRunner
 
-    source = resolve_model(cfg.model_id, cfg.revision)
-    log.info("Loading %s", source.describe())
-    loaded = load_model(source, dtype=cfg.dtype, tokenizer_config_path=cfg.tokenizer_config_path)
+    if random_weights:
+        log.info("Building %s with random weights on %s (timing only)", cfg.model_id, describe(device))
+        loaded = load_random(cfg.model_id, dtype=cfg.dtype, tokenizer_config_path=cfg.tokenizer_config_path,
+                             device=device)
+        source = loaded.source
+    else:
+        source = resolve_model(cfg.model_id, cfg.revision)
+        log.info("Loading %s on %s", source.describe(), describe(device))
+        loaded = load_model(source, dtype=cfg.dtype, tokenizer_config_path=cfg.tokenizer_config_path, device=device)
     model_max_length = getattr(loaded.tokenizer, "model_max_length", None)
-    if not isinstance(model_max_length, int) or model_max_length > 10**8:  # transformers' "no limit" sentinel
-        model_max_length = None
-    config = scheduler_config(cfg, os.environ, model_config=loaded.config.to_dict(),
-                              kv_bytes_per_token=kv_bytes_per_token(loaded.config, loaded.dtype),
+    if not isinstance(model_max_length, int) or model_max_length > 10**8 or random_weights:
+        model_max_length = None  # transformers' "no limit" sentinel; or another model's tokenizer
+    per_token = kv_bytes_per_token(loaded.config, loaded.dtype)
+    config = scheduler_config(cfg, os.environ, model_config=loaded.config.to_dict(), kv_bytes_per_token=per_token,
                               max_position_embeddings=loaded.max_position_embeddings,
-                              model_max_length=model_max_length)
+                              model_max_length=model_max_length,
+                              kv_bytes=_cuda_kv_bytes(cfg, loaded) if device == "cuda" else None)
     # Rows: with chunking the running batch has no size cap (B5); each request (or best_of sequence)
     # holds one row while it runs, and the concurrency limit bounds the requests. The KV cache is the
     # scheduler's budget (max_batch_total_tokens), allocated now, or less where that many rows of the
@@ -154,17 +178,46 @@ def _load(cfg: Any) -> tuple[Any, Any, Any, Any]:
     return source, loaded, runner, config
 
 
-def _warm_up(runner: Any, cuda_graphs: list[int] | None) -> None:
-    """One prefill and one decode step (pages in every weight); with `--cuda-graphs` sizes, the compiled
-    decode step warmed at those batch sizes, as TGI captures its CUDA graphs at warm-up, so that no
-    request pays a compile.
+def _cuda_kv_bytes(cfg: Any, loaded: Any) -> int:
+    """The KV bytes a CUDA card leaves after the weights, as TGI's warm-up measures them (engine.device): less a
+    forward's activations at --max-batch-prefill-tokens, and the runner's fused q/k/v and gate/up copies (made
+    after this; the model's own are freed then); halved where the prefix cache's pool keeps a second copy."""
+    from tgi_toolkit.config.scheduling_mode import resolve_mode
+    from tgi_toolkit.engine.device import activation_bytes, cuda_kv_bytes
 
-    Not by default: on the 2-core CPU the compiled step was no faster than the eager one, and it took minutes
+    model = loaded.model
+    fused = sum(p.numel() * p.element_size() for layer in model.model.layers
+                for p in (layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
+                          layer.self_attn.v_proj.weight, layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight))
+    rows = max(cfg.max_concurrent_requests * max(cfg.max_best_of, 1), 1)
+    reserve = fused + activation_bytes(loaded.config, cfg.max_batch_prefill_tokens or 4096, rows,
+                                       loaded.dtype.itemsize)
+    kv = cuda_kv_bytes(cfg.cuda_memory_fraction or 1.0, reserve)
+    mode = resolve_mode(os.environ, speculate=cfg.speculate or 0, model_config=loaded.config.to_dict(),
+                        lora=bool(cfg.lora_adapters))
+    log.info("KV memory on the card: %.1f GiB (free after the weights, less %.1f GiB of activations and fused "
+             "weights)%s", kv / 2**30, reserve / 2**30, ", halved for the prefix cache's pool" if mode.prefix_caching
+             else "")
+    return kv // 2 if mode.prefix_caching else kv
+
+
+# TGI's --cuda-graphs default, taken on a CUDA card when the flag is not given
+CUDA_GRAPHS_DEFAULT = (1, 2, 4, 8, 16, 32)
+
+
+def _warm_up(runner: Any, cuda_graphs: list[int] | None) -> None:
+    """One prefill and one decode step (pages in every weight); with `--cuda-graphs` sizes, the decode step
+    captured as CUDA graphs at those batch sizes on a GPU (TGI's sizes by default, `--cuda-graphs 0` for none), or
+    compiled and warmed at them on a CPU, so that no request pays a capture or a compile.
+
+    On a CPU not by default: there the compiled step was no faster than the eager one, and it took minutes
     of start-up (docs/engine.md, "The decode step's speed")."""
     seqs, logits = runner.prefill([[0, 1, 2, 3]])
     runner.decode([int(logits[0][-1].argmax())])
     for seq in seqs:
         runner.release(seq)
+    if cuda_graphs is None and runner.device.type == "cuda":
+        cuda_graphs = list(CUDA_GRAPHS_DEFAULT)
     sizes = [n for n in cuda_graphs or () if 0 < n <= runner.cache.max_rows]
     if sizes:
         runner.compile_decode(sizes)
@@ -188,14 +241,14 @@ def configure_logging(json_output: bool) -> None:
     root.setLevel(logging.INFO)
 
 
-def serve(cfg: Any) -> int:
+def serve(cfg: Any, options: EngineOptions | None = None) -> int:
     """Run the server in the foreground until SIGTERM/SIGINT; the process's whole life."""
     import uvicorn
 
     started = time.perf_counter()
     configure_logging(bool(cfg.json_output))
     log.info("%s", cfg.to_args_log(redact=True))
-    built = build(cfg, started=started)
+    built = build(cfg, started=started, options=options)
     config = uvicorn.Config(built.app, host=cfg.hostname, port=cfg.port, log_level="warning",
                             access_log=False, timeout_graceful_shutdown=3, log_config=None)
     server = uvicorn.Server(config)

@@ -64,6 +64,14 @@ class RequestLimits:
     max_input_tokens: int = 4095
     max_total_tokens: int = 4096
     disable_grammar_support: bool = False
+    random_weights: bool = False  # --random-weights: only benchmark requests (ignore_eos) are served
+
+# The one refusal of a random-weight server (`--random-weights`): its tokens are noise, so only a request that
+# says it is a benchmark, by forcing its length with ignore_eos, gets them.
+RANDOM_WEIGHTS_REFUSAL = (
+    "this server runs random weights (--random-weights), for timing only: its text is noise. Only benchmark "
+    "requests are served: set `ignore_eos` to true (in `parameters`, or on the OpenAI routes), as "
+    "`tgi-toolkit bench` does")
 
 
 @dataclass
@@ -96,6 +104,8 @@ def validate_best_of(best_of: int, limits: RequestLimits) -> int:
 def validate(inputs: str, params: GenerateParameters, limits: RequestLimits, tokenize,
              *, stream: bool = False) -> ValidRequest:
     """Check a request as TGI's router does; `tokenize(text) -> list[int]`."""
+    if limits.random_weights and not params.ignore_eos:
+        raise ValidationError(RANDOM_WEIGHTS_REFUSAL)
     best_of = params.best_of if params.best_of is not None else 1
     sampling = (params.do_sample or params.temperature is not None or params.top_k is not None
                 or params.top_p is not None or params.typical_p is not None)

@@ -1,0 +1,190 @@
+"""The engine on a device (`--device`, engine/device.py), its CUDA-graph step (engine/graphs.py) run eagerly, random
+weights (`--random-weights`), fp8 weights and the KV memory a card leaves: every path the CPU can run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.test_engine_scripted import PROMPTS, decode_logits
+from tgi_toolkit.config.embedded import UnsupportedSetting, quantize_refusal
+from tgi_toolkit.engine import device as engine_device
+from tgi_toolkit.engine.cli import main as engine_main
+from tgi_toolkit.engine.cli import split_engine_args
+from tgi_toolkit.engine.graphs import GraphDecode, span_buckets
+from tgi_toolkit.engine.model import ModelNotFoundError, load_random, random_config
+from tgi_toolkit.engine.quantization import Fp8Linear
+from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.engine.validation import GenerateParameters, RequestLimits, ValidationError, validate
+
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 5000, "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    return path
+
+
+# -- --device ------------------------------------------------------------------------------------------
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_device_defaults_to_the_cpu_and_cuda_is_refused_without_a_gpu():
+    assert engine_device.resolve_device(None) == "cpu"
+    assert engine_device.resolve_device("cpu") == "cpu"
+    with pytest.raises(UnsupportedSetting, match=r"--device cuda: torch sees no CUDA GPU.*allowed: cuda, cpu"):
+        engine_device.resolve_device("cuda")
+    with pytest.raises(UnsupportedSetting, match=r"--device must be one of cuda, cpu; got 'tpu'"):
+        engine_device.resolve_device("tpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_serve_refuses_device_cuda_before_loading_anything(monkeypatch, capsys):
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("tgi_toolkit.engine.model.load_model", never)
+    monkeypatch.setattr("tgi_toolkit.engine.model.resolve_model", never)
+    assert engine_main(["--device", "cuda", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --device cuda" in err and "allowed: cuda, cpu" in err and "Traceback" not in err
+
+
+def test_the_engine_flags_are_split_from_the_launchers():
+    options, rest = split_engine_args(["--model", "c.json", "--random-weights", "--device", "cpu", "--port", "9"])
+    assert (options.device, options.random_weights) == ("cpu", True)
+    assert rest == ["--model-id", "c.json", "--port", "9"]
+    options, rest = split_engine_args(["--model=c.json"])
+    assert (options.device, options.random_weights, rest) == (None, False, ["--model-id=c.json"])
+
+
+# -- one code path on any device -------------------------------------------------------------------------
+def test_the_runner_makes_every_tensor_on_the_models_device(tiny_config):
+    """On the meta device (shapes only) a tensor the runner made on the CPU meets the weights in an op and fails:
+    prompts, decode steps, a mixed forward storing into the pool, and a prefix copied back out all run."""
+    loaded = load_random(str(tiny_config), dtype="float32", device="meta")
+    runner = LlamaRunner(loaded.model, max_rows=4, max_positions=64, pool_slots=64)
+    assert runner.device.type == "meta" and runner.cache.k.device.type == "meta"
+    seqs, logits = runner.prefill([[1, 2, 3], [4, 5]])
+    assert logits[0].device.type == "meta"
+    assert runner.decode([1, 2]).shape == (2, 5000)
+    out = runner.forward([(seqs[0], [7]), (seqs[1], [8, 9, 10])], store=[None, [3, 4, 5]])
+    assert [o.shape[0] for o in out] == [1, 1]
+    assert runner.new_seq([3, 4]).length == 2
+
+
+def test_random_weights_build_the_configs_shape_and_match_transformers_forward(tiny_config):
+    loaded = load_random(str(tiny_config.parent), dtype="float32")
+    assert loaded.random_weights and loaded.dtype == torch.float32
+    assert loaded.model.model.layers[0].mlp.gate_proj.weight.shape == (128, 64)
+    assert loaded.model.lm_head.weight.shape == (5000, 64)
+    assert loaded.tokenizer("Hello").input_ids  # the bundled default's tokenizer: none beside config.json
+    ids = [1, 17, 250, 3, 99]
+    with torch.no_grad():
+        expected = loaded.model(torch.tensor([ids])).logits[0, -1]
+    runner = LlamaRunner(loaded.model, 2, 64)
+    _, logits = runner.prefill([ids])
+    torch.testing.assert_close(logits[0][0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_random_weights_need_a_config_json_or_a_shipped_id(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="--random-weights builds a model from a config.json"):
+        load_random(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelNotFoundError, match="cannot read .* as a model's config.json"):
+        load_random(str(tmp_path))
+    fields, path = random_config("meta-llama/Llama-3.1-8B")  # a shipped shape, by id
+    assert path is None and (fields["hidden_size"], fields["num_key_value_heads"], fields["vocab_size"]) == \
+        (4096, 8, 128256)
+
+
+def test_a_random_weight_server_serves_only_benchmark_requests():
+    limits = RequestLimits(random_weights=True)
+    with pytest.raises(ValidationError, match=r"random weights \(--random-weights\).*`ignore_eos`"):
+        validate("hi", GenerateParameters(max_new_tokens=4), limits, lambda text: [1, 2])
+    valid = validate("hi", GenerateParameters(max_new_tokens=4, ignore_eos=True), limits, lambda text: [1, 2])
+    assert valid.ignore_eos and valid.max_new_tokens == 4
+
+
+# -- the CUDA graphs' step, run eagerly -------------------------------------------------------------------
+def test_span_buckets_double_from_the_floor_up_to_the_cache():
+    assert span_buckets(1000) == [128, 256, 512, 1000]
+    assert span_buckets(128) == [128]
+    assert span_buckets(100) == [100]
+
+
+def test_the_graphs_padded_masked_step_gives_the_plain_steps_logits(tiny_config):
+    """Rows padded to the next captured size and context to the next span bucket, masked: in float32 the
+    plain step's logits (to rounding: the softmax sums over more, masked, keys) and the same greedy tokens, while
+    rows join and leave."""
+    loaded = load_random(str(tiny_config), dtype="float32")
+    runner = LlamaRunner(loaded.model, 4, 300)
+    plain = decode_logits(runner, 7)
+    runner.graphs = GraphDecode(runner, [2, 4], capture=False)
+    assert sorted(runner.graphs.steps) == [(2, 128), (2, 256), (2, 300), (4, 128), (4, 256), (4, 300)]
+    assert runner.graphs.pick(3, 129).ids.shape[0] == 4 and runner.graphs.pick(3, 129).span == 256
+    padded = decode_logits(runner, 7)
+    assert [t.shape[0] for t in padded] == [2, 2, 3, 3, 2, 2, 2]
+    for a, b in zip(plain, padded, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        assert torch.equal(a.argmax(-1), b.argmax(-1))
+    assert max(map(len, PROMPTS)) + 7 < 128  # every step above ran in the first span bucket
+    runner.prefill([[1, 2]])
+    with pytest.raises(RuntimeError, match="before any sequence runs"):
+        GraphDecode(runner, [1], capture=False)
+
+
+def test_a_step_no_graph_holds_runs_eagerly(tiny_config):
+    loaded = load_random(str(tiny_config), dtype="float32")
+    runner = LlamaRunner(loaded.model, 4, 64)
+    graphs = GraphDecode(runner, [2], capture=False)
+    assert graphs.step([1, 2, 3], [5, 5, 5]) is None  # three rows: no size holds them
+    assert graphs.step([1], [70]) is None  # past the cache's 64 positions
+
+
+# -- fp8 ------------------------------------------------------------------------------------------------
+def test_fp8_is_refused_on_a_cpu_with_a_sentence():
+    reason = quantize_refusal("fp8", "cpu")
+    assert reason is not None and "compute capability 8.9" in reason and "a CPU" in reason
+
+
+def test_fp8_linear_multiplies_within_e4m3s_rounding():
+    """e4m3 keeps 3 mantissa bits: each operand within 2^-4 relative, so a 64-term dot product of random values
+    lands within a few percent of the exact one (float32 here; the CPU has a _scaled_mm kernel too)."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 32, bias=True)
+    fp8 = Fp8Linear(linear)
+    assert fp8.qweight.dtype == torch.float8_e4m3fn and fp8.qweight.shape == (32, 64)
+    x = torch.randn(5, 64)
+    try:
+        y = fp8(x)
+    except (RuntimeError, NotImplementedError) as exc:  # a torch without the CPU kernel
+        pytest.skip(f"no _scaled_mm on this CPU: {exc}")
+    exact = linear(x)
+    assert y.shape == (5, 32) and y.dtype == torch.float32
+    assert float((y - exact).norm() / exact.norm()) < 0.05
+
+
+# -- KV memory on a card ----------------------------------------------------------------------------------
+def test_kv_bytes_on_a_card_follow_tgis_warm_up(monkeypatch):
+    """TGI: free memory after warm-up - (1 - fraction x 0.90) x total. Free 40 GiB with 4 GiB reserved, total
+    80 GiB: 36 - 0.1 x 80 = 28 GiB at fraction 1; at 0.5, 36 - 0.55 x 80 = -8: none."""
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (40 * gib, 80 * gib))
+    assert engine_device.cuda_kv_bytes(1.0, 4 * gib) == 28 * gib
+    assert engine_device.cuda_kv_bytes(0.5, 4 * gib) == 0
+
+
+def test_activation_reserve_counts_a_forwards_tensors():
+    """TINY at 10 tokens, 2 emitting rows, 4-byte floats: per token 3 x 64 + (4 + 2 x 2) x 16 + 2 x 128 = 576
+    elements; 2 x 10 x 576 x 4 = 46080 bytes, plus 2 x 2 x 300 x 4 = 4800 of float32 logits."""
+
+    class Config:
+        hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, vocab_size = 64, 128, 4, 2, 300
+
+    assert engine_device.activation_bytes(Config(), 10, 2, 4) == 46080 + 4800

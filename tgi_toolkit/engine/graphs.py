@@ -1,0 +1,125 @@
+"""The decode step as CUDA graphs, captured at start-up for the batch sizes `--cuda-graphs` names, as TGI does.
+
+A graph replays fixed kernels on fixed addresses, so a step's shapes must not change between replays. Two of a
+decode step's do: its rows and its context. Rows are padded up to the next captured batch size (TGI's buckets:
+the padded rows are free cache rows, writing at position 0 of rows no sequence holds, their logits dropped), and
+the context up to a span bucket, a power of two from `SPAN_FLOOR` to the cache's positions, with a causal mask
+built inside the graph from the rows' positions; so each (batch size, span bucket) pair is one graph, reading at
+most twice the keys the step needs. Inputs are two small tensors (token ids, positions) copied in before a
+replay; the logits are copied out after it (the graphs share one memory pool).
+
+`capture=False` runs the same padded, masked step eagerly: the CPU tests check it against the plain step there.
+A cache re-laid as longer rows (`SlotCache.reserve`) moves the rows' addresses; its steps then run eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tgi_toolkit.engine.attention import causal_mask
+from tgi_toolkit.engine.decode_step import decode_layers
+
+log = logging.getLogger("tgi_toolkit.engine")
+
+SPAN_FLOOR = 128
+
+
+def span_buckets(positions: int, floor: int = SPAN_FLOOR) -> list[int]:
+    """Context lengths a graph is captured for: powers of two from `floor`, then `positions` itself."""
+    spans, span = [], floor
+    while span < positions:
+        spans.append(span)
+        span *= 2
+    return [*spans, positions]
+
+
+@dataclass
+class _Step:
+    """One (batch size, span) step: its input tensors, its output, and its graph (None: run eagerly)."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    span: int
+    logits: torch.Tensor | None = None
+    graph: Any = None  # torch.cuda.CUDAGraph
+
+
+class GraphDecode:
+    """Decode steps for `sizes` rows (each padded to the next size) over every span bucket of the runner's cache."""
+
+    def __init__(self, runner: Any, sizes: Sequence[int], capture: bool) -> None:
+        started = time.perf_counter()
+        cache = runner.cache
+        if cache.seqs:
+            raise RuntimeError("capture the decode step's graphs before any sequence runs")
+        self.runner = runner
+        self.view = (cache.rows, cache.positions)
+        self.sizes = sorted({n for n in sizes if 0 < n <= cache.rows})
+        self.spans = span_buckets(cache.positions)
+        self.pool: Any = None
+        self.steps: dict[tuple[int, int], _Step] = {}
+        # Largest first: the smaller graphs then fit in the pool's blocks the larger ones left (as vLLM captures).
+        for size in reversed(self.sizes):
+            for span in reversed(self.spans):
+                step = _Step(torch.zeros(size, dtype=torch.long, device=runner.device),
+                             torch.zeros(size, dtype=torch.long, device=runner.device), span)
+                if capture:
+                    self._capture(step)
+                self.steps[(size, span)] = step
+        self.seconds = time.perf_counter() - started
+        if capture:
+            log.info("Decode step captured as %d CUDA graphs (batch sizes %s, spans %s) in %.1f s", len(self.steps),
+                     ", ".join(map(str, self.sizes)), ", ".join(map(str, self.spans)), self.seconds)
+
+    def _run(self, step: _Step) -> torch.Tensor:
+        r = self.runner
+        h = r.embed[step.ids]
+        cos, sin = r.cos[step.positions].unsqueeze(1), r.sin[step.positions].unsqueeze(1)
+        mask = causal_mask(step.positions, step.span, r.sliding_window)[:, None, None, :]
+        weights, norms, _ = r.step_weights()
+        h = decode_layers(h, weights, norms, cos, sin, r.cache.k, r.cache.v, step.positions, step.span, mask,
+                          r.eps, r.heads, r.kv_heads)
+        return r.logits(h)
+
+    def _capture(self, step: _Step) -> None:
+        # Warm on a side stream first (cuBLAS picks its kernels, the allocator settles), as torch's docs ask.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._run(step)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            step.logits = self._run(step)
+        self.pool = graph.pool()
+        step.graph = graph
+
+    def pick(self, rows: int, span: int) -> _Step | None:
+        """The step that runs `rows` rows over `span` positions: the smallest size and span bucket that hold them."""
+        size = next((n for n in self.sizes if n >= rows), None)
+        bucket = next((s for s in self.spans if s >= span), None)
+        return None if size is None or bucket is None else self.steps[(size, bucket)]
+
+    def step(self, tokens: list[int], positions: list[int]) -> torch.Tensor | None:
+        """Logits `[rows, vocab]` of a decode step whose row i (cache row i) takes `tokens[i]` at `positions[i]`,
+        or None where no captured step holds it (the runner then runs its eager step)."""
+        cache = self.runner.cache
+        if (cache.rows, cache.positions) != self.view:
+            return None
+        step = self.pick(len(tokens), max(positions) + 1)
+        if step is None:
+            return None
+        pad = step.ids.shape[0] - len(tokens)
+        step.ids.copy_(torch.tensor(tokens + [0] * pad, dtype=torch.long))
+        step.positions.copy_(torch.tensor(positions + [0] * pad, dtype=torch.long))
+        if step.graph is None:
+            return self._run(step)[:len(tokens)]
+        step.graph.replay()
+        return step.logits[:len(tokens)].clone()
