@@ -4,11 +4,13 @@
 
     cost = load_cost_model("cost.json")            # `tgi-toolkit simulate profile` measured it
     res = run_concurrency(cost, users=[1, 8, 32], prompt_tokens=512, max_new_tokens=128)
-    h100 = roofline("H100", "config.json")         # or: priced from the GPU's datasheet and the model's shape
+    h100 = gpu_cost_model("H100", "meta-llama/Llama-3.1-8B")  # or: the card's measured kernel times (its
+                                                   # datasheet's roofline where none were measured) and the shape
     res = run_concurrency(h100, users=[10], prompt_tokens=1024, max_new_tokens=128, output="results/sim")
 
 Modules: events (virtual clock, SimBackend, the event loop), workloads (bench's scenarios as simulated
-clients), costs (forward features, the calibrated linear model and its fit), gpu (the roofline cost model of a GPU),
+clients), costs (reads a cost model of any kind), gpu (the roofline cost model of a GPU; the measured-kernel one is
+tgi_toolkit.costs.measured),
 calibrate (profiling a running server for the calibrated model), target (scheduler settings), record (results folders),
 api (run_* functions), cli (`tgi-toolkit simulate`).
 """
@@ -26,6 +28,7 @@ _LAZY = {
     "LinearCostModel": "tgi_toolkit.costs.linear", "fit_linear": "tgi_toolkit.costs.linear",
     "shape_of": "tgi_toolkit.costs.features", "Shape": "tgi_toolkit.costs.features", "load_cost_model": ".costs",
     "RooflineCostModel": ".gpu", "roofline": ".gpu",
+    "MeasuredCostModel": "tgi_toolkit.costs.measured", "gpu_cost_model": "tgi_toolkit.costs.measured",
     "profile": ".calibrate", "SimTarget": ".target", "make_target": ".target",
     "Simulator": ".events", "SimRequest": ".events", "VirtualClock": ".events",
 }
@@ -33,6 +36,7 @@ _LAZY = {
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.costs.features import Shape, shape_of
     from tgi_toolkit.costs.linear import LinearCostModel, fit_linear
+    from tgi_toolkit.costs.measured import MeasuredCostModel, gpu_cost_model
     from tgi_toolkit.simulate.api import (
         SCENARIO_FUNCTIONS,
         kv_capacity,
@@ -54,8 +58,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
-    "SCENARIO_FUNCTIONS", "LinearCostModel", "RooflineCostModel", "Shape", "SimRequest", "SimTarget", "Simulator",
-    "VirtualClock", "fit_linear", "kv_capacity", "load_cost_model", "make_target", "measure_ingestion", "profile",
-    "roofline", "run_batch", "run_concurrency", "run_decode_stall", "run_multi_turn", "run_rate", "run_scenario",
-    "run_shared_prefix", "shape_of",
+    "SCENARIO_FUNCTIONS", "LinearCostModel", "MeasuredCostModel", "RooflineCostModel", "Shape", "SimRequest",
+    "SimTarget", "Simulator", "VirtualClock", "fit_linear", "gpu_cost_model", "kv_capacity", "load_cost_model",
+    "make_target", "measure_ingestion", "profile", "roofline", "run_batch", "run_concurrency", "run_decode_stall",
+    "run_multi_turn", "run_rate", "run_scenario", "run_shared_prefix", "shape_of",
 ]

@@ -132,18 +132,25 @@ def uncertainty(cost: Any, metric: str, *, rows: int = 1, fit: dict[str, Any] | 
 
 
 def accuracy_table(fit: dict[str, Any] | None = None) -> Any:
-    """The GPU roofline's error on figures it was not fitted to, one row per regime and one for all: leave one
-    source out over the corpus, and the test set no design choice saw (gpu_fit.json's, as gpu_accuracy.py wrote)."""
+    """The GPU models' error on figures they were not fitted to, one row per model, check and regime (and all):
+    the roofline leaving one source out over the corpus and on the test set no design choice saw; the
+    measured-kernel model, fitted to nothing, on the corpus's and the test set's figures on cards it covers
+    (gpu_fit.json's, as gpu_accuracy.py wrote)."""
     import pandas as pd
 
     fit = load_fit() if fit is None else fit
     if not fit:
         raise FileNotFoundError(f"no {FIT_FILE}: run benchmarks/gpu_accuracy.py")
     rows = []
-    for name, part in (("leave one source out", fit["cross_validated"]), ("test set", fit.get("test_set") or {})):
+    measured = fit.get("measured") or {}
+    checks = (("roofline", "leave one source out", fit["cross_validated"]),
+              ("roofline", "test set", fit.get("test_set") or {}),
+              ("measured kernels", "corpus, nothing fitted", measured.get("cross_validated") or {}),
+              ("measured kernels", "test set", measured.get("test_set") or {}))
+    for model, name, part in checks:
         for regime, s in {**(part.get("by_regime") or {}), "all": part.get("all")}.items():
             if s:
-                rows.append({"check": name, "regime": REGIME_LABELS.get(regime, regime), "figures": s["figures"],
-                             "median |error|": s["median_error"], "80th percentile": s["p80_error"],
-                             "within ±30 %": s["within_30"]})
+                rows.append({"model": model, "check": name, "regime": REGIME_LABELS.get(regime, regime),
+                             "figures": s["figures"], "median |error|": s["median_error"],
+                             "80th percentile": s["p80_error"], "within ±30 %": s["within_30"]})
     return pd.DataFrame(rows)
