@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "launch": "tgi_toolkit.server.cli",
     "bench": "tgi_toolkit.bench.cli",
     "simulate": "tgi_toolkit.simulate.cli",
+    "profile-gpu": "tgi_toolkit.costs.profile",
     "sweep": "tgi_toolkit.sweep",
     "tune": "tgi_toolkit.tune",
     "report": "tgi_toolkit.report",

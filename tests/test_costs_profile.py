@@ -1,0 +1,107 @@
+"""`tgi-toolkit profile-gpu` (tgi_toolkit/costs/profile.py) on the CPU: the shapes one shard computes, worked by hand,
+and tables in the operator database's own columns and parquet types, which the measured cost model reads."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from tgi_toolkit.cli import main as cli_main
+from tgi_toolkit.costs.measured import KernelTables, database_root
+from tgi_toolkit.costs.profile import TINY_CONFIG, Shard, profile
+
+LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256}
+
+
+def test_one_shards_projections_are_the_models_split_as_tgi_shards_them():
+    """Llama-3.1-8B, head_dim 4096 / 32 = 128. One shard: QKV (32 + 2 x 8) x 128 = 6144 x 4096, O 4096 x 4096,
+    gate/up 2 x 14336 = 28672 x 4096, down 4096 x 14336, LM head 128256 x 4096. Two: 16 heads and 4 KV heads,
+    QKV (16 + 8) x 128 = 3072, O's k 2048, gate/up 14336, down's k 7168, LM head 64128. Sixteen: 2 heads, the
+    8 KV heads one per shard."""
+    one = Shard.of(LLAMA_8B)
+    assert (one.heads, one.kv_heads, one.head_dim) == (32, 8, 128)
+    assert one.gemms == {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
+                         "lm_head": (128256, 4096)}
+    two = Shard.of(LLAMA_8B, 2)
+    assert two.gemms == {"qkv": (3072, 4096), "o": (4096, 2048), "gate_up": (14336, 4096), "down": (4096, 7168),
+                         "lm_head": (64128, 4096)}
+    sixteen = Shard.of(LLAMA_8B, 16)
+    assert (sixteen.heads, sixteen.kv_heads, sixteen.gemms["qkv"]) == (2, 1, (512, 4096))
+    with pytest.raises(ValueError, match="--num-shard 3 must divide the model's 32 attention heads"):
+        Shard.of(LLAMA_8B, 3)
+
+
+@pytest.fixture(scope="module")
+def tiny_tables(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profile")
+    meta = profile(TINY_CONFIG, out, device="cpu", tiny=True, log=lambda line: None)
+    return out, meta
+
+
+def _database_schema(op: str, table: str):
+    return pq.read_schema(database_root() / "h100_sxm" / op / "vllm" / "0.24.0" / f"{table}.parquet")
+
+
+@pytest.mark.parametrize(("op", "table"), [("gemm", "gemm_perf"), ("attention", "context_attention_perf"),
+                                           ("attention", "generation_attention_perf")])
+def test_the_tables_have_the_databases_columns_and_types(tiny_tables, op, table):
+    out, _ = tiny_tables
+    mine = pq.read_schema(out / f"{table}.parquet")
+    theirs = _database_schema(op, table)
+    assert [(f.name, str(f.type)) for f in mine] == [(f.name, str(f.type)) for f in theirs]
+
+
+def test_the_tables_cover_the_grid_the_reader_interpolates_on(tiny_tables):
+    import pandas as pd
+
+    out, meta = tiny_tables
+    gemm = pd.read_parquet(out / "gemm_perf.parquet")
+    # the toy shape: heads 4, KV heads 2, head_dim 16; five distinct (n, k), each at every m of the grid
+    assert sorted(set(zip(gemm.n, gemm.k, strict=True))) == [(64, 64), (64, 128), (128, 64), (256, 64), (512, 64)]
+    assert gemm.groupby(["n", "k"]).m.apply(sorted).map(tuple).unique().tolist() == [(1, 4, 16, 64)]
+    assert set(gemm.op_name) == {"gemm"} and set(gemm.gemm_dtype) == {"bfloat16"} and (gemm.latency > 0).all()
+    generation = pd.read_parquet(out / "generation_attention_perf.parquet")
+    assert set(generation.isl) == {1} and sorted(set(generation.step)) == [16, 64]
+    assert set(zip(generation.num_heads, generation.num_key_value_heads, generation.head_dim, strict=True)) == \
+        {(4, 2, 16)}
+    context = pd.read_parquet(out / "context_attention_perf.parquet")
+    assert set(context.step) == {0} and sorted(set(zip(context.batch_size, context.isl, strict=True))) == \
+        [(1, 16), (1, 64), (2, 16), (2, 64)]
+    copies = pd.read_parquet(out / "mem_perf.parquet")
+    assert list(copies.columns) == ["device", "op_name", "bytes", "latency"]
+    assert list(copies.bytes) == [2**16, 2**20] and set(copies.op_name) == {"copy"}
+    tables = KernelTables.from_dir(out)  # the lead's reader takes the folder as it is
+    assert set(tables.tables) == {"gemm", "context_attention", "generation_attention"}
+
+
+def test_the_metadata_says_where_the_times_came_from(tiny_tables):
+    out, meta = tiny_tables
+    doc = yaml.safe_load((out / "collection_meta.yaml").read_text())
+    assert doc["runtime"]["framework"] == "tgi_toolkit" and doc["framework"] == "tgi_toolkit"
+    assert doc["torch"] == str(torch.__version__) and doc["device_type"] == "cpu"
+    assert {"device", "cuda", "driver", "date", "version"} <= set(doc)
+    assert set(doc["tables"]) == {"gemm_perf", "context_attention_perf", "generation_attention_perf", "mem_perf"}
+    assert doc["skipped_for_budget"] == {}
+
+
+def test_the_budget_stops_the_walk_and_says_what_it_left(tmp_path):
+    """Spent before the first kernel: the toy grid's 2 copies, 5 x 4 GEMMs and 2 x 2 of each attention left out."""
+    meta = profile(TINY_CONFIG, tmp_path, device="cpu", tiny=True, budget_s=1e-9, log=lambda line: None)
+    assert meta["skipped_for_budget"] == {"mem_perf": 2, "gemm_perf": 20, "generation_attention_perf": 4,
+                                          "context_attention_perf": 4}
+    assert not list(tmp_path.glob("*.parquet"))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--model", "cfg.json", "--num-shard", "0"], "--num-shard must be >= 1"),
+    (["--tiny", "--num-shard", "3"], "--num-shard 3 must divide the model's 4 attention heads"),
+    (["--budget-s", "0", "--tiny"], "--budget-s must be > 0"),
+    ([], "--model is required"),
+])
+def test_the_cli_refuses_bad_input_before_measuring(tmp_path, capsys, argv, message):
+    assert cli_main(["profile-gpu", "--device", "cpu", "--out", str(tmp_path), *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
