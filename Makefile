@@ -10,7 +10,8 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 # `make lab`: loopback only, with a token (JupyterLab prints the URL carrying it) unless told otherwise,
-# e.g. `make lab LAB_IP=0.0.0.0 LAB_PORT=8899 LAB_ARGS=--no-browser` on a remote host.
+# e.g. `make lab LAB_IP=0.0.0.0 LAB_PORT=8899 LAB_ARGS=--no-browser` on a remote host. The URL it prints and
+# opens is notebook 01's (LabApp.default_url), not the launcher's.
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 LAB_ARGS ?=
@@ -39,7 +40,8 @@ quickstart: setup
 
 lab: setup
 	$(LAB_CONFIG) $(VENV)/bin/jupyter lab --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) \
-		--ServerApp.root_dir=notebooks $(LAB_ARGS) notebooks/01_configure_and_launch.ipynb
+		--ServerApp.root_dir=notebooks --LabApp.default_url=/lab/tree/01_configure_and_launch.ipynb $(LAB_ARGS) \
+		notebooks/01_configure_and_launch.ipynb
 
 # Write every notebook's cells from its script, notebooks_py/NAME.py (jupytext; outputs kept), then execute
 # each (all, or those NOTEBOOKS names) with its defaults (papermill) and write it back with its outputs.

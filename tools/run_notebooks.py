@@ -9,6 +9,8 @@ the PNG drawn by kaleido with the installed Chromium. A figure whose JSON is ove
 PNG alone, so that a notebook stays small; without a Chromium the JSON is kept whatever its size.
 papermill's timing metadata is dropped. Each notebook writes into an out/ of its own (TGI_TOOLKIT_OUT),
 removed afterwards: the run starts as on a fresh clone, whatever earlier runs left in the checkout's out/.
+The paths its outputs print are written back as a reader's checkout would show them: that temporary out/
+as `out`, the checkout's own folder as a relative path (`sanitize`), never this machine's /tmp or home.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import nbformat
 from tgi_toolkit.cookbook import NOTEBOOKS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sync_notebooks import NB_DIR, synced  # noqa: E402
+from sync_notebooks import KERNELSPEC, NB_DIR, synced  # noqa: E402
 
 PLOTLY = "application/vnd.plotly.v1+json"
 FIGURE_JSON_CAP = 150_000  # characters of one figure's JSON kept beside its PNG
@@ -37,14 +39,36 @@ def _png_available() -> bool:
     return png_renderer_available()
 
 
-def tidy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """papermill's metadata dropped; oversized figure JSON dropped where a PNG stands in for it."""
+ROOT = NB_DIR.parent
+
+
+def sanitize(value: object, paths: dict[str, str]) -> object:
+    """Text (and the strings inside JSON outputs) with each path of `paths` replaced by what a reader sees."""
+    if isinstance(value, str):
+        for path, shown in paths.items():
+            value = value.replace(path, shown)
+        return value
+    if isinstance(value, list):
+        return [sanitize(v, paths) for v in value]
+    if isinstance(value, dict):
+        return {k: v if k.startswith("image/") else sanitize(v, paths) for k, v in value.items()}
+    return value
+
+
+def tidy(nb: nbformat.NotebookNode, paths: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """papermill's metadata dropped; oversized figure JSON dropped where a PNG stands in for it; the
+    outputs' `paths` (the run's temporary out/, the checkout) replaced by what a reader's checkout shows."""
     nb.metadata.pop("papermill", None)
+    nb.metadata["kernelspec"] = nbformat.from_dict(KERNELSPEC)  # as JupyterLab names the kernel: not "modified"
+    if paths and "widgets" in nb.metadata:  # progress bars' saved state holds the text they showed
+        nb.metadata["widgets"] = nbformat.from_dict(sanitize(dict(nb.metadata["widgets"]), paths))
     for cell in nb.cells:
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
         if cell.metadata.get("tags") == []:
             del cell.metadata["tags"]
+        if paths and cell.get("outputs"):
+            cell.outputs = [nbformat.from_dict(sanitize(dict(o), paths)) for o in cell.outputs]
         for output in cell.get("outputs", []):
             data = output.get("data", {})
             if PLOTLY in data and "image/png" in data and len(json.dumps(data[PLOTLY])) > FIGURE_JSON_CAP:
@@ -67,7 +91,10 @@ def run(name: str) -> float:
         nbformat.write(nb, source)
         papermill.execute_notebook(str(source), str(target), kernel_name="python3", cwd=str(NB_DIR),
                                    progress_bar=False)
-        nb = tidy(nbformat.read(target, as_version=4))
+        # the longest first: the temporary out/ may lie inside the checkout's folder or beside it
+        paths = {str(Path(tmp).resolve() / "out"): "out", str(Path(tmp) / "out"): "out", f"{ROOT}/": "",
+                 str(ROOT): "."}
+        nb = tidy(nbformat.read(target, as_version=4), paths)
     (NB_DIR / f"{name}.ipynb").write_text(nbformat.writes(nb) + "\n")
     return time.perf_counter() - started
 

@@ -34,9 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
 PY_DIR = ROOT / "notebooks_py"
 FORMAT = "py:percent"
+# The kernel `make setup` installs (ipykernel install --name python3) as JupyterLab describes it: a notebook
+# saved with another display name ("Python 3") is rewritten by JupyterLab when its kernel starts, so that it
+# shows as modified as soon as it is opened. Every synced notebook carries this one.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 # the metadata of a notebook new to notebooks/ (its script written first); a run fills language_info in
-METADATA = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-            "language_info": {"name": "python"}}
+METADATA = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
 
 
 def cells_of(nb: nbformat.NotebookNode) -> list[tuple[str, str, list[str]]]:
@@ -79,7 +82,8 @@ def _shown(path: Path) -> str:
 
 def synced(name: str, nb_dir: Path = NB_DIR, py_dir: Path = PY_DIR) -> nbformat.NotebookNode:
     """notebooks/NAME.ipynb with its cells from notebooks_py/NAME.py: the committed outputs, ids and notebook
-    metadata kept for every cell jupytext matches (an edited code cell keeps its outputs until it runs)."""
+    metadata kept for every cell jupytext matches (an edited code cell keeps its outputs until it runs), the
+    kernelspec set to KERNELSPEC."""
     notebook, script = nb_dir / f"{name}.ipynb", py_dir / f"{name}.py"
     text = read_script(script)
     if not notebook.is_file():
@@ -89,7 +93,9 @@ def synced(name: str, nb_dir: Path = NB_DIR, py_dir: Path = PY_DIR) -> nbformat.
     if cells_of(text) != cells_of(committed) and notebook.stat().st_mtime > script.stat().st_mtime:
         raise RuntimeError(f"{_shown(notebook)} was changed after {_shown(script)}: bring the change into the "
                            f"script (jupytext --sync {_shown(notebook)}) or drop it (git checkout {_shown(notebook)})")
-    return combine_inputs_with_outputs(text, committed, fmt=FORMAT)
+    nb = combine_inputs_with_outputs(text, committed, fmt=FORMAT)
+    nb.metadata["kernelspec"] = nbformat.from_dict(KERNELSPEC)
+    return nb
 
 
 def sync(names: Sequence[str] = NOTEBOOKS, nb_dir: Path = NB_DIR, py_dir: Path = PY_DIR) -> list[str]:
