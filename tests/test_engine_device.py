@@ -61,6 +61,11 @@ def test_the_engine_flags_are_split_from_the_launchers():
     assert rest == ["--model-id", "c.json", "--port", "9"]
     options, rest = split_engine_args(["--model=c.json"])
     assert (options.device, options.random_weights, rest) == (None, False, ["--model-id=c.json"])
+    env = {"TGI_TOOLKIT_DEVICE": "cpu", "TGI_TOOLKIT_RANDOM_WEIGHTS": "1"}  # as tgi_toolkit.server passes them
+    options, _ = split_engine_args([], env)
+    assert (options.device, options.random_weights) == ("cpu", True)
+    options, _ = split_engine_args(["--device", "cuda"], env)  # a flag wins over its variable
+    assert options.device == "cuda"
 
 
 # -- one code path on any device -------------------------------------------------------------------------

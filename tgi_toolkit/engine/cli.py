@@ -8,28 +8,40 @@ import os
 import sys
 from typing import Any
 
+# The engine's flags as environment variables, as the launcher's have theirs (a flag wins): what
+# tgi_toolkit.server.Server, which renders only launcher flags, passes through its `env`.
+DEVICE_ENV = "TGI_TOOLKIT_DEVICE"
+RANDOM_WEIGHTS_ENV = "TGI_TOOLKIT_RANDOM_WEIGHTS"
+
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The engine's flags beyond the launcher's (`serve.EngineOptions`)."""
     group = parser.add_argument_group("embedded engine (beyond text-generation-launcher)")
     group.add_argument("--device", default=None, metavar="{cuda,cpu}",
                        help="where the model runs: cuda (weights, KV cache and sampling on the GPU, bfloat16 by "
-                            "default, decode steps as CUDA graphs) or cpu; default cuda where torch sees a GPU")
-    group.add_argument("--random-weights", action="store_true",
-                       help="--model-id (or --model) names a config.json: build that shape with random weights, "
-                            "for timing only (requests must set ignore_eos; docs/engine.md)")
+                            f"default, decode steps as CUDA graphs) or cpu; default cuda where torch sees a GPU "
+                            f"[env: {DEVICE_ENV}]")
+    group.add_argument("--random-weights", action="store_true", default=None,
+                       help="--model-id (or --model) names a config.json or a shipped model id: build that shape "
+                            "with random weights, for timing only (requests must set ignore_eos; docs/engine.md) "
+                            f"[env: {RANDOM_WEIGHTS_ENV}=1]")
     return parser
 
 
-def split_engine_args(argv: list[str]) -> tuple[Any, list[str]]:
-    """The engine's own options, and the launcher arguments left (`--model` spelled as `--model-id`)."""
+def split_engine_args(argv: list[str], environ: Any = None) -> tuple[Any, list[str]]:
+    """The engine's own options (flags, else their variables in `environ`), and the launcher arguments left
+    (`--model` spelled as `--model-id`)."""
     from tgi_toolkit.engine.serve import EngineOptions
 
+    environ = {} if environ is None else environ
     parser = add_engine_arguments(argparse.ArgumentParser(add_help=False, allow_abbrev=False))
     known, rest = parser.parse_known_args(argv)
     rest = ["--model-id" if a == "--model" else "--model-id=" + a[8:] if a.startswith("--model=") else a
             for a in rest]
-    return EngineOptions(device=known.device, random_weights=known.random_weights), rest
+    random_weights = known.random_weights
+    if random_weights is None:
+        random_weights = environ.get(RANDOM_WEIGHTS_ENV, "").strip().lower() in ("1", "true", "yes")
+    return EngineOptions(device=known.device or environ.get(DEVICE_ENV) or None, random_weights=random_weights), rest
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engine") -> int:
@@ -50,7 +62,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engin
         parser.print_help()
         return 0
     try:
-        options, argv = split_engine_args(argv)
+        options, argv = split_engine_args(argv, os.environ)
         cfg = LauncherConfig.from_cli(argv, environ=os.environ)
         return serve(cfg, options)
     except (ConfigError, UnsupportedSetting, ModelNotFoundError, UnsupportedModelError) as exc:
