@@ -178,6 +178,7 @@ class VllmScheduler:
         self.blocks: dict[Entry, list[int]] = {}
         self.hashes: dict[Entry, list[int]] = {}
         self.preemptions = 0
+        self.preempted: set[Entry] = set()  # requests preempted at least once: vLLM counts their lookups apart
         self.last_step: list[tuple[Entry, int]] = []  # (request, tokens) of the last step, for tests and traces
 
     # -- a request's tokens and block hashes ------------------------------------------------------------------
@@ -237,7 +238,8 @@ class VllmScheduler:
         self.blocks[entry] = hits + self.pool.take(math.ceil((computed + chunk) / bs) - len(hits))
         entry.prefix_len = entry.cache_len = computed
         self._cache_full_blocks(entry, computed + chunk)
-        self.observer.prefix(total, computed)
+        if self.config.enable_prefix_caching and entry not in self.preempted:  # as vLLM's prefix-cache hit rate
+            self.observer.prefix(total, computed)
         return chunk
 
     def _free(self, entry: Entry) -> None:
@@ -249,6 +251,7 @@ class VllmScheduler:
         self._free(entry)
         entry.cache_len = entry.prefix_len = 0
         self.preemptions += 1
+        self.preempted.add(entry)
         self.queue.entries.appendleft(entry)
         self.observer.preempted(entry)
         self.observer.queued(len(self.queue))
@@ -333,6 +336,7 @@ class VllmScheduler:
                 self.backend.release(entry)
                 self._free(entry)
                 self.hashes.pop(entry, None)
+                self.preempted.discard(entry)
             else:
                 kept.append(entry)
         self.running = kept
