@@ -205,6 +205,20 @@ def test_cli(tmp_path, capsys) -> None:
     assert "is not a results folder" in capsys.readouterr().err
 
 
+def test_the_card_of_the_shipped_example_goes_to_out_never_into_the_source_tree(tmp_path, monkeypatch,
+                                                                                capsys) -> None:
+    # issue 43: `tgi-toolkit report data/examples/...` wrote an untracked report/ folder into data/
+    example = example_results_dir()
+    monkeypatch.setenv("TGI_TOOLKIT_OUT", str(tmp_path / "out"))
+    before = sorted(p.name for p in example.iterdir())
+    assert cli_main(["report", str(example), "--figures", "html"]) == 0
+    assert sorted(p.name for p in example.iterdir()) == before
+    card = tmp_path / "out" / "report" / example.name / "model_card.md"
+    assert card.is_file() and f"model card: {card}" in capsys.readouterr().out
+    # a results folder of the user's own keeps its card beside the results
+    assert report.default_output(tmp_path / "results") == tmp_path / "results" / "report"
+
+
 # -- issue 15 item 6: results that never overstate ------------------------------------------------------------
 def _scattered(results: Results, seed: int = 1) -> Results:
     """The example's ingestion TTFTs with 150 ms of seeded noise each: what a busy machine does to them."""

@@ -213,7 +213,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="a results folder (tgi-toolkit bench/sweep --output)")
     parser.add_argument("--output", "-o", metavar="FILE",
                         help="the card: a .md or .html file (the other is written beside it) or a folder "
-                             "(default: RESULTS_DIR/report/)")
+                             "(default: RESULTS_DIR/report/; out/report/NAME/ for a result set shipped in data/)")
     parser.add_argument("--figures", choices=FIGURE_FORMATS, default="auto",
                         help="png (kaleido + Chromium), html, or auto: png where it works (default)")
     parser.add_argument("--users", type=int, default=CARD_USERS, help="parallel requests of the speed metric (10)")
@@ -222,8 +222,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_main)
 
 
+def default_output(results_dir: str | os.PathLike[str]) -> Path:
+    """Where `tgi-toolkit report RESULTS_DIR` writes without --output: RESULTS_DIR/report/, except for a result
+    set shipped with the toolkit (data/examples/, in the checkout or the installed package): out/report/NAME/
+    (`cookbook.out_dir`: the checkout's gitignored out/, else the working directory's), never the source tree."""
+    import tgi_toolkit
+    from tgi_toolkit.cookbook import checkout_root, out_dir
+    from tgi_toolkit.reference import data_dirs
+
+    folder = Path(results_dir).resolve()
+    root = checkout_root()
+    shipped = [*data_dirs(), Path(tgi_toolkit.__file__).parent, *([root / "data"] if root else [])]
+    if any(folder.is_relative_to(place.resolve()) for place in shipped):
+        return out_dir("report", folder.name)
+    return Path(results_dir) / "report"
+
+
 def _main(args: argparse.Namespace) -> int:
-    output = args.output or Path(args.results_dir) / "report"
+    output = args.output or default_output(args.results_dir)
     try:
         write_report(args.results_dir, output, figure_format=args.figures, users=args.users,
                      prompt_tokens=args.prompt_tokens, max_new_tokens=args.max_new_tokens)
