@@ -45,18 +45,22 @@ def example_results_dir(name: str = EXAMPLE) -> Path:
     return path
 
 
+# What `check` prints for a timing claim the figure of a busy run does not show.
+NOT_SHOWN_BUSY = ("this run's figure does not show it (the machine was busy: other processes took the CPU; "
+                  "run it again on an idle machine)")
+
+
 def check(claim: str, holds: bool, evidence: Any, busy: bool = False) -> None:
     """A sentence of a notebook's prose about its figure, checked on the data the notebook just produced:
     prints the claim when it holds; raises AssertionError naming the claim and the evidence when not, so
     that prose and results cannot drift apart (nbval and the papermill tests run every notebook).
 
     busy: the points were measured while other processes took the CPU (their `machine_busy` flag). A timing
-    claim that fails then says it could not be checked on this run, instead of failing: the other
-    processes, not the server, made those timings."""
+    claim that fails then says that this run's figure does not show it, instead of failing: the other
+    processes, not the server, made those timings (never the inverted claim)."""
     if not holds:
         if busy:
-            print(f"not checked on this run (the machine was busy: other processes took the CPU): {claim}; "
-                  f"measured: {evidence}")
+            print(f"{NOT_SHOWN_BUSY}: {claim}; measured: {evidence}")
             return
         raise AssertionError(f"the notebook says {claim!r}, but this run's data does not show it: {evidence}")
     print(f"checked on this run's data: {claim}")
