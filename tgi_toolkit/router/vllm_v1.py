@@ -177,6 +177,7 @@ class VllmScheduler:
         self.running: list[Entry] = []
         self.blocks: dict[Entry, list[int]] = {}
         self.hashes: dict[Entry, list[int]] = {}
+        self.registered: dict[Entry, int] = {}  # how many of a request's first blocks C1 has cached already
         self.preemptions = 0
         self.preempted: set[Entry] = set()  # requests preempted at least once: vLLM counts their lookups apart
         self.last_step: list[tuple[Entry, int]] = []  # (request, tokens) of the last step, for tests and traces
@@ -206,9 +207,14 @@ class VllmScheduler:
 
     def _cache_full_blocks(self, entry: Entry, upto: int) -> None:
         """C1: blocks become cached once scheduled full, up to the tokens the request has."""
-        hashes = self._hashes(entry)
-        for i, block in enumerate(self.blocks[entry][: min(upto, self.num_tokens(entry)) // self.config.block_size]):
-            self.pool.cache(block, hashes[i])
+        full = min(upto, self.num_tokens(entry)) // self.config.block_size
+        done = self.registered.get(entry, 0)
+        if not self.config.enable_prefix_caching or full <= done:
+            return
+        hashes, blocks = self._hashes(entry), self.blocks[entry]
+        for i in range(done, full):
+            self.pool.cache(blocks[i], hashes[i])
+        self.registered[entry] = full
 
     # -- KV blocks -----------------------------------------------------------------------------------------
     def _grow(self, entry: Entry, tokens: int) -> bool:
@@ -236,6 +242,7 @@ class VllmScheduler:
             return 0
         self.pool.touch(hits)
         self.blocks[entry] = hits + self.pool.take(math.ceil((computed + chunk) / bs) - len(hits))
+        self.registered[entry] = len(hits)
         entry.prefix_len = entry.cache_len = computed
         self._cache_full_blocks(entry, computed + chunk)
         if self.config.enable_prefix_caching and entry not in self.preempted:  # as vLLM's prefix-cache hit rate
@@ -245,6 +252,7 @@ class VllmScheduler:
     def _free(self, entry: Entry) -> None:
         """C1: a request's blocks back to the pool, its last block first."""
         self.pool.release(list(reversed(self.blocks.pop(entry, []))))
+        self.registered.pop(entry, None)
 
     def _preempt(self, entry: Entry) -> None:
         """P1: free everything, forget what was computed, and wait at the front of the queue."""
