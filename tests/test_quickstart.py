@@ -124,3 +124,27 @@ def test_quickstart_prints_the_answer_and_the_report(tmp_path, monkeypatch, caps
     html = Path(re.search(r"HTML report, open it in a browser: (\S+)", out).group(1))
     assert html == tmp_path / "report" / "model_card.html" and html.is_file()
     assert html.with_suffix(".md").is_file() and (tmp_path / "results" / "points.parquet").is_file()
+
+
+def test_what_the_quickstart_prints_fits_120_columns_and_names_the_kv_memory() -> None:
+    # issue 43: the card's table was ~280 columns wide, its columns the configurations' full labels
+    import pandas as pd
+
+    from tgi_toolkit.bench import schema as S
+    from tgi_toolkit.cookbook import example_results_dir
+    from tgi_toolkit.report import main_metrics
+
+    labels = [c.config_label for c in quickstart.quickstart_sweep().configs()]
+    assert labels[1].startswith("cuda_memory_fraction=1.0,") and min(map(len, labels)) > 80
+    one = main_metrics(example_results_dir())
+    metrics = pd.concat([one.assign(config_label=label) for label in labels], ignore_index=True)
+    text = quickstart.card_text(metrics)
+    assert max(map(len, text.splitlines())) < 120
+    small = labels[0].split(",")[0]  # cuda_memory_fraction=<the fraction for one request>
+    assert text.splitlines()[0] == f"{small}:" and "\ncuda_memory_fraction=1.0:\n  Prompt ingestion speed: ~" in text
+    points = pd.DataFrame([{S.SCENARIO: "concurrency", S.CONFIG_LABEL: label, S.USERS: 4, S.OUTPUT_THROUGHPUT: tok_s,
+                            S.SERVER_BATCH_SIZE_MAX: batch, S.MACHINE_BUSY: False}
+                           for label, tok_s, batch in zip(labels, (30.0, 75.0), (1.0, 4.0), strict=True)])
+    finding = quickstart.kv_finding(points).splitlines()
+    assert finding[:2] == [f"at 4 users, {small}: 30 tokens/s, at most 1 request(s) in a batch",
+                           "at 4 users, cuda_memory_fraction=1.0: 75 tokens/s, at most 4 request(s) in a batch"]

@@ -113,12 +113,46 @@ def kv_finding(points: Any) -> str:
     def batch(value: float) -> str:  # NaN: no /metrics sample fell inside the point
         return f"at most {value:.0f} request(s) in a batch" if value == value else "its batch size not sampled"
 
-    lines = [f"at {int(row[S.USERS])} users, {row[S.CONFIG_LABEL]}: {row[S.OUTPUT_THROUGHPUT]:.0f} tokens/s, "
+    from tgi_toolkit.plots import short_labels
+
+    name = short_labels(top[S.CONFIG_LABEL])  # what differs: cuda_memory_fraction, not ~90 characters each
+    lines = [f"at {int(row[S.USERS])} users, {name[row[S.CONFIG_LABEL]]}: {row[S.OUTPUT_THROUGHPUT]:.0f} tokens/s, "
              f"{batch(row[S.SERVER_BATCH_SIZE_MAX])}" for _, row in top.iterrows()]
     if len(top) == 2 and top[S.SERVER_BATCH_SIZE_MAX].iloc[0] == 1 and top[S.SERVER_BATCH_SIZE_MAX].iloc[1] > 1:
         ratio = top[S.OUTPUT_THROUGHPUT].iloc[1] / top[S.OUTPUT_THROUGHPUT].iloc[0]
         lines.append("KV memory for one request ran the requests one at a time; all of it batched them, "
                      + throughput_lesson(ratio, bool(top[S.MACHINE_BUSY].fillna(False).any())))
+    return "\n".join(lines)
+
+
+TERMINAL_WIDTH = 119  # what the quickstart prints fits a 120-column terminal
+
+
+def _wrapped(text: str, width: int = TERMINAL_WIDTH) -> str:
+    """Each line of `text` wrapped at `width`, its continuation indented."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, width, subsequent_indent="    ") for line in text.splitlines())
+
+
+def card_text(metrics: Any, width: int = TERMINAL_WIDTH) -> str:
+    """The model card's main metrics (`main_metrics`) for a terminal: one block per configuration, named by
+    the settings that differ between them (`plots.short_labels`), one line per metric, wrapped at `width`
+    (the card's table is 280 columns wide with a sweep's labels)."""
+    import textwrap
+
+    from tgi_toolkit.bench.main_metrics import CONFIG_LABEL
+    from tgi_toolkit.plots import short_labels
+
+    name = short_labels(metrics[CONFIG_LABEL])
+    lines: list[str] = []
+    for config, part in metrics.groupby(CONFIG_LABEL, sort=False):
+        if len(name) > 1:
+            lines.append(textwrap.fill(f"{name[config]}:", width))
+        indent = "  " if len(name) > 1 else ""
+        for row in part.itertuples():
+            lines.append(textwrap.fill(f"{row.label}: {row.text}", width, initial_indent=indent,
+                                       subsequent_indent=indent + "    "))
     return "\n".join(lines)
 
 
@@ -176,17 +210,18 @@ def _main(args: argparse.Namespace) -> int:
 
     output = Path(args.output) if args.output else out_dir("quickstart", time.strftime("%Y%m%d-%H%M%S"))
     small, whole = sweep_grid()["cuda_memory_fraction"]
-    print(f"\n2/3 sweeping the KV memory: cuda_memory_fraction {small} (KV for {SMALL_KV_TOKENS} tokens, one "
-          f"request) and {whole} (all of it): the server relaunched per setting, each measured for prompt "
-          f"ingestion, batches of 1-4 and 1-4 parallel users (a few minutes on 2 cores)", flush=True)
+    print("\n" + _wrapped(f"2/3 sweeping the KV memory: cuda_memory_fraction {small} (KV for {SMALL_KV_TOKENS} "
+                          f"tokens, one request) and {whole} (all of it): the server relaunched per setting, each "
+                          f"measured for prompt ingestion, batches of 1-4 and 1-4 parallel users (a few minutes on "
+                          f"2 cores)"), flush=True)
     results, html_path = benchmark_and_report(output, figure_format=args.figures, progress=args.progress)
     status = sweep_status(output / "results")
     print(status[["label", "status"]].to_string(index=False))
-    from tgi_toolkit.bench.main_metrics import main_metrics, main_metrics_table
+    from tgi_toolkit.bench.main_metrics import main_metrics
 
     print("\n3/3 model card\n")
-    print(main_metrics_table(main_metrics(results)).to_string())
-    print("\nwhat the sweep showed:\n" + kv_finding(results.points))
+    print(card_text(main_metrics(results)))
+    print("\nwhat the sweep showed:\n" + _wrapped(kv_finding(results.points)))
     print(f"\nresults: {output / 'results'} (tgi_toolkit.bench.load_results)")
     print(f"model card (Markdown): {html_path.with_suffix('.md')}")
     print(f"HTML report, open it in a browser: {html_path}")
