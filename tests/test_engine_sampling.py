@@ -153,3 +153,17 @@ def test_a_seed_draws_the_same_token_and_the_draws_follow_the_distribution():
     # 3000 draws: each frequency within 4 standard deviations of its probability
     sd = (expected.double() * (1 - expected.double()) / len(draws)).sqrt()
     assert bool(((counts - expected.double()).abs() <= 4 * sd + 1e-9).all())
+
+
+def test_the_frequency_penalty_is_tgi_s_share_of_the_ids_so_far():
+    # TGI subtracts penalty x count / len(ids): ids [5, 5, 7, 9], penalty 1.0, logits all 0 -> token 5 at
+    # -2/4 = -0.5, tokens 7 and 9 at -1/4 = -0.25, the others at 0 (worked by hand); greedy picks token 0.
+    history = [5, 5, 7, 9]
+    chooser = TokenChooser(SamplingParams(frequency_penalty=1.0, top_n_tokens=12))
+    choice = choose_batch(torch.zeros(1, 12), [chooser], lambda i: history)[0]
+    scores = torch.zeros(12)
+    scores[5], scores[7], scores[9] = -0.5, -0.25, -0.25
+    expected = scores.log_softmax(-1)
+    got = dict(choice.top_tokens)
+    assert choice.token_id == 0
+    assert all(abs(got[t] - float(expected[t])) < 1e-6 for t in range(12))

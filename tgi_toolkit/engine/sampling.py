@@ -69,8 +69,10 @@ class TokenChooser:
             picked = torch.where(picked < 0, picked * p.repetition_penalty, picked / p.repetition_penalty)
             scores = scores.scatter(0, history, picked)
         if p.frequency_penalty != 0.0 and history.numel():
+            # TGI's HeterogeneousFrequencyPenaltyLogitsProcessor: a token's count over the ids so far (prompt and
+            # generated), as a share of them, times the penalty; not OpenAI's bare count.
             counts = torch.zeros_like(scores).scatter_add_(0, history, torch.ones_like(history, dtype=scores.dtype))
-            scores = scores - p.frequency_penalty * counts
+            scores = scores - p.frequency_penalty * counts / history.numel()
         return scores
 
     def _warp(self, scores: torch.Tensor) -> torch.Tensor:
