@@ -111,7 +111,8 @@ def test_a_small_pool_preempts_where_tgi_would_queue(l4_vllm):
     requests = _requests(8, 100, 200)
     sim.run(ClosedLoop(requests, users=8), requests)
     assert all(r.done and len(r.record.token_ns) == 200 for r in requests)
-    assert sim.observer.preemptions > 0
+    assert sim.observer.preemptions > 0 and sim.samples[-1].preemptions <= sim.observer.preemptions
+    assert [s.preemptions for s in sim.samples] == sorted(s.preemptions for s in sim.samples)  # a counter
     assert max(s.kv_tokens for s in sim.samples) <= 63 * 16
 
 

@@ -295,6 +295,7 @@ class Sample:
     batch_size: int
     queue_size: int
     kv_tokens: int
+    preemptions: int = 0  # counted so far (vLLM V1's rules; TGI never preempts)
 
 
 class Simulator:
@@ -371,7 +372,8 @@ class Simulator:
     def _sample(self) -> None:
         while self.clock.t >= self._next_sample:
             obs = self.observer
-            self.samples.append(Sample(self._next_sample, obs.batch_size, obs.queue_size, obs.kv_tokens))
+            self.samples.append(Sample(self._next_sample, obs.batch_size, obs.queue_size, obs.kv_tokens,
+                                       obs.preemptions))
             self._next_sample += self.scrape_interval
 
     # -- the loop ------------------------------------------------------------------------------------
