@@ -30,10 +30,18 @@ from typing import Any
 
 from tgi_toolkit.bench import scenarios
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.bench.checks import concurrency_workload, ingestion_workload, rate_workload
-from tgi_toolkit.bench.checks import count as _count
-from tgi_toolkit.bench.checks import listed as _listed
-from tgi_toolkit.bench.errors import BenchError, check_positive_ints
+from tgi_toolkit.bench.checks import (
+    batch_workload,
+    check_options,
+    concurrency_workload,
+    decode_stall_workload,
+    ingestion_workload,
+    length_grid,
+    multi_turn_workload,
+    rate_workload,
+    shared_prefix_workload,
+)
+from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.bench.results import Results
 from tgi_toolkit.bench.run import Run
 from tgi_toolkit.bench.target import Target, resolve
@@ -81,6 +89,7 @@ def _options(target: Target, options: dict[str, Any]) -> dict[str, Any]:
     unknown = set(options) - allowed
     if unknown:
         raise BenchError(sorted(unknown)[0], "is not an option", ", ".join(sorted(allowed | {"api", "api_key"})))
+    check_options(options)
     return options
 
 
@@ -88,33 +97,14 @@ def _target(server: Any, options: dict[str, Any]) -> Target:
     return resolve(server, api=options.pop("api", None), api_key=options.pop("api_key", None))
 
 
-def _grid(target: Target, prompt_tokens: Sequence[int] | int, max_new_tokens: Sequence[int] | int,
-          ) -> list[tuple[int, int]]:
-    prompts = check_positive_ints("prompt_tokens", _listed(prompt_tokens))
-    outputs = check_positive_ints("max_new_tokens", _listed(max_new_tokens))
-    for p in prompts:
-        for o in outputs:
-            target.check_lengths(p, o)
-    return [(p, o) for p in prompts for o in outputs]
-
-
 # -- batch ----------------------------------------------------------------------------------------------
 async def run_batch_async(server: Any, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), sequence_length: int = 10,
                           decode_length: int = 8, runs: int = 10, warmups: int = 1, **options: Any) -> Results:
     """text-generation-benchmark over HTTP (defaults are its own): see `run_batch`."""
     target = _target(server, options)
-    sizes = check_positive_ints("batch_size", _listed(batch_sizes))
-    limit = target.info.get("max_concurrent_requests")
-    if limit is not None and max(sizes) > limit:
-        raise BenchError("batch_size", f"{max(sizes)} is over the server's max_concurrent_requests {limit} "
-                                       f"(it would answer 429)", f"1 to {limit}")
-    _count("sequence_length", sequence_length, 1)
-    _count("decode_length", decode_length, 1)
-    _count("runs", runs, 1)
-    _count("warmups", warmups, 0)
-    target.check_lengths(sequence_length, decode_length, "sequence_length")
-    workload = {"batch_sizes": sizes, "sequence_length": sequence_length, "decode_length": decode_length,
-                "runs": runs, "warmups": warmups}
+    workload = batch_workload(target, batch_sizes, sequence_length, decode_length, runs, warmups,
+                              target.info.get("max_concurrent_requests"))
+    sizes = workload["batch_sizes"]
     async with Run(target, "batch", workload, **_options(target, options)) as run:
         await scenarios.batch(run, sizes, sequence_length, decode_length, runs, warmups)
     return run.results()
@@ -136,8 +126,8 @@ async def run_concurrency_async(server: Any, *, users: Sequence[int] = (1, 2, 4,
                                 ramp_up: float | str = "auto", **options: Any) -> Results:
     """N parallel users for each N: see `run_concurrency`."""
     target = _target(server, options)
-    workload = concurrency_workload(users, _grid(target, prompt_tokens, max_new_tokens), requests, warmup_requests,
-                                    ramp_up)
+    grid = length_grid(target, prompt_tokens, max_new_tokens)
+    workload = concurrency_workload(users, grid, requests, warmup_requests, ramp_up)
     async with Run(target, "concurrency", workload, **_options(target, options)) as run:
         await scenarios.concurrency(run, workload["users"], workload["grid"], requests, warmup_requests,
                                     workload["ramp_up"])
@@ -168,7 +158,8 @@ async def run_rate_async(server: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0
                          requests: int = 64, max_concurrency: int | None = None, **options: Any) -> Results:
     """Requests at a constant or Poisson rate: see `run_rate`."""
     target = _target(server, options)
-    workload = rate_workload(rates, arrival, _grid(target, prompt_tokens, max_new_tokens), requests, max_concurrency)
+    grid = length_grid(target, prompt_tokens, max_new_tokens)
+    workload = rate_workload(rates, arrival, grid, requests, max_concurrency)
     rates, grid = workload["rates"], workload["grid"]
     opts = _options(target, options)
     async with Run(target, "rate", workload, **opts) as run:
@@ -252,12 +243,11 @@ async def run_shared_prefix_async(server: Any, *, groups: int = 4, requests_per_
                                   users: int = 4, **options: Any) -> Results:
     """Groups of requests sharing a prefix: see `run_shared_prefix`."""
     from tgi_toolkit.bench import play
-    from tgi_toolkit.bench.workloads import SharedPrefix
 
     target = _target(server, options)
-    workload = SharedPrefix(groups=groups, requests_per_group=requests_per_group, prefix_tokens=prefix_tokens,
-                            suffix_tokens=suffix_tokens, max_new_tokens=max_new_tokens, users=users)
-    target.check_lengths(prefix_tokens + suffix_tokens, max_new_tokens)
+    workload = shared_prefix_workload(target, groups=groups, requests_per_group=requests_per_group,
+                                      prefix_tokens=prefix_tokens, suffix_tokens=suffix_tokens,
+                                      max_new_tokens=max_new_tokens, users=users)
     params = {"groups": groups, "requests_per_group": requests_per_group, "prefix_tokens": prefix_tokens,
               "suffix_tokens": suffix_tokens, "max_new_tokens": max_new_tokens, "users": users}
     async with Run(target, workload.scenario, params, **_options(target, options)) as run:
@@ -283,13 +273,11 @@ async def run_multi_turn_async(server: Any, *, conversations: int = 4, turns: in
                                **options: Any) -> Results:
     """Conversations resending their history: see `run_multi_turn`."""
     from tgi_toolkit.bench import play
-    from tgi_toolkit.bench.workloads import MultiTurn
 
     target = _target(server, options)
     _no_prefix_option(options, "system_tokens= for a system prompt every conversation starts with")
-    workload = MultiTurn(conversations=conversations, turns=turns, user_tokens=user_tokens,
-                         max_new_tokens=max_new_tokens, system_tokens=system_tokens, users=users)
-    target.check_lengths(workload.prompt_tokens(turns - 1), max_new_tokens)
+    workload = multi_turn_workload(target, conversations=conversations, turns=turns, user_tokens=user_tokens,
+                                   max_new_tokens=max_new_tokens, system_tokens=system_tokens, users=users)
     params = {"conversations": conversations, "turns": turns, "user_tokens": user_tokens,
               "max_new_tokens": max_new_tokens, "system_tokens": system_tokens, "users": users}
     async with Run(target, workload.scenario, params, **_options(target, options)) as run:
@@ -315,17 +303,12 @@ async def run_decode_stall_async(server: Any, *, streams: int = 8, long_prompt: 
                                  repeats: int = 3, warmups: int = 1, **options: Any) -> Results:
     """A long prompt joining running streams: see `run_decode_stall`."""
     from tgi_toolkit.bench import play
-    from tgi_toolkit.bench.workloads import DecodeStall
 
     target = _target(server, options)
     _no_prefix_option(options, "0 (each prompt is distinct, so that no cache hides the prefill)")
-    workload = DecodeStall(streams=streams, stream_prompt_tokens=stream_prompt, stream_tokens=stream_tokens,
-                           long_prompt_tokens=long_prompt, long_max_new_tokens=long_max_new_tokens,
-                           lead_tokens=lead_tokens)
-    target.check_lengths(stream_prompt, stream_tokens, "stream_prompt")
-    target.check_lengths(long_prompt, long_max_new_tokens, "long_prompt")
-    _count("repeats", repeats, 1)
-    _count("warmups", warmups, 0)
+    workload = decode_stall_workload(target, streams=streams, long_prompt=long_prompt, stream_prompt=stream_prompt,
+                                     stream_tokens=stream_tokens, long_max_new_tokens=long_max_new_tokens,
+                                     lead_tokens=lead_tokens, repeats=repeats, warmups=warmups)
     params = {"streams": streams, "long_prompt": long_prompt, "stream_prompt": stream_prompt,
               "stream_tokens": stream_tokens, "long_max_new_tokens": long_max_new_tokens,
               "lead_tokens": lead_tokens, "repeats": repeats, "warmups": warmups}

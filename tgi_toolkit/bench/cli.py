@@ -8,8 +8,9 @@ after `--`:
     tgi-toolkit bench batch --url http://127.0.0.1:3000 -b 1 -b 4 -b 16 --output results/
     tgi-toolkit bench concurrency --backend embedded -u 1 -u 8 --output results/ -- --max-batch-size 8
 
-Bad input is one line on stderr and exit code 2; a server lost mid-run, exit code 1; Ctrl-C, 130.
-Finished points are on disk in every case.
+Bad input is one line on stderr and exit code 2, before any server is launched; a server lost mid-run,
+exit code 1; Ctrl-C, 130. Finished points are on disk in every case. An --output that holds a run of
+the same command is refused: --resume finishes an interrupted one, --overwrite measures again in its place.
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
                        help="Bearer token (default: $TGI_TOOLKIT_API_KEY)")
     out = parser.add_argument_group("results")
     out.add_argument("--output", "-o", metavar="DIR", help="folder to write results to as the run goes")
-    out.add_argument("--no-resume", dest="resume", action="store_false",
-                     help="start a new run even if an unfinished one with these settings is in --output")
+    rerun = out.add_mutually_exclusive_group()
+    rerun.add_argument("--resume", action="store_true",
+                       help="finish the interrupted run of these settings in --output (its finished points kept)")
+    rerun.add_argument("--overwrite", action="store_true",
+                       help="measure again into an --output that holds a run of these settings, replacing it "
+                            "(without either, such a folder is refused: nothing is silently reused)")
     out.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     prompts = parser.add_argument_group("prompts")
     prompts.add_argument("--tokenizer-name", help="local tokenizer (name or path); default: the server's /tokenize")
@@ -194,11 +199,11 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
             "dataset": args.dataset, "api": args.api, "api_key": args.api_key, "ignore_eos": args.ignore_eos,
             "sampling": {k: v for k, v in sampling.items() if v is not None}, "slo_ttft_s": args.slo_ttft,
             "slo_tpot_s": args.slo_tpot, "scrape_interval": args.scrape_interval,
-            "request_timeout": args.request_timeout, "command": _command(args),
+            "request_timeout": args.request_timeout, "command": command_line(args),
             "accept_server_count": args.accept_server_count}
 
 
-def _command(args: argparse.Namespace) -> list[str]:
+def command_line(args: argparse.Namespace) -> list[str]:
     """The command line as parsed (provenance): every flag that was set, secrets masked."""
     flags = {"batch_sizes": "--batch-size", "rates": "--rate"}
     out = ["tgi-toolkit", "bench", args.scenario]
@@ -206,8 +211,8 @@ def _command(args: argparse.Namespace) -> list[str]:
         if dest in ("func", "command", "scenario", "launcher_args") or value is None:
             continue
         flag = flags.get(dest, "--" + dest.replace("_", "-"))
-        if dest in ("resume", "progress"):
-            out += [] if value else [f"--no-{dest}"]
+        if dest == "progress":
+            out += [] if value else ["--no-progress"]
         elif dest == "ignore_eos":
             out.append("--ignore-eos" if value else "--no-ignore-eos")
         elif isinstance(value, bool):
@@ -219,6 +224,55 @@ def _command(args: argparse.Namespace) -> list[str]:
             out += [flag, "***" if dest == "api_key" else str(value)]
     extra = [a for a in args.launcher_args or [] if a != "--"]
     return out + (["--", *extra] if extra else [])
+
+
+def runs_to_replace(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """What --output holds of the runs this command line asked for before, checked against --resume and
+    --overwrite before any server starts: the runs --overwrite replaces ([] otherwise). A finished run without
+    --overwrite, an interrupted one without --resume or --overwrite, and --resume with nothing to finish are
+    refused (BenchError), so that a rerun never silently shows an earlier run's numbers."""
+    from tgi_toolkit.bench.errors import BenchError
+    from tgi_toolkit.bench.run_record import earlier_runs
+
+    if not args.output:
+        if args.resume or args.overwrite:
+            raise BenchError("--resume" if args.resume else "--overwrite", "needs a results folder", "--output DIR")
+        return []
+    runs = earlier_runs(args.output, command_line(args))
+    if args.overwrite:
+        return runs
+    latest = runs[-1] if runs else None
+    finished = latest is not None and latest.get("status") == "complete"
+    if args.resume:
+        if latest is None or finished:
+            what = f"run {latest['run_id']} is finished" if finished else "none of these settings"
+            raise BenchError("--resume", f"{args.output} holds no interrupted run to finish ({what})",
+                             "--overwrite to measure again into it, or a new --output folder")
+        return []
+    if finished:
+        raise BenchError("--output", f"{args.output} already holds a finished run of these settings "
+                                     f"({latest['run_id']}); nothing is reused",
+                         "--overwrite to measure again, replacing it; or a new --output folder "
+                         "(--resume only finishes an interrupted run)")
+    if latest is not None:
+        raise BenchError("--output", f"{args.output} holds an interrupted run of these settings ({latest['run_id']})",
+                         "--resume to finish it; --overwrite to start again, replacing it; or a new --output folder")
+    return []
+
+
+def check_before_start(args: argparse.Namespace) -> None:
+    """The scenario's values and the run's options checked as the run will check them (bench.checks), before
+    a server is launched: with --backend, lengths against the limits its launcher flags set."""
+    from tgi_toolkit.bench.checks import LaunchLimits, check_options, check_scenario
+
+    limits = None
+    if args.backend and not args.url:
+        from tgi_toolkit.config import LauncherConfig
+
+        limits = LaunchLimits.of(LauncherConfig.from_cli([a for a in args.launcher_args or [] if a != "--"],
+                                                         environ={}))
+    check_scenario(args.scenario.replace("-", "_"), scenario_params(args), limits)
+    check_options(run_options(args))
 
 
 @contextlib.contextmanager
@@ -294,9 +348,17 @@ def main(args: argparse.Namespace) -> int:
     from tgi_toolkit.config import ConfigError
     from tgi_toolkit.server import ServerError
 
-    where = f" (finished points are in {args.output})" if args.output else ""
+    where = f" (finished points are in {args.output}: --resume finishes the run)" if args.output else ""
     try:
+        check_before_start(args)
+        replaced = runs_to_replace(args)
         with _server(args) as server:
+            if replaced:
+                from tgi_toolkit.bench.results import ResultsFolder
+
+                folder = ResultsFolder(args.output)
+                for run in replaced:
+                    folder.drop_run(run["run_id"])
             options = run_options(args)
             if args.scenario in WORKLOADS:
                 prefix = options.pop("prefix_tokens")

@@ -272,6 +272,16 @@ class ResultsFolder:
                 if stale.any():
                     self._store(table, df[~stale].reset_index(drop=True))
 
+    def drop_run(self, run_id: str) -> None:
+        """Remove a run from the folder: its rows in every table and its record (a rerun replacing it)."""
+        with self.locked():
+            for table in TABLES:
+                df = self._load(table)
+                mine = df[S.RUN_ID] == run_id
+                if mine.any():
+                    self._store(table, df[~mine].reset_index(drop=True))
+            (self.path / "runs" / f"{run_id}.json").unlink(missing_ok=True)
+
     # -- provenance ------------------------------------------------------------------------------
     def write_run(self, run: dict[str, Any]) -> None:
         path = self.path / "runs" / f"{run['run_id']}.json"

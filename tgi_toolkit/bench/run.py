@@ -16,7 +16,8 @@ import pandas as pd
 
 from tgi_toolkit.bench import provenance
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.bench.client import SAMPLING_KEYS, make_client
+from tgi_toolkit.bench.checks import check_options
+from tgi_toolkit.bench.client import make_client
 from tgi_toolkit.bench.errors import BenchError, ServerDiedError
 from tgi_toolkit.bench.prompts import PromptFactory
 from tgi_toolkit.bench.results import ResultsFolder
@@ -46,16 +47,11 @@ class Run(RunRecord, RunPrompts, RunPoints):
                  on_point: Callable[[dict[str, Any]], None] | None = None,
                  command: Sequence[str] | None = None, accept_server_count: bool = False) -> None:
         self.target, self.scenario = target, scenario
-        unknown = set(sampling or {}) - set(SAMPLING_KEYS)
-        if unknown:
-            raise BenchError("sampling", f"unknown parameter(s) {sorted(unknown)}", ", ".join(SAMPLING_KEYS))
+        check_options({"sampling": sampling, "slo_ttft_s": slo_ttft_s, "slo_tpot_s": slo_tpot_s,
+                       "scrape_interval": scrape_interval, "request_timeout": request_timeout,
+                       "prefix_tokens": prefix_tokens})
         self.sampling = {k: v for k, v in (sampling or {}).items() if v is not None}
         self.ignore_eos = target.takes_ignore_eos if ignore_eos is None else bool(ignore_eos)
-        for name, value in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
-            if value is not None and not value > 0:
-                raise BenchError(name, f"{value!r} is not a positive number of seconds", "numbers > 0, or None")
-        if not scrape_interval > 0:
-            raise BenchError("scrape_interval", f"{scrape_interval!r}", "numbers of seconds > 0")
         self.slo_ttft_s, self.slo_tpot_s = slo_ttft_s, slo_tpot_s
         self.output = Path(output) if output is not None else None
         # A server that counts prompt tokens its own way (another tokenizer, words, ...): keep the

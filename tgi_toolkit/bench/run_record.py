@@ -3,12 +3,14 @@ points; apart from sending so that what identifies a run reads in one place."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
 import shutil
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from tgi_toolkit.bench import provenance
@@ -19,6 +21,39 @@ from tgi_toolkit.bench.target import Target
 
 def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+# Flags of a command line that say where and how a run goes, not what it measures (the second item: whether
+# the flag takes a value); two command lines that differ only in these ask for the same run.
+WHERE_FLAGS = {"--output": True, "-o": True, "--resume": False, "--overwrite": False, "--no-resume": False,
+               "--no-progress": False}
+
+
+def run_identity(command: list[str]) -> list[str]:
+    """A command line (provenance's `command`) without its WHERE_FLAGS: what identifies the run it asked for
+    before any server is started (the resume key needs the server's configuration and model)."""
+    out, skip = [], False
+    for i, arg in enumerate(command):
+        if arg == "--":  # launcher flags: all part of the run's identity
+            return out + command[i:]
+        if skip:
+            skip = False
+        elif arg in WHERE_FLAGS:
+            skip = WHERE_FLAGS[arg]
+        else:
+            out.append(arg)
+    return out
+
+
+def earlier_runs(folder: str | Path, command: list[str]) -> list[dict[str, Any]]:
+    """The runs a results folder holds that the same command line made (oldest first)."""
+    found = []
+    for path in (Path(folder) / "runs").glob("*.json"):
+        with contextlib.suppress(ValueError, OSError):
+            run = json.loads(path.read_text())
+            if run.get("command") and run_identity(run["command"]) == run_identity(command):
+                found.append(run)
+    return sorted(found, key=lambda r: r.get("started_at") or "")
 
 
 

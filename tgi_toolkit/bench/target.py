@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 
+from tgi_toolkit.bench.checks import length_rule
 from tgi_toolkit.bench.client import API_KINDS
 from tgi_toolkit.bench.errors import BenchError
 
@@ -61,15 +62,7 @@ class Target:
 
     def check_lengths(self, prompt_tokens: int, max_new_tokens: int, field_name: str = "prompt_tokens") -> None:
         """Refuse lengths the server would refuse, naming the field and the allowed range."""
-        limit = self.max_input_tokens
-        if limit is not None and prompt_tokens > limit:
-            raise BenchError(field_name, f"{prompt_tokens} is over the server's max_input_tokens",
-                             f"1 to {limit}")
-        total = self.max_total_tokens
-        if total is not None and prompt_tokens + max_new_tokens > total:
-            raise BenchError(field_name, f"{prompt_tokens} prompt + {max_new_tokens} new tokens is over the "
-                                         f"server's max_total_tokens {total}",
-                             f"prompt + new tokens <= {total}")
+        length_rule(self.max_input_tokens, self.max_total_tokens, prompt_tokens, max_new_tokens, field_name)
 
 
 def _read_info(url: str, api_key: str | None) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.checks import LaunchLimits, check_options, check_scenario
+from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.config import ConfigError, LauncherConfig
 from tgi_toolkit.config.options import suggest
 
@@ -91,6 +93,17 @@ class Workload:
         self.scenario = scenario
         self.name = name
         self.params: dict[str, Any] = _stable(params)
+        self.check()
+
+    def check(self, limits: LaunchLimits | None = None) -> None:
+        """Its values checked as its run will check them (bench.checks), before any server is launched;
+        `limits`: a configuration's, for its lengths. SweepError naming the field and the allowed values."""
+        try:
+            check_scenario(self.scenario, self.params, limits)
+            check_options(self.params if self.scenario != "shared_prefix"  # its prefix_tokens is its own
+                          else {k: v for k, v in self.params.items() if k != "prefix_tokens"})
+        except BenchError as exc:
+            raise SweepError(f"workload {self.label}: {exc}") from None
 
     @property
     def key(self) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tgi_toolkit.bench.checks import LaunchLimits
 from tgi_toolkit.config import LauncherConfig
 from tgi_toolkit.config.options import suggest
 
@@ -173,10 +174,17 @@ class Sweep:
         seen: set[str] = set()
         # The servers' environment decides TGI 3's scheduling mode, hence which rules apply.
         env = {**os.environ, **{str(k): str(v) for k, v in (self.server.get("env") or {}).items()}}
+        workloads = self.resolved_workloads()
         for overrides in combos:
             made = make_config(self.base, overrides, len(out), env=env, backend=self.backend)
             if made.config_id in seen:
                 continue
+            if made.valid:  # a workload's lengths over this configuration's limits would fail once launched
+                for workload in workloads:
+                    try:
+                        workload.check(LaunchLimits.of(made.config))
+                    except SweepError as exc:
+                        made.problems.append({"fields": ["max_input_tokens", "max_total_tokens"], "rule": str(exc)})
             seen.add(made.config_id)
             out.append(made)
         return out
