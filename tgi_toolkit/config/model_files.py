@@ -251,21 +251,6 @@ def _forget_gguf_origin(model: Any) -> None:
         model.is_quantized = False
 
 
-
-
-def model_config_file(model: str, revision: str | None = None) -> Path:
-    """The config.json describing `model`: a config.json itself, a model directory, or any model id the
-    embedded engine takes (the bundled default by name, a .gguf file, a hub id in the local cache), read
-    the way the engine finds it (a GGUF model through its converted copy, made now if missing).
-    Raises ModelNotFoundError naming every place looked."""
-    path = Path(model).expanduser()
-    if path.is_file() and path.suffix == ".json":
-        return path
-    if path.is_dir() and (path / "config.json").is_file():
-        return path / "config.json"
-    return converted_model_dir(resolve_model(model, revision)) / "config.json"
-
-
 def model_config(model: str | Path, revision: str | None = None) -> dict[str, Any]:
     """config.json fields of `model`, read without loading or converting weights: a config.json, a model
     directory, a .gguf file (its header), a shipped shape by id (data/models/, tgi_toolkit.config.shipped_models),
