@@ -149,6 +149,20 @@ def test_admission_reserves_the_whole_prompt_unless_turned_off(reserve_full):
         assert obs.preempted_names[0] == "B"
 
 
+def test_no_waiting_request_is_admitted_in_a_step_that_preempted():
+    # 5 blocks of 4 (4 usable), budget 9, only first chunks reserved. Step 1: A's 4 (1 block), C's first 5 of 12
+    # (2 blocks). Step 2: A's 5th token takes the last block; C's next 7 need a 3rd: C preempts itself, freeing 2.
+    # C's first chunk of 8 (2 blocks) would fit the 8 tokens of budget and 2 free blocks, but the step preempted:
+    # C comes back the step after.
+    s, rec, _ = make(num_gpu_blocks=5, max_num_batched_tokens=9, block_size=4, enable_prefix_caching=False,
+                     scheduler_reserve_full_isl=False)
+    add(s, "A", 4, 5)
+    add(s, "C", 12, 1)
+    run(s, 3)
+    assert rec.steps == [[("A", 0, 4, True), ("C", 0, 5, False)], [("A", 4, 1, True)],
+                         [("A", 5, 1, True), ("C", 0, 8, False)]]
+
+
 def test_prefix_hits_are_full_blocks_at_most_all_tokens_but_one_and_shared_while_running():
     # Blocks are cached once scheduled full: Y, queued while X runs, hits X's 2 blocks (8 of its 12 tokens).
     # A repeat of X's 8 tokens may hit 7 at most: 1 block, so it computes 4.
