@@ -119,3 +119,51 @@ def test_make_lab_prints_notebook_01s_url(tmp_path) -> None:
     finally:
         os.killpg(lab.pid, signal.SIGTERM)
         lab.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_notebook_01_opens_unmodified_in_jupyterlab(tmp_path) -> None:
+    """Opened in a real JupyterLab (Debian's chromium), notebook 01 is not marked modified once its kernel has
+    started: JupyterLab rewrites the kernelspec it names when the kernel's differs (issue 43)."""
+    import shutil
+
+    from tests.test_app_browser import BROWSER_ARGS, NO_BROWSER, find_browser
+    from tgi_toolkit.server.ports import free_port
+
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+    if find_browser() is None:
+        pytest.skip(NO_BROWSER)
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    shutil.copy2(ROOT / "notebooks" / "01_configure_and_launch.ipynb", root)
+    port = free_port()
+    with (tmp_path / "lab.log").open("w") as log:
+        lab = subprocess.Popen(
+            [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+             f"--ServerApp.port={port}", "--ServerApp.token=t", f"--ServerApp.root_dir={root}",
+             f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}", "--allow-root"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "JUPYTER_CONFIG_PATH": str(TOOLS / "jupyter")})
+    try:
+        with playwright_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=find_browser(), args=BROWSER_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            deadline = time.monotonic() + 120
+            while True:  # JupyterLab takes a few seconds to listen
+                try:
+                    page.goto(f"http://127.0.0.1:{port}/lab/tree/01_configure_and_launch.ipynb?token=t")
+                    break
+                except playwright_api.Error:
+                    assert time.monotonic() < deadline and lab.poll() is None, (tmp_path / "lab.log").read_text()
+                    time.sleep(1)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=150_000)
+            page.wait_for_timeout(3000)  # the kernel's spec and language_info reach the model after it is idle
+            dirty = page.evaluate("() => [...document.querySelectorAll('.lm-TabBar-tab.jp-mod-dirty')]"
+                                  ".map(t => t.textContent)")
+            page.screenshot(path=str(tmp_path / "lab.png"))
+            browser.close()
+        assert dirty == [], f"marked modified on opening: {dirty}"
+    finally:
+        os.killpg(lab.pid, signal.SIGTERM)
+        lab.wait(timeout=30)
