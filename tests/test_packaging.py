@@ -65,6 +65,8 @@ def test_an_installed_wheel_reads_its_own_data(tmp_path: Path) -> None:
         from tgi_toolkit.simulate.gpu import fitted_factors
         from tgi_toolkit.simulate.corpus import load_figures
         print(round(fitted_factors()["bandwidth_efficiency"], 6), len(load_figures()))
+        from tgi_toolkit.config.shipped_models import shipped_config, shipped_models_dir
+        print(shipped_models_dir(), shipped_config("Qwen/Qwen3-8B")["num_hidden_layers"])
     """)
     env = {k: v for k, v in os.environ.items() if k != "TGI_TOOLKIT_DATA"}
     env["PYTHONPATH"] = str(site)  # ahead of the checkout's editable install
@@ -81,6 +83,8 @@ def test_an_installed_wheel_reads_its_own_data(tmp_path: Path) -> None:
     figures = (ROOT / "data" / "reference" / "gpu_figures.csv").read_text().count("\n")
     bandwidth, rows = out[5].split()
     assert float(bandwidth) == round(fit["factors"]["bandwidth_efficiency"], 6) and 0 < int(rows) < figures
+    # the published model shapes, by id, from the wheel's own data/models (Qwen3-8B has 36 layers)
+    assert out[6] == f"{package / 'data' / 'models'} 36"
 
     # a data folder of one's own wins, and a wrong one says where it looked
     env["TGI_TOOLKIT_DATA"] = str(tmp_path / "nowhere")
@@ -97,4 +101,4 @@ def test_the_sdist_carries_data_for_the_wheel_built_from_it(tmp_path: Path) -> N
     with tarfile.open(tmp_path / name) as sdist:
         members = {m.split("/", 1)[1] for m in sdist.getnames() if "/" in m}
     committed = {str(p.relative_to(ROOT)) for p in (ROOT / "data").rglob("*") if p.is_file()}
-    assert {p for p in committed if p.startswith(("data/reference/", "data/examples/"))} <= members
+    assert {p for p in committed if p.startswith(("data/reference/", "data/examples/", "data/models/"))} <= members
