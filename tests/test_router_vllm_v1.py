@@ -163,6 +163,22 @@ def test_no_waiting_request_is_admitted_in_a_step_that_preempted():
                          [("A", 5, 1, True), ("C", 0, 8, False)]]
 
 
+def test_freed_blocks_unhashed_reused_first_cached_evicted_tail_first():
+    # Blocks 1-5 free (0 is the null block). A request takes 1, 2, 3; 1 and 2 are full and cached. Freed last block
+    # first: 3 (no hash) goes to the queue's front, 2 then 1 to its end: 3, 4, 5, 2, 1. Four new blocks take 3, 4,
+    # 5 and 2, evicting 2's hash: only block 1's prefix can still be hit.
+    from tgi_toolkit.router.vllm_v1 import BlockPool
+
+    pool = BlockPool(6, 4, caching=True)
+    assert pool.take(3) == [1, 2, 3]
+    pool.cache(1, 111)
+    pool.cache(2, 222)
+    pool.release([3, 2, 1])
+    assert list(pool.free) == [3, 4, 5, 2, 1]
+    assert pool.take(4) == [3, 4, 5, 2]
+    assert pool.cached == {111: 1} and pool.hits([111, 222], 8) == [1]
+
+
 def test_prefix_hits_are_full_blocks_at_most_all_tokens_but_one_and_shared_while_running():
     # Blocks are cached once scheduled full: Y, queued while X runs, hits X's 2 blocks (8 of its 12 tokens).
     # A repeat of X's 8 tokens may hit 7 at most: 1 block, so it computes 4.
