@@ -76,6 +76,10 @@ def test_a_figure_names_what_differs_in_its_legend_and_every_setting_in_its_hove
     pareto = plots.pareto_plot(points.assign(ttft_p50_s=0.1))
     assert {t.name for t in pareto.data} >= {"cuda_memory_fraction=0.006867", "cuda_memory_fraction=1.0"}
     assert all("max_total_tokens=256" in t.hovertemplate for t in pareto.data if t.name.startswith("cuda"))
+    requests = pd.DataFrame({S.CONFIG_LABEL: configs * 3, S.ITL_S: [[0.01, 0.02]] * 6})
+    violins = plots.itl_distribution(requests, by=S.CONFIG_LABEL)
+    assert [t.name for t in violins.data] == ["cuda_memory_fraction=0.006867", "cuda_memory_fraction=1.0"]
+    assert "max_batch_size=4, max_input_tokens=192" in violins.data[1].hovertemplate
 
 
 @pytest.mark.parametrize(("name", "wrapped"), [

@@ -24,6 +24,7 @@ from tgi_toolkit.plots._common import (
     series_label,
     time_scale,
 )
+from tgi_toolkit.plots.labels import settings_hover, shorten_config_labels
 
 if TYPE_CHECKING:  # bench.stats brings the HTTP client with it: imported when a fit is made
     from tgi_toolkit.bench.stats import IngestionFit
@@ -56,7 +57,10 @@ def distribution(requests: pd.DataFrame, column: str = S.ITL_S, *, by: str | Seq
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     by_cols = [by] if isinstance(by, str) else list(by)
     df = measured(require_columns(requests, [column, *by_cols], "distribution"), successful=True)
+    # configurations named by what differs between them; the hover has every setting
+    df, full_labels = shorten_config_labels(df) if S.CONFIG_LABEL in by_cols else (df, {})
     groups: dict[str, np.ndarray] = {}
+    settings: dict[str, list[str]] = {}
     if not df.empty:
         for key, part in df.groupby(by_cols, sort=False, dropna=False):
             keys = key if isinstance(key, tuple) else (key,)
@@ -64,6 +68,8 @@ def distribution(requests: pd.DataFrame, column: str = S.ITL_S, *, by: str | Seq
             values = _pooled(part[column])
             if values.size:
                 groups[label] = values
+                config = dict(zip(by_cols, keys, strict=True)).get(S.CONFIG_LABEL)
+                settings[label] = settings_hover(full_labels.get(config)) if config is not None else []
     pooled = np.concatenate(list(groups.values())) if groups else np.empty(0)
     factor, unit = time_scale(pooled) if unit is None else ({"ms": 1000.0, "s": 1.0}[unit], unit)
     colors = color_map(groups)
@@ -73,7 +79,7 @@ def distribution(requests: pd.DataFrame, column: str = S.ITL_S, *, by: str | Seq
     for label in colors:  # sorted: points and configurations in a stable order
         values = groups[label] * factor
         style = {"name": label, "marker": {"color": colors[label]}}
-        on_y = hover(f"<b>{label}</b>", f"{column_name(column)}: %{{y:{fmt}}} {unit}")
+        on_y = hover(f"<b>{label}</b>", f"{column_name(column)}: %{{y:{fmt}}} {unit}", *settings[label])
         if kind == "violin":
             fig.add_trace(go.Violin(y=values, box_visible=True, meanline_visible=True, points=False,
                                     line={"color": colors[label]}, hoveron="violins+kde", hovertemplate=on_y,
