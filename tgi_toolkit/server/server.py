@@ -63,8 +63,9 @@ class Server:
     1024
 
     backend: "embedded" (default; the CPU engine in this package), "tgi" (`text-generation-launcher`
-    on PATH), "tgi-docker" (TGI's image through `docker run`), "vllm" (`vllm serve` on PATH), or
-    "url" (attach to a server already running at `url`; the default when `url` is given).
+    on PATH), "tgi-docker" (TGI's image through `docker run`), "vllm" (`vllm serve`: the `vllm` that
+    TGI_TOOLKIT_VLLM names, else the one on PATH), or "url" (attach to a server already running at
+    `url`; the default when `url` is given).
     log_path: where the process's stdout and stderr go (default: a new file under the temp dir).
     on_log: called with each log line (no newline), from a reader thread.
     env: extra environment variables for the process.

@@ -27,7 +27,8 @@ class VllmBackend(Backend):
         # the CPU backend words it the same way): the counterpart of TGI's max batch total tokens.
         "kv_cache_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
         "max_concurrency": re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
-        "version": re.compile(r"vLLM API server version (\S+)"),
+        # older servers log "vLLM API server version 0.6.3"; 0.32 only "Initializing a V1 LLM engine (v0.32.0)"
+        "version": re.compile(r"(?:vLLM API server version |Initializing a V1 LLM engine \(v)([^\s)]+)"),
     }
     ready_pattern = re.compile(r"Application startup complete|Uvicorn running on")
 
