@@ -93,6 +93,7 @@ def test_every_scenario_refuses_bad_values_before_a_server_starts(argv, message,
 
 
 def test_a_sweep_dry_run_refuses_what_its_run_would(tmp_path):
+    tmp_path.mkdir(exist_ok=True)
     spec = tmp_path / "sweep.yaml"
     spec.write_text("base: {max_input_tokens: 64, max_total_tokens: 128}\n"
                     "workloads:\n  - {scenario: concurrency, users: [-1, 4], prompt_tokens: 16, max_new_tokens: 4}\n")
@@ -190,3 +191,48 @@ def test_overwrite_measures_again_and_resume_finishes_an_interrupted_run(engine_
     done = load_results(cut)
     assert done.run_ids == interrupted.run_ids and done.runs[0]["sessions"] == 2
     assert done.runs[0]["status"] == "complete" and len(done.points) == 2
+
+
+# -- a sweep's reruns ------------------------------------------------------------------------------------
+def sweep_folder(tmp_path: Path, statuses: list[str]) -> tuple[Path, Path]:
+    """A spec of two configurations and a folder whose sweep.json gives them these statuses."""
+    from tgi_toolkit.sweep import Sweep
+
+    tmp_path.mkdir(exist_ok=True)
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text("base: {max_input_tokens: 64, max_total_tokens: 128}\ngrid: {max_batch_size: [1, 2]}\n"
+                    "workloads:\n  - {scenario: concurrency, users: [1], prompt_tokens: 16, max_new_tokens: 4}\n")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    configs = Sweep.from_yaml(spec).configs()
+    (folder / "sweep.json").write_text(json.dumps({"configs": [
+        {"config_id": c.config_id, "status": status, "workloads": {"w": {"status": status, "run_id": f"r{i}"}}}
+        for i, (c, status) in enumerate(zip(configs, statuses, strict=True))]}))
+    return spec, folder
+
+
+def test_a_sweep_folder_holding_this_sweep_is_refused_before_anything_starts(tmp_path, no_launch, capsys):
+    spec, folder = sweep_folder(tmp_path, ["complete", "failed"])
+    for extra in ([], ["--resume"]):
+        assert cli_main(["sweep", str(spec), "--output", str(folder), "--no-progress", *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"{folder} already holds this sweep, finished (1 complete, 1 failed); nothing is reused" in err
+        assert "--overwrite to measure it again, replacing it; --retry-failed to relaunch the failed ones" in err
+        assert "--resume only finishes an interrupted sweep" in err
+    spec, folder = sweep_folder(tmp_path / "cut", ["complete", "interrupted"])
+    assert cli_main(["sweep", str(spec), "--output", str(folder), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "holds an unfinished run of this sweep (1 of 2 configurations finished)" in err
+    assert "--resume to finish it" in err
+    assert no_launch == []
+
+
+def test_a_sweep_overwrite_replaces_the_earlier_runs(tmp_path):
+    from tgi_toolkit.sweep.cli import runs_to_replace
+    from tgi_toolkit.sweep.spec import Sweep
+
+    spec, folder = sweep_folder(tmp_path, ["complete", "complete"])
+    args = argparse.Namespace(resume=False, overwrite=True, retry_failed=False)
+    assert runs_to_replace(Sweep.from_yaml(spec), str(folder), args) == ["r0", "r1"]
+    args = argparse.Namespace(resume=False, overwrite=False, retry_failed=False)
+    assert runs_to_replace(Sweep.from_yaml(spec), str(tmp_path / "new"), args) == []  # a new folder

@@ -12,7 +12,7 @@ everything in one results folder, resumable, locally or on a Ray cluster.
     results = sweep.run("results/sweep")  # tgi_toolkit.bench Results of the folder
     sweep_status("results/sweep")         # one row per configuration: swept values, status, why
 
-`tgi-toolkit sweep SPEC.yaml [--output DIR] [--executor local|ray] [--no-resume] [--dry-run]` runs a
+`tgi-toolkit sweep SPEC.yaml [--output DIR] [--executor local|ray] [--resume|--overwrite] [--dry-run]` runs a
 YAML specification (example: examples/sweep.yaml):
 
     name: batching-knobs            # optional, for people
