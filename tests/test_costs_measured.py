@@ -13,14 +13,8 @@ import pandas as pd
 import pytest
 
 from tgi_toolkit.costs.features import Shape
-from tgi_toolkit.costs.measured import (
-    Curve,
-    KernelTables,
-    MeasuredCostModel,
-    database_root,
-    gpu_cost_model,
-    nearest_version,
-)
+from tgi_toolkit.costs.kernel_tables import Curve, KernelTables, database_root, nearest_version
+from tgi_toolkit.costs.measured import MeasuredCostModel, gpu_cost_model
 from tgi_toolkit.simulate.hardware import achievable
 
 # hidden 128, 4 heads of 32 (2 KV heads), MLP 256 gated, vocab 512, 2 layers:

@@ -133,15 +133,24 @@ def test_the_regime_of_a_prediction(metric, rows, shards, regime):
 def test_the_cli_prints_each_metrics_held_out_error_and_refuses_an_unknown_server(capsys):
     from tgi_toolkit.cli import main
 
+    from tgi_toolkit.costs.measured import gpu_cost_model
+
     args = ["simulate", "concurrency", "--gpu", "H100", "--model", LLAMA3_8B, "-u", "8", "--prompt-tokens", "256",
             "--max-new-tokens", "16", "--requests", "8"]
-    assert main([*args, "--server", "vllm-v1"]) == 0
+    assert main([*args, "--server", "vllm-v1", "--cost-model", "roofline"]) == 0
     out = capsys.readouterr().out
     decode = uncertainty(roofline("H100", LLAMA3_8B, server="vllm-v1"), "tpot", rows=8)
     prefill = uncertainty(roofline("H100", LLAMA3_8B, server="vllm-v1"), "ttft")
     assert f"TPOT: ±{100 * decode.error:.0f} % (at least 80 % of {decode.figures} held-out" in out
     assert f"TTFT: ±{100 * prefill.error:.0f} % (at least 80 % of {prefill.figures} held-out" in out
     assert "vLLM V1" in out
+    # the default on an H100 sums measured kernel times, and carries that model's own held-out record
+    assert main([*args, "--server", "vllm-v1"]) == 0
+    out = capsys.readouterr().out
+    measured = uncertainty(gpu_cost_model("H100", LLAMA3_8B, server="vllm-v1"), "tpot", rows=8)
+    assert measured.figures != decode.figures or measured.error != decode.error
+    assert f"TPOT: ±{100 * measured.error:.0f} % (at least 80 % of {measured.figures} held-out" in out
+    assert "priced by: measured: h100_sxm" in out
     assert main([*args, "--server", "tgi-9"]) == 2
     assert "--server: 'tgi-9' is not a server profile (allowed: tgi-3" in capsys.readouterr().err
 
