@@ -226,11 +226,11 @@ def test_a_paced_forward_lasts_its_price_and_computes_the_same_tokens(loaded, al
     assert tokens == alone[0][:4]
     assert stamps[0] - began >= 0.3
     assert all(b - a >= 0.2 for a, b in itertools.pairwise(stamps))
-    # unpaced, the same steps take the model's own time (well under 0.2 s a decode step here)
+    # unpaced, the same steps give the same tokens (their own time is the machine's: not asserted, issue 43)
     engine.backend.pace = None
     stamps.clear()
     tokens.clear()
     engine.submit(request(loaded, PROMPTS[0], n=4), emit)
     while engine.scheduler.step():
         pass
-    assert tokens == alone[0][:4] and min(b - a for a, b in itertools.pairwise(stamps)) < 0.2
+    assert tokens == alone[0][:4]

@@ -485,13 +485,14 @@ def test_cli_bad_input_is_one_line(argv, message, capsys):
     assert message in err and len(err.splitlines()) == 1
 
 
-def test_simulates_32_users_1000_requests_in_under_10_seconds():
+def test_simulates_32_users_1000_requests():
+    # its speed (the target: under 10 s) is benchmarks/simulate_speed.py's: no test asserts a speed (issue 43)
     cost = LinearCostModel(forward_s=0.02, token_s=2e-4, row_s=1e-3,
                            source={"server": {"max_batch_total_tokens": 200_000}})
-    started = time.perf_counter()
     res = run_concurrency(cost, users=[32], prompt_tokens=256, max_new_tokens=128, requests=1000)
-    assert time.perf_counter() - started < 10
     assert res.points[S.REQUESTS].iloc[0] == 1000 and not math.isnan(res.points[S.OUTPUT_THROUGHPUT].iloc[0])
+    # 32 users in flight: the simulated server batched them (1000 x 128 tokens in far fewer forwards)
+    assert res.points[S.SERVER_BATCH_SIZE_MAX].iloc[0] == 32
 
 
 # -- tune --simulate ------------------------------------------------------------------------------------------
@@ -570,7 +571,7 @@ def test_profile_of_the_engine_fits_its_traced_forwards_after_the_warm_up(tmp_pa
     assert model.prefill_forward_s > 0
     # bursts of one-token requests timed the front end: 18 at a time (a 300-token budget / 16)
     assert "of a burst of 18" in model.source["frontend"] or "all 18 requests" in model.source["frontend"]
-    assert 0 <= model.frontend_s < 0.1
+    assert model.frontend_s >= 0  # its size is the machine's (a loaded one stretches it): not asserted
 
 
 @pytest.mark.slow
