@@ -4,7 +4,6 @@ not computed again, and /metrics shows both."""
 from __future__ import annotations
 
 import random
-import time
 
 import httpx
 import pytest
@@ -27,18 +26,6 @@ def prompt_of(url: str, tokens: int, seed: int) -> str:
     return text[: ids[tokens - 1]["stop"]] if len(ids) > tokens else text
 
 
-def ttft(url: str, text: str, max_new_tokens: int = 2) -> float:
-    started = time.perf_counter()
-    with httpx.stream("POST", url + "/generate_stream", timeout=120,
-                      json={"inputs": text, "parameters": {"max_new_tokens": max_new_tokens}}) as response:
-        assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("data:"):
-                assert '"token"' in line, line
-                return time.perf_counter() - started
-    raise AssertionError("no token event")
-
-
 def metric(url: str, name: str, **labels: str) -> float:
     for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text):
         for sample in family.samples:
@@ -47,14 +34,31 @@ def metric(url: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+def counted(url: str) -> dict[str, float]:
+    """Forwards run, prompt tokens computed and prompt tokens found in the prefix cache, so far."""
+    forwards = sum(metric(url, "tgi_batch_inference_count_total", method=m) for m in ("prefill", "decode"))
+    return {"forwards": forwards, "computed": metric(url, "tgi_toolkit_prefill_computed_tokens_total"),
+            "cached": metric(url, "tgi_toolkit_prefix_cache_hit_tokens_total")}
+
+
 def test_a_repeated_1000_token_prompt_is_served_from_the_prefix_cache(engine_url):
+    # What makes the repeats' TTFT a fraction of the first's (benchmarks/engine_tgi3.py measures it), counted
+    # by the engine instead of timed, which a busy machine would upset.
     text = prompt_of(engine_url, 1000, seed=12)
-    hits_before = metric(engine_url, "tgi_toolkit_prefix_cache_hit_tokens_total")
-    first = ttft(engine_url, text)
-    again = min(ttft(engine_url, text) for _ in range(2))
-    assert again * 3 <= first, (first, again)
-    # The second and third requests found 999 cached tokens each (the last one is always computed).
-    assert metric(engine_url, "tgi_toolkit_prefix_cache_hit_tokens_total") - hits_before >= 2 * 999
+    before = counted(engine_url)
+    for _ in range(3):
+        answer = httpx.post(engine_url + "/generate", timeout=120,
+                            json={"inputs": text, "parameters": {"max_new_tokens": 2}})
+        assert answer.status_code == 200, answer.text
+    after = counted(engine_url)
+    done = {k: after[k] - before[k] for k in after}
+    # Each of the 3 x 1000 prompt tokens computed or found cached; the second and third requests found 999
+    # cached tokens each (the last one is always computed), so at most 1000 + 1 + 1 were computed (the first
+    # request may find a few of its first words cached by other tests' prompts of the same ten words).
+    assert done["computed"] + done["cached"] == 3 * 1000, done
+    assert done["cached"] >= 2 * 999 and done["computed"] <= 1000 + 2, done
+    # One prefill forward a request (1000 tokens fit the 2048-token budget) and one decode for its second token.
+    assert done["forwards"] == 3 * 2, done
 
 
 def test_a_prompt_longer_than_the_prefill_budget_is_chunked_while_others_decode(tmp_path):
