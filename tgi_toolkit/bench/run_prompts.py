@@ -56,7 +56,8 @@ class RunPrompts(RunRequests):
         """The server's own count of a built prompt must be the requested length (pitfall 2)."""
         if length in self._checked_lengths:
             return
-        record = await self.client.stream(GenerationRequest(prompt, 1, sampling={}))
+        # with the run's ignore_eos: a server that serves only benchmark requests (random weights) answers it too
+        record = await self.client.stream(GenerationRequest(prompt, 1, self.ignore_eos, sampling={}))
         await self.check_record(record, None)
         if record.error is not None:
             raise BenchError("prompt_tokens", f"the server refused a prompt of {length} tokens: "

@@ -1,0 +1,353 @@
+"""The GPU probe (issue 41, 4): what one short lease of a card can tell, in one command of at most 8 minutes.
+
+On whatever device it finds (or `--device`), in this order, into one folder (default
+data/measured/gpu/<card>-<date>/):
+
+1. `profile-gpu`: the card's kernel times for the model's shapes (kernels/, tgi_toolkit.costs.profile);
+2. predictions, before anything is served: bench's batch table and closed-loop users simulated from the card's
+   datasheet (the roofline, tgi_toolkit.simulate.gpu) and from the kernel times just measured
+   (tgi_toolkit.costs.measured), each as bench's Results (predicted/roofline/, predicted/measured/);
+3. the engine served over HTTP (`tgi-toolkit serve --random-weights`, Llama-3.1-8B's shape; CUDA graphs at the
+   batch sizes measured) and measured with the toolkit's own bench: the batch table (batch 1-64) and 1, 8 and 32
+   users (measured/);
+4. summary.json and summary.md: every point predicted beside measured, the decode step at batch 1 against the
+   weights' read time at the measured copy bandwidth, and the provenance (card, driver, torch, CUDA).
+
+`--device cpu --tiny` runs the same steps on a toy random model in about a minute (CI:
+tests/test_gpu_probe.py). A CPU has no datasheet: pass `--card H100` to run the predictions' code anyway, for
+that card's datasheet (the summary says so). docs/gpu-probe.md says how to run it on a lent GPU in one call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import re
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run from a checkout without installing (the lent GPU's python)
+    sys.path.insert(0, str(ROOT))
+
+MODEL = "meta-llama/Llama-3.1-8B"
+# Llama-3.1-8B's config.json (its Hugging Face repository), for a checkout without the shipped shapes
+LLAMA_31_8B = {
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "head_dim": 128,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "tie_word_embeddings": False, "hidden_act": "silu", "bos_token_id": 128000, "eos_token_id": 128001,
+    "torch_dtype": "bfloat16"}
+# A toy Llama for --tiny: the bundled tokenizer's 49152 ids, so its prompts are in the vocabulary.
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 49152, "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+PLANS = {
+    "full": {"batch_sizes": [1, 2, 4, 8, 16, 32, 64], "sequence_length": 128, "decode_length": 64, "runs": 3,
+             "users": [1, 8, 32], "prompt_tokens": 256, "max_new_tokens": 128, "profile_budget_s": 150.0,
+             "max_total_tokens": 4096, "max_batch_prefill_tokens": 8192},
+    "tiny": {"batch_sizes": [1, 4, 16], "sequence_length": 16, "decode_length": 8, "runs": 2,
+             "users": [1, 8], "prompt_tokens": 16, "max_new_tokens": 8, "profile_budget_s": 30.0,
+             "max_total_tokens": 256, "max_batch_prefill_tokens": 512, "kv_tokens": 65536},
+}
+SERVER_PROFILE = "tgi-3"  # the simulator's server: the engine schedules by TGI 3's rules
+
+
+def requests_for(users: int) -> int:
+    """Measured requests at `users` closed-loop users: at least two rounds, and 8 at one user."""
+    return max(8, 2 * users)
+
+
+def launcher_flags(plan: dict[str, Any], device: str) -> list[str]:
+    """The engine's limits, the same for the server and the simulator."""
+    flags = ["--max-concurrent-requests", str(max(max(plan["batch_sizes"]), max(plan["users"]))),
+             "--max-best-of", "1", "--max-total-tokens", str(plan["max_total_tokens"]),
+             "--max-input-tokens", str(plan["max_total_tokens"] // 2),
+             "--max-batch-prefill-tokens", str(plan["max_batch_prefill_tokens"])]
+    if device == "cuda":
+        flags += ["--cuda-graphs", ",".join(map(str, plan["batch_sizes"]))]
+    return flags
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "device"
+
+
+def weight_bytes(config: dict[str, Any], dtype_bytes: int = 2) -> int:
+    """Bytes a decode step reads: every layer's projections and the LM head (norms and the embedding row are
+    negligible)."""
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or hidden // heads
+    layer = hidden * (heads + 2 * kv) * head_dim + heads * head_dim * hidden + 3 * hidden * inter
+    return dtype_bytes * (config["num_hidden_layers"] * layer + config["vocab_size"] * hidden)
+
+
+def copy_bandwidth(kernels: Path) -> float | None:
+    """Bytes a second the largest measured copy moved, counting bytes read and written (mem_perf.parquet)."""
+    import pandas as pd
+
+    path = kernels / "mem_perf.parquet"
+    if not path.exists():
+        return None
+    table = pd.read_parquet(path)
+    biggest = table.loc[table["bytes"].idxmax()]
+    return 2 * float(biggest["bytes"]) / (float(biggest["latency"]) / 1e3)
+
+
+# -- the steps ----------------------------------------------------------------------------------------------
+def prepare_model(out: Path, config: dict[str, Any], tokenizer: Path | None) -> Path:
+    """out/model/: config.json and the tokenizer files the engine reads beside it."""
+    folder = out / "model"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    if tokenizer is None:
+        from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model
+
+        tokenizer = converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        if (tokenizer / name).is_file():
+            shutil.copy(tokenizer / name, folder / name)
+    if not (folder / "tokenizer.json").is_file():
+        raise SystemExit(f"error: --tokenizer {tokenizer}: no tokenizer.json there")
+    return folder
+
+
+class CappedKV:
+    """A cost model whose server holds at most `tokens` tokens of KV: the toy model on a card's datasheet would
+    otherwise get hundreds of millions of one-token blocks, which the simulated allocator lists one by one."""
+
+    def __init__(self, cost: Any, tokens: int) -> None:
+        self.cost, self.tokens = cost, tokens
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cost, name)
+
+    def server_defaults(self) -> dict[str, Any]:
+        server = dict(self.cost.server_defaults())
+        for key in ("max_batch_total_tokens", "max_total_tokens"):
+            server[key] = min(int(server[key]), self.tokens)
+        server["max_input_tokens"] = min(int(server["max_input_tokens"]), self.tokens - 1)
+        return server
+
+
+def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str, Any], flags: list[str],
+            out: Path) -> dict[str, Any]:
+    """The simulator's batch table and users for `kind` (roofline: the datasheet; measured: the kernel times)."""
+    from tgi_toolkit import simulate
+    from tgi_toolkit.costs.measured import gpu_cost_model
+
+    config = str(model_dir / "config.json")
+    if kind == "roofline":
+        cost = gpu_cost_model(card, config, cost_model="roofline", server=SERVER_PROFILE)
+    else:
+        cost = gpu_cost_model(card, config, cost_model="measured", kernel_times=str(kernels), server=SERVER_PROFILE)
+    if plan.get("kv_tokens"):
+        cost = CappedKV(cost, plan["kv_tokens"])
+    batch = simulate.run_batch(cost, batch_sizes=plan["batch_sizes"], sequence_length=plan["sequence_length"],
+                               decode_length=plan["decode_length"], runs=plan["runs"], config=flags,
+                               output=str(out / "batch"))
+    users = [simulate.run_concurrency(cost, users=[n], prompt_tokens=plan["prompt_tokens"],
+                                      max_new_tokens=plan["max_new_tokens"], requests=requests_for(n), config=flags,
+                                      output=str(out / "concurrency")) for n in plan["users"]]
+    return {"batch": batch_rows(batch), "concurrency": [r for res in users for r in user_rows(res)]}
+
+
+def batch_rows(results: Any) -> list[dict[str, Any]]:
+    """Per batch size, the medians over runs: prefill latency and decode token latency (bench's batch table)."""
+    table = results.batch
+    table = table[~table["warmup"]] if "warmup" in table else table
+    rows = []
+    for size, group in table.groupby("batch_size"):
+        rows.append({"batch_size": int(size), "prefill_latency_s": float(group["prefill_latency_s"].median()),
+                     "decode_token_latency_s": float(group["decode_token_latency_s"].median()),
+                     "decode_throughput_tok_s": float(group["decode_throughput_tok_s"].median())})
+    return rows
+
+
+def user_rows(results: Any) -> list[dict[str, Any]]:
+    from tgi_toolkit.bench import schema as S
+
+    rows = []
+    for _, point in results.points.iterrows():
+        rows.append({"users": int(point[S.USERS]), "ttft_p50_s": float(point[S.stat_column("ttft", "p50")]),
+                     "itl_p50_s": float(point[S.stat_column("itl", "p50")]),
+                     "output_throughput_tok_s": float(point[S.OUTPUT_THROUGHPUT])})
+    return rows
+
+
+def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str], out: Path,
+            health_timeout: float) -> dict[str, Any]:
+    """Serve the random-weight model with the engine (a child process the probe outlives never) and bench it."""
+    from tgi_toolkit import bench
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.server import Server
+
+    config = LauncherConfig.from_cli(["--model-id", str(model_dir), *flags])
+    env = {"TGI_TOOLKIT_DEVICE": device, "TGI_TOOLKIT_RANDOM_WEIGHTS": "1", "TGI_TOOLKIT_KV_CACHE_GIB": "0.25"}
+    started = time.perf_counter()
+    with Server(config, log_path=out / "engine.log", env=env, health_timeout=health_timeout,
+                startup_progress=False) as server:
+        ready_s = time.perf_counter() - started
+        info = server.info()
+        batch = bench.run_batch(server.url, batch_sizes=plan["batch_sizes"], sequence_length=plan["sequence_length"],
+                                decode_length=plan["decode_length"], runs=plan["runs"], ignore_eos=True,
+                                progress=False, output=str(out / "batch"))
+        users = [bench.run_concurrency(server.url, users=[n], prompt_tokens=plan["prompt_tokens"],
+                                       max_new_tokens=plan["max_new_tokens"], requests=requests_for(n),
+                                       ignore_eos=True, progress=False, output=str(out / "concurrency"))
+                 for n in plan["users"]]
+    return {"seconds_to_ready": round(ready_s, 1), "info": info, "batch": batch_rows(batch),
+            "concurrency": [r for res in users for r in user_rows(res)]}
+
+
+def ratios(predicted: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """predicted / measured, point by point (1.0: exact)."""
+    def by(rows: list[dict[str, Any]], key: str) -> dict[int, dict[str, Any]]:
+        return {row[key]: row for row in rows}
+
+    out: dict[str, Any] = {"batch": [], "concurrency": []}
+    for table, key in (("batch", "batch_size"), ("concurrency", "users")):
+        mine, theirs = by(predicted.get(table, []), key), by(measured.get(table, []), key)
+        for point in sorted(set(mine) & set(theirs)):
+            out[table].append({key: point, **{metric: _ratio(mine[point][metric], theirs[point][metric])
+                                              for metric in theirs[point] if metric != key}})
+    return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b and math.isfinite(a) and math.isfinite(b) else None
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    lines = [f"# GPU probe: {summary['provenance']['device']} ({summary['provenance']['date']})", "",
+             f"torch {summary['provenance']['torch']}, CUDA {summary['provenance']['cuda']}, driver "
+             f"{summary['provenance']['driver']}; model {summary['model']} with random weights; "
+             f"{summary['seconds']} s in all.", ""]
+    step = summary.get("weight_read")
+    if step:
+        lines += [f"Decode step at batch 1: {step['decode_token_latency_s'] * 1e3:.2f} ms against "
+                  f"{step['weight_read_s'] * 1e3:.2f} ms to read {step['weight_bytes'] / 1e9:.2f} GB at the "
+                  f"measured copy bandwidth ({step['copy_bandwidth_bytes_s'] / 1e9:.3g} GB/s): "
+                  f"{step['ratio']:.2f}x.", ""]
+    measured = summary.get("measured") or {}
+    for table, key in (("batch", "batch_size"), ("concurrency", "users")):
+        rows = measured.get(table) or []
+        if not rows:
+            continue
+        metrics = [m for m in rows[0] if m != key]
+        labels = {"roofline": "datasheet", "measured": "kernel times"}
+        lines += [f"## {table}: measured, and predicted / measured", "",
+                  "| " + " | ".join([key, *metrics, *[f"{labels[k]}: {m}" for k in labels for m in metrics]]) + " |",
+                  "|" + "---|" * (1 + 3 * len(metrics))]
+        for row in rows:
+            cells = [str(row[key]), *[f"{row[m]:.4g}" for m in metrics]]
+            for kind in ("roofline", "measured"):
+                ratio = next((r for r in summary.get("ratios", {}).get(kind, {}).get(table, []) if r[key] == row[key]),
+                             {})
+                cells += [str(ratio.get(m, "-")) for m in metrics]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    for kind, reason in (summary.get("skipped") or {}).items():
+        lines.append(f"- {kind}: {reason}")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default=None, metavar="{cuda,cpu}", help="default: cuda where torch sees one")
+    parser.add_argument("--tiny", action="store_true", help="a toy random model and short grids (CI, a CPU)")
+    parser.add_argument("--out", default=None, help="folder (default data/measured/gpu/<card>-<date>/)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="folder with tokenizer.json for the random model (default: the bundled model's)")
+    parser.add_argument("--card", default=None,
+                        help="the datasheet card the predictions use (default: this GPU's; none on a CPU)")
+    parser.add_argument("--health-timeout", type=float, default=300.0, help="seconds for the engine to start")
+    args = parser.parse_args(argv)
+
+    from tgi_toolkit.costs.profile import profile, provenance
+    from tgi_toolkit.engine.device import resolve_device
+
+    started = time.perf_counter()
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    plan = PLANS["tiny" if args.tiny else "full"]
+    facts = provenance(device)
+    out = Path(args.out) if args.out else \
+        ROOT / "data" / "measured" / "gpu" / f"{slug(facts['device'])}-{dt.date.today().isoformat()}"
+    out.mkdir(parents=True, exist_ok=True)
+    config = TINY if args.tiny else _llama_8b()
+    model_dir = prepare_model(out, config, Path(args.tokenizer) if args.tokenizer else None)
+    flags = launcher_flags(plan, device)
+    summary: dict[str, Any] = {"provenance": facts, "model": "tiny random Llama" if args.tiny else MODEL,
+                               "plan": plan, "launcher_flags": flags, "predicted": {}, "ratios": {}, "skipped": {}}
+    print(f"gpu_probe: {facts['device']} ({device}), torch {facts['torch']}, CUDA {facts['cuda']}, "
+          f"driver {facts['driver']} -> {out}", flush=True)
+
+    # 1. kernel times (the tiny plan's grid is profile-gpu's --tiny grid over the toy model's own shapes)
+    kernels = out / "kernels"
+    profile(config, kernels, device=device, tiny=args.tiny, budget_s=plan["profile_budget_s"],
+            log=lambda line: print(line, flush=True))
+
+    # 2. predictions, before the engine serves anything
+    card = args.card or (facts["device"] if device == "cuda" else None)
+    for kind in ("roofline", "measured"):
+        if card is None:
+            summary["skipped"][kind] = "a CPU has no datasheet: pass --card to predict for a card's"
+            continue
+        try:
+            summary["predicted"][kind] = predict(kind, card, model_dir, kernels, plan, flags, out / "predicted" / kind)
+            print(f"gpu_probe: predicted ({kind}, {card}) {summary['predicted'][kind]['batch'][:1]}", flush=True)
+        except Exception as exc:  # a prediction that cannot run here must not cost the lease its measurements
+            summary["skipped"][kind] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+    summary["card_for_predictions"] = card
+
+    # 3. the engine, served and measured
+    summary["measured"] = measure(model_dir, device, plan, flags, out / "measured", args.health_timeout)
+    for kind, predicted in summary["predicted"].items():
+        summary["ratios"][kind] = ratios(predicted, summary["measured"])
+
+    # 4. the decode step at batch 1 against the weights' read time
+    bandwidth = copy_bandwidth(kernels)
+    one = next((row for row in summary["measured"]["batch"] if row["batch_size"] == 1), None)
+    if bandwidth and one:
+        read = weight_bytes(config) / bandwidth
+        summary["weight_read"] = {"weight_bytes": weight_bytes(config), "copy_bandwidth_bytes_s": bandwidth,
+                                  "weight_read_s": read, "decode_token_latency_s": one["decode_token_latency_s"],
+                                  "ratio": one["decode_token_latency_s"] / read}
+    summary["seconds"] = round(time.perf_counter() - started, 1)
+    write_summary(out, summary)
+    print((out / "summary.md").read_text(), flush=True)
+    return 0
+
+
+def _llama_8b() -> dict[str, Any]:
+    """Llama-3.1-8B's shape: the shipped one (data/models/) where this checkout has it, else the copy above."""
+    try:
+        from tgi_toolkit.config.shipped_models import shipped_config
+
+        shipped = shipped_config(MODEL)
+    except ImportError:
+        shipped = None
+    if not shipped:
+        return dict(LLAMA_31_8B)
+    return {k: v for k, v in shipped.items() if not k.startswith("_")}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
