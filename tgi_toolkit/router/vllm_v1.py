@@ -92,7 +92,7 @@ class BlockPool:
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))  # block 0: the null block
         self.refs = [0] * num_blocks
         self.hash_of: dict[int, int] = {}
-        self.cached: dict[int, int] = {}
+        self.cached: dict[int, dict[int, None]] = {}  # hash -> the blocks holding it, first cached first
 
     @property
     def used(self) -> int:
@@ -102,10 +102,10 @@ class BlockPool:
         """C1: the longest run of cached blocks from the start, within `max_tokens`."""
         blocks = []
         for h in hashes[: max_tokens // self.block_size] if self.caching else ():
-            block = self.cached.get(h)
-            if block is None:
+            holders = self.cached.get(h)
+            if not holders:
                 break
-            blocks.append(block)
+            blocks.append(next(iter(holders)))
         return blocks
 
     def touch(self, blocks: list[int]) -> None:
@@ -120,8 +120,11 @@ class BlockPool:
         for _ in range(n):
             block, _ = self.free.popitem(last=False)
             h = self.hash_of.pop(block, None)
-            if h is not None and self.cached.get(h) == block:
-                del self.cached[h]
+            if h is not None:
+                holders = self.cached[h]
+                del holders[block]
+                if not holders:
+                    del self.cached[h]
             self.refs[block] = 1
             out.append(block)
         return out
@@ -138,7 +141,7 @@ class BlockPool:
     def cache(self, block: int, h: int) -> None:
         if self.caching and block not in self.hash_of:
             self.hash_of[block] = h
-            self.cached.setdefault(h, block)
+            self.cached.setdefault(h, {})[block] = None  # two requests may compute the same block: both serve hits
 
 
 class Waiting:
