@@ -41,6 +41,7 @@ _ids = iter(range(1000, 10**9))
 
 
 def make(**kw) -> tuple[VllmScheduler, Recorder, Counts]:
+    kw.setdefault("max_num_seqs", kw["max_num_batched_tokens"])  # vLLM wants a budget of a token a sequence at least
     rec, obs = Recorder(), Counts()
     return VllmScheduler(VllmConfig(**kw), rec, observer=obs), rec, obs
 
@@ -203,6 +204,13 @@ def test_max_model_len_ends_a_request_at_that_many_tokens():
     assert entry.generated == 2 and entry.finished and len(rec.steps) == 2
 
 
+def test_vllms_own_checks_on_its_settings():
+    with pytest.raises(ValueError, match=r"max_num_batched_tokens \(8\) must be >= max_num_seqs \(256\)"):
+        VllmConfig(num_gpu_blocks=10, max_num_batched_tokens=8, max_num_seqs=256)
+    with pytest.raises(ValueError, match="block_size must be >= 1"):
+        VllmConfig(num_gpu_blocks=10, block_size=0)
+
+
 def test_a_request_whose_whole_sequence_never_fits_is_not_admitted():
     s, rec, _ = make(num_gpu_blocks=3, max_num_batched_tokens=4, block_size=4)  # 8 tokens usable
     add(s, "A", 9, 1)
@@ -216,8 +224,9 @@ def random_run(seed: int) -> int:
     bs = rng.choice([1, 2, 4, 16])
     blocks = rng.randint(4, 40)
     capacity = (blocks - 1) * bs
-    config = VllmConfig(num_gpu_blocks=blocks, max_num_batched_tokens=rng.randint(1, 64),
-                        max_num_seqs=rng.randint(1, 8), block_size=bs,
+    seqs = rng.randint(1, 8)
+    config = VllmConfig(num_gpu_blocks=blocks, max_num_batched_tokens=rng.randint(seqs, 64),
+                        max_num_seqs=seqs, block_size=bs,
                         enable_prefix_caching=rng.random() < 0.7, scheduler_reserve_full_isl=rng.random() < 0.7)
     rec, obs = Recorder(), Counts()
     s = VllmScheduler(config, rec, observer=obs)

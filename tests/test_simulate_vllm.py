@@ -63,6 +63,7 @@ def test_the_logged_capacity_wins_and_vllm_flags_set_the_scheduler(l4_vllm):
     (["--swap-space", "4"], "--swap-space: is not a vLLM setting the simulator models"),
     (["--max-num-seqs", "0"], "--max-num-seqs: '0' is out of range"),
     (["--gpu-memory-utilization", "1.5"], "a fraction in (0, 1]"),
+    (["--max-num-batched-tokens", "64", "--max-num-seqs", "128"], "64 is below --max-num-seqs 128: vLLM refuses"),
     ({"max_model_len": 1_000_000}, "--max-model-len: 1000000 tokens need 62500 blocks"),
 ])
 def test_bad_or_tgi_settings_are_refused_by_name(l4_vllm, config, message):

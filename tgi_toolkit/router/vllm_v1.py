@@ -54,6 +54,9 @@ class VllmConfig:
         for name in ("num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.max_num_batched_tokens < self.max_num_seqs:  # vLLM refuses to start (config/scheduler.py)
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+                             f"({self.max_num_seqs})")
 
     @property
     def kv_cache_tokens(self) -> int:

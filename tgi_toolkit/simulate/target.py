@@ -318,6 +318,9 @@ def vllm_target(cost: CostModel, config: Any, tgi_mode: Mapping[str, Any]) -> Si
         raise BenchError("--max-model-len", f"{max_len} tokens need {-(-int(max_len) // block_size)} blocks of "
                                             f"{block_size}; the KV cache holds {blocks}: vLLM refuses to start",
                          f"--max-model-len <= {blocks * block_size}")
+    if int(batched) < int(seqs):
+        raise BenchError("--max-num-batched-tokens", f"{batched} is below --max-num-seqs {seqs}: vLLM refuses to start",
+                         f"--max-num-batched-tokens >= {seqs}, or a smaller --max-num-seqs")
     scheduler = VllmConfig(num_gpu_blocks=blocks, max_num_batched_tokens=int(batched), max_num_seqs=int(seqs),
                            max_model_len=int(max_len), block_size=int(block_size),
                            enable_prefix_caching=bool(opts.get("enable_prefix_caching", True)),
