@@ -186,6 +186,17 @@ def figures(nb: nbformat.NotebookNode) -> list[dict[str, Any]]:
             if PLOTLY in o.get("data", {})]
 
 
+def concatenations(server: Any) -> dict[str, dict[str, float]]:
+    """Each run's server's count of groups joined to a running batch by reason (tgi_batch_concat) when last
+    sampled (server.parquet's /metrics samples): {run_id: {reason: count}}."""
+    samples = server[server["metric"].str.removesuffix("_total").eq("tgi_batch_concat")].sort_values("t_s")
+    last = samples.groupby(["run_id", "labels"])["value"].last()
+    out: dict[str, dict[str, float]] = {run: {} for run in server["run_id"].unique()}
+    for (run, labels), value in last.items():
+        out[run][labels.removeprefix("reason=")] = value
+    return out
+
+
 def text(nb: nbformat.NotebookNode) -> str:
     parts = []
     for cell in nb.cells:
@@ -265,7 +276,12 @@ def test_02_benchmark(server, tmp_path) -> None:
     assert "ingestion" in ingestion["layout"]["title"]["text"].lower()
     assert "Prompt ingestion speed" in text(nb) and "Mean generation speed for 2 parallel requests" in text(nb)
     assert f"main metrics of this notebook's 3 runs; {len(earlier)} other run(s)" in text(nb)
-    assert "checked on this run's data: total throughput rises with the users" in text(nb)
+    # the lesson's sentence: checked on this run's numbers, or, on a busy machine, said not shown by them
+    # (never the inverted lesson): the test asserts no speed (issue 43)
+    from tgi_toolkit.cookbook import NOT_SHOWN_BUSY
+
+    claim = "total throughput rises with the users"
+    assert f"checked on this run's data: {claim}" in text(nb) or f"{NOT_SHOWN_BUSY}: {claim}" in text(nb)
 
 
 @pytest.mark.slow
@@ -406,10 +422,12 @@ def test_08_chunked_prefill_and_prefix_cache(tmp_path, monkeypatch) -> None:
     assert len(stall) == 2 and stall["stall_max_gap_s"].notna().all()  # one point per server
     chunked_run = next(r["run_id"] for r in results.runs if r["scenario"] == "decode_stall"
                        and r["launcher_config"]["max_batch_prefill_tokens"] == 64)
-    gaps = stall.set_index("run_id")["stall_max_gap_s"]
-    # the unchunked server prefills the 512-token prompt in one forward while the streams wait; the
-    # chunked one computes at most 64 tokens a forward beside their tokens
-    assert gaps[chunked_run] < gaps.drop(chunked_run).iloc[0]
+    # the unchunked server prefills each 512-token prompt alone while the streams wait; the chunked one joins
+    # it to their running batch (one forward over both, TGI's "chunking" concatenation): what the servers
+    # counted (their /metrics samples), not timed, which a busy machine would upset
+    joined = concatenations(results.server)
+    unchunked_run = next(r for r in stall["run_id"] if r != chunked_run)
+    assert joined[chunked_run].get("chunking", 0) > 0 and joined[unchunked_run].get("chunking", 0) == 0, joined
     shared = results.points[results.points["scenario"] == "shared_prefix"].iloc[0]
     assert shared["prefix_cache_hit_rate"] > 0  # the engine's prefix cache served the system prompt
     timeline, summary, shared_fig, by_turn, *rest = figures(nb)
@@ -418,7 +436,10 @@ def test_08_chunked_prefill_and_prefix_cache(tmp_path, monkeypatch) -> None:
     assert len(summary["data"]) == 4 and len(shared_fig["data"]) == 1
     assert values(by_turn["data"][0]["x"]) == [1, 2]
     assert "prefix-cache hit rate: " in text(nb)
-    assert "checked on this run's data: with chunking, the largest gap a running stream saw is shorter" in text(nb)
+    from tgi_toolkit.cookbook import NOT_SHOWN_BUSY
+
+    claim = "with chunking, the largest gap a running stream saw is shorter than without"
+    assert f"checked on this run's data: {claim}" in text(nb) or f"{NOT_SHOWN_BUSY}: {claim}" in text(nb)
 
 
 @pytest.mark.slow
