@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -68,6 +69,33 @@ def test_seeded_sampling_repeats_and_reports_its_seed(engine_url):
     assert other.generated_text != first.generated_text
     unseeded = client.generate("Once upon a time", max_new_tokens=4, do_sample=True)
     assert isinstance(unseeded.details.seed, int)
+
+
+def test_chat_at_the_route_s_default_sampling_answers_in_the_prompt_s_language(engine_url):
+    # TGI's chat defaults: no temperature means sampling at temperature 1, no top-p. Issue 43 saw gibberish
+    # there; the warpers match transformers' (test_engine_sampling), and transformers' generate on the same
+    # weights answered this prompt in English 12 times in 12, as the engine did. 8 seeds, sent together.
+    async def ask(client: httpx.AsyncClient, seed: int) -> str:
+        r = await client.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "Write one sentence about the sea."}], "seed": seed,
+            "max_tokens": 32})
+        return r.json()["choices"][0]["message"]["content"]
+
+    async def all_seeds() -> list[str]:
+        async with httpx.AsyncClient(base_url=engine_url, timeout=600) as client:
+            return list(await asyncio.gather(*(ask(client, seed) for seed in range(8))))
+
+    answers = asyncio.run(all_seeds())
+    common = {"the", "a", "of", "and", "is", "sea", "ocean", "in", "with", "its", "to", "that", "waves", "it"}
+
+    def english(text: str) -> bool:
+        letters = [c for c in text if c.isalpha()]
+        words = re.findall(r"[a-z']+", text.lower())
+        return bool(letters) and sum(c.isascii() for c in letters) >= 0.97 * len(letters) and \
+            sum(w in common for w in words) >= 2
+
+    assert len(set(answers)) >= 4, answers  # sampled, not greedy
+    assert sum(map(english, answers)) >= 6, answers
 
 
 def test_ignore_eos_forces_exactly_max_new_tokens(engine_url):
