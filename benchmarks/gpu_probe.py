@@ -337,16 +337,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _llama_8b() -> dict[str, Any]:
-    """Llama-3.1-8B's shape: the shipped one (data/models/) where this checkout has it, else the copy above."""
-    try:
-        from tgi_toolkit.config.shipped_models import shipped_config
+    """Llama-3.1-8B's shape: the shipped one (data/models/), its RoPE fields (which it leaves out) from the copy
+    above."""
+    from tgi_toolkit.config.shipped_models import shipped_config
 
-        shipped = shipped_config(MODEL)
-    except ImportError:
-        shipped = None
-    if not shipped:
-        return dict(LLAMA_31_8B)
-    return {k: v for k, v in shipped.items() if not k.startswith("_")}
+    shipped = shipped_config(MODEL) or {}
+    return {**LLAMA_31_8B, **{k: v for k, v in shipped.items() if not k.startswith("_") and v is not None}}
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from tgi_toolkit.cli import main as cli_main
-from tgi_toolkit.costs.measured import KernelTables, database_root
+from tgi_toolkit.costs.kernel_tables import KernelTables, database_root
 from tgi_toolkit.costs.profile import TINY_CONFIG, Shard, profile
 
 LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,

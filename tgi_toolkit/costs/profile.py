@@ -217,7 +217,7 @@ def _gemms(result: Profile, shard: Shard, tokens: tuple[int, ...], device: str, 
     import torch
     import torch.nn.functional as F
 
-    from tgi_toolkit.engine.device import has_fp8
+    from tgi_toolkit.config.embedded import has_fp8
 
     fp8 = has_fp8(device)
     for n, k in dict.fromkeys(shard.gemms.values()):  # O and down share (n, k) when hidden == intermediate
@@ -340,8 +340,7 @@ def add_parser(subparsers: Any) -> None:
 def main(args: Any) -> int:
     import sys
 
-    from tgi_toolkit.config.embedded import UnsupportedSetting
-    from tgi_toolkit.engine.device import resolve_device
+    from tgi_toolkit.config.embedded import UnsupportedSetting, resolve_device
     from tgi_toolkit.planner.shape import load_config
 
     try:

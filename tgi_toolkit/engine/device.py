@@ -10,37 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tgi_toolkit.config.embedded import UnsupportedSetting
+# Which device, and whether it has fp8, are configuration facts (profile-gpu, below the engine, asks them too)
+from tgi_toolkit.config.embedded import DEVICES, cuda_available, has_fp8, resolve_device
 
-DEVICES = ("cuda", "cpu")
-
-
-def cuda_available() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-def resolve_device(name: str | None) -> str:
-    """`--device`: "cuda" or "cpu"; unset, cuda where torch sees a CUDA GPU, else cpu. Refused before any model
-    loads: an unknown name, or cuda on a machine without one, each naming the allowed values."""
-    if name is None or name == "":
-        return "cuda" if cuda_available() else "cpu"
-    if name not in DEVICES:
-        raise UnsupportedSetting(f"--device must be one of {', '.join(DEVICES)}; got {name!r}")
-    if name == "cuda" and not cuda_available():
-        raise UnsupportedSetting("--device cuda: torch sees no CUDA GPU on this machine (a CPU build of torch, or "
-                                 "no driver); use --device cpu, or leave --device out to take what is there "
-                                 f"(allowed: {', '.join(DEVICES)})")
-    return name
-
-
-def has_fp8(device: str) -> bool:
-    """Whether fp8 (e4m3) matmuls run on this device: a CUDA card of compute capability 8.9 (Ada) or above."""
-    import torch
-
-    return device == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
-
+__all__ = ["DEVICES", "activation_bytes", "cuda_available", "cuda_kv_bytes", "default_dtype_name", "describe",
+           "has_fp8", "resolve_device"]
 
 def default_dtype_name(device: str) -> str:
     """bfloat16 on a CUDA card (as TGI); on a CPU, bfloat16 only where it computes in it natively, else float32
