@@ -121,6 +121,9 @@ def test_a_scenario_runs_end_to_end_with_vllms_capacity_in_its_results(l4_vllm):
     res = run_concurrency(l4_vllm, users=[2], prompt_tokens=128, max_new_tokens=8, requests=4,
                           config={"kv_cache_tokens": 8192})
     assert res.points["kv_capacity_tokens"].iloc[0] == 8192
+    # configurations are named by vLLM's settings (two max_num_seqs values are two configurations)
+    assert res.runs[-1]["config_label"].startswith("vLLM V1 max_num_seqs=256 max_num_batched_tokens=2048 "
+                                                   "kv_cache_tokens=8192 [simulated: ")
 
 
 def test_published_vllm_v1_figures_are_simulated_with_vllms_settings():

@@ -68,7 +68,7 @@ class SimRun(RunTables):
         blob = json.dumps({"config": base_id, "scheduler": asdict(target.scheduler), "cost": cost},
                           sort_keys=True, default=str)
         self.config_id = hashlib.sha1(blob.encode()).hexdigest()[:10]
-        label = provenance.config_label(target.launcher) if target.launcher is not None else "default"
+        label = provenance.config_label(target.launcher) if target.launcher is not None else target.config_label()
         self.config_label = f"{label} [simulated: {target.cost.name}]"
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{scenario}-sim-{stamp}-{uuid.uuid4().hex[:6]}"

@@ -83,6 +83,14 @@ class SimTarget:
                 "waiting_served_ratio": sc.waiting_served_ratio, "max_waiting_tokens": sc.max_waiting_tokens,
                 "router": "tgi_toolkit.simulate"}
 
+    def config_label(self) -> str:
+        """How results name a configuration without launcher flags: TGI's defaults, or vLLM's settings."""
+        sc = self.scheduler
+        if not isinstance(sc, VllmConfig):
+            return "default"
+        return (f"vLLM V1 max_num_seqs={sc.max_num_seqs} max_num_batched_tokens={sc.max_num_batched_tokens} "
+                f"kv_cache_tokens={sc.kv_cache_tokens}" + ("" if sc.enable_prefix_caching else " no-prefix-caching"))
+
     def facts(self) -> dict[str, Any]:
         return {"max_batch_total_tokens": self.scheduler.max_batch_total_tokens, "attention": self.attention,
                 "block_size": self.scheduler.block_size, "prefix_caching": self.scheduler.prefix_caching,
