@@ -18,10 +18,13 @@ K = KV blocks, P = preemption, C = prefix cache). Nothing of vLLM's code is repr
   the waiting queue and, when admitted again, recomputes its prompt and generated tokens (less cache hits).
 - C1: full blocks only are cached, keyed by a hash chained on the parent block's hash and the block's tokens
   (generated tokens too), as soon as they are scheduled; a hit is the longest run of cached blocks from the
-  start, at most `num_tokens - 1` tokens. Freed blocks join the free queue's end, a request's last block
-  first, so least recently freed blocks (and a request's tail before its head) are evicted first.
+  start, at most `num_tokens - 1` tokens. Freed cached blocks join the free queue's end (unhashed ones its
+  front), a request's last block first, so least recently freed blocks (a request's tail before its head) are
+  evicted first.
 
-The model side is the router's `Backend` and time its `Clock` (router/hooks.py), as for TGI's `Scheduler`.
+tests/test_router_vllm_v1.py replays random workloads through this and through vLLM's own Scheduler class
+(tools/vllm_v1_replay.py): every step and every preemption agree. The model side is the router's `Backend`
+and time its `Clock` (router/hooks.py), as for TGI's `Scheduler`.
 """
 
 from __future__ import annotations
