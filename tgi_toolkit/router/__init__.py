@@ -6,6 +6,8 @@ virtual clock). The engine sits above it; so does `tgi_toolkit.simulate`.
 
 Modules: `batch` (an entry, a row, a forward), `config` (SchedulerConfig), `hooks` (Backend, Clock,
 Observer), `queue` (admission), `scheduler` (the batching loop), `blocks` (the allocator and prefix cache).
+Beside them, `vllm_v1`: vLLM V1's scheduler, block pool and prefix cache under the same hooks, which the simulator
+runs for a vLLM V1 server (docs/vllm-rules.md).
 """
 
 from tgi_toolkit.router.batch import SEGMENT_TOKENS, Entry, Forward, Row, segment
