@@ -82,6 +82,21 @@ def test_a_timing_claim_is_checked_raised_or_said_not_shown_when_busy(capsys) ->
         check("throughput rises", False, {1: 10, 4: 5})
 
 
+def test_a_folder_holding_a_quickstart_is_refused_before_the_engine_starts(tmp_path, monkeypatch, capsys) -> None:
+    from tgi_toolkit.server import Server
+
+    def refuse(self):  # Server.start
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(Server, "start", refuse)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "sweep.json").write_text("{}")
+    assert cli_main(["quickstart", "--output", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --output: {tmp_path} already holds a quickstart's results; nothing is reused")
+    assert "a new --output folder" in err
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # two launches and 8 requests of 384 + 32 tokens; a shared 2-core machine is slow
 def test_kv_memory_for_one_request_runs_the_users_one_at_a_time(tmp_path) -> None:

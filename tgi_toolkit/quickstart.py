@@ -17,6 +17,7 @@ Sizes are chosen to finish in a few minutes on a 2-core CPU; `--question-only` s
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    if args.output and not args.question_only and (Path(args.output) / "results" / "sweep.json").exists():
+        # checked before any server starts: a rerun into the same folder would show the earlier run's numbers
+        print(f"error: --output: {args.output} already holds a quickstart's results; nothing is reused (allowed: a "
+              f"new --output folder, or none: out/quickstart/<date-time>/)", file=sys.stderr)
+        return 2
     print("1/3 starting the embedded engine and asking it a question", flush=True)
     answer = run(question=args.question, progress=args.progress)
     print(f"\nQ: {args.question}\nA: {answer.text}\n")
