@@ -317,8 +317,19 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
     summary["card_for_predictions"] = card
 
-    # 3. the engine, served and measured
-    summary["measured"] = measure(model_dir, device, plan, flags, out / "measured", args.health_timeout)
+    # 3. the engine, served and measured; where its CUDA graphs fail (never run on a card before this probe), once
+    # more with the eager step, so that the lease still measures the engine, and the failure is in the summary
+    try:
+        summary["measured"] = measure(model_dir, device, plan, flags, out / "measured", args.health_timeout)
+    except Exception as exc:
+        if "--cuda-graphs" not in flags:
+            raise
+        summary["skipped"]["cuda_graphs"] = f"the engine failed with CUDA graphs ({type(exc).__name__}: {exc}); " \
+                                            "measured again with --cuda-graphs 0 (measured/engine.log: the first try)"
+        traceback.print_exc()
+        flags = [*flags[:flags.index("--cuda-graphs")], "--cuda-graphs", "0"]
+        summary["launcher_flags"] = flags
+        summary["measured"] = measure(model_dir, device, plan, flags, out / "measured-eager", args.health_timeout)
     for kind, predicted in summary["predicted"].items():
         summary["ratios"][kind] = ratios(predicted, summary["measured"])
 

@@ -72,6 +72,8 @@ class GraphDecode:
                 if capture:
                     self._capture(step)
                 self.steps[(size, span)] = step
+        if capture and self.steps:
+            self._verify()
         self.seconds = time.perf_counter() - started
         if capture:
             log.info("Decode step captured as %d CUDA graphs (batch sizes %s, spans %s) in %.1f s", len(self.steps),
@@ -100,6 +102,21 @@ class GraphDecode:
             step.logits = self._run(step)
         self.pool = graph.pool()
         step.graph = graph
+
+    def _verify(self) -> None:
+        """One replay against the same step run eagerly, at start-up: a capture that baked in a host value (or a
+        kernel that misbehaves inside a graph) stops the server here, with this message, not its tokens later."""
+        step = self.steps[(self.sizes[-1], self.spans[0])]
+        rows = step.ids.shape[0]
+        step.ids.copy_(torch.arange(rows) % self.runner.vocab_size)
+        step.positions.copy_(torch.arange(rows) % step.span)
+        step.graph.replay()
+        replayed = step.logits.float().clone()
+        eager = self._run(step).float()
+        if not torch.allclose(replayed, eager, rtol=2e-2, atol=2e-2):
+            raise RuntimeError(f"the decode step's CUDA graph ({rows} rows, {step.span} positions) gives other logits "
+                               f"than the same step run eagerly (largest difference "
+                               f"{float((replayed - eager).abs().max()):.3g}); start with --cuda-graphs 0")
 
     def pick(self, rows: int, span: int) -> _Step | None:
         """The step that runs `rows` rows over `span` positions: the smallest size and span bucket that hold them."""
