@@ -29,15 +29,26 @@ from tgi_toolkit.plots.labels import settings_hover, shorten_config_labels
 # What tells two lines apart: the configuration (when several), then the scenario's lengths.
 SERIES = (S.CONFIG_LABEL, S.PROMPT_TOKENS, S.MAX_NEW_TOKENS)
 _STAT_METRICS = (*S.LATENCY_METRICS, S.SPEED_METRIC)
+_LENGTHS = {S.PROMPT_TOKENS, S.MAX_NEW_TOKENS}
 
 
-def _with_series(df: pd.DataFrame, series: Sequence[str]) -> tuple[pd.DataFrame, list[str]]:
-    """Rows with a '_series' label; identity columns count only where they vary, lengths always."""
+def _with_series(df: pd.DataFrame, series: Sequence[str]) -> tuple[pd.DataFrame, list[str], str]:
+    """Rows with a '_series' label, and what every series shares (for the subtitle). Identity columns count
+    only where they vary; the lengths are left to the subtitle ("prompt 192 / output 16 tokens") when every
+    series shares them and configurations tell the series apart, else named in each series."""
     present = [c for c in series if c in df.columns]
-    used = [c for c in present if c not in (S.CONFIG_LABEL, S.RUN_ID, S.CONFIG_ID) or df[c].nunique() > 1]
+    identity = (S.CONFIG_LABEL, S.RUN_ID, S.CONFIG_ID)
+    used = [c for c in present if c not in identity or df[c].nunique() > 1]
+    shared = ""
+    if any(c in identity for c in used):
+        lengths = [c for c in used if c not in identity]
+        same = lengths if all(df[c].nunique(dropna=False) == 1 for c in lengths) else []
+        if same and len(df):
+            shared = series_label(df.iloc[0], same) + (" tokens" if set(same) <= _LENGTHS else "")
+        used = [c for c in used if c not in same]
     labels = [series_label(row, used) for row in df[used].to_dict("records")] if used else ["all"] * len(df)
     out = df.assign(_series=labels)
-    return out, list(color_map(out["_series"]))
+    return out, list(color_map(out["_series"])), shared
 
 
 def _columns(metric: str, center: str, low: str, high: str) -> tuple[str, str | None, str | None]:
@@ -65,7 +76,7 @@ def metrics_vs_users(points: pd.DataFrame, metrics: Sequence[str] = (S.OUTPUT_TH
         raise ValueError("metrics_vs_users: no metrics given")
     df = measured(require_columns(points, [x, *(c[0] for c in cols)], "metrics_vs_users"))
     df, full_labels = shorten_config_labels(df)  # legends name what differs; hover has every setting
-    df, labels = _with_series(df, series)
+    df, labels, shared = _with_series(df, series)
     colors = color_map(labels)
     spread_name = f"{low}–{high}"
     names = [_metric_name(m) + (f" ({center}, {spread_name})" if m in _STAT_METRICS else "") for m in metrics]
@@ -92,7 +103,7 @@ def metrics_vs_users(points: pd.DataFrame, metrics: Sequence[str] = (S.OUTPUT_TH
     if not drawn:
         note(fig, "no measured points with values")
     default = " and ".join(_metric_name(m) for m in metrics) + f" against {column_name(x).lower()}"
-    return layout(fig, title or default, height=max(450, 300 * len(cols)))
+    return layout(fig, title or default, subtitle=shared, height=max(450, 300 * len(cols)))
 
 
 def _metric_name(metric: str) -> str:
