@@ -274,7 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--card", default=None,
                         help="the datasheet card the predictions use (default: this GPU's; none on a CPU)")
     parser.add_argument("--health-timeout", type=float, default=300.0, help="seconds for the engine to start")
+    parser.add_argument("--predict-again", metavar="DIR", default=None,
+                        help="a probe's folder brought back: predict its points again here from its kernels/ and "
+                             "its card's datasheet (this checkout's simulator), and rewrite its summary")
     args = parser.parse_args(argv)
+    if args.predict_again:
+        return predict_again(Path(args.predict_again), args.card)
 
     from tgi_toolkit.costs.profile import profile, provenance
     from tgi_toolkit.engine.device import resolve_device
@@ -342,6 +347,23 @@ def main(argv: list[str] | None = None) -> int:
                                   "weight_read_s": read, "decode_token_latency_s": one["decode_token_latency_s"],
                                   "ratio": one["decode_token_latency_s"] / read}
     summary["seconds"] = round(time.perf_counter() - started, 1)
+    write_summary(out, summary)
+    print((out / "summary.md").read_text(), flush=True)
+    return 0
+
+
+def predict_again(out: Path, card: str | None) -> int:
+    """The predictions of a probe's folder made again from what it brought back (its kernel times, model, plan and
+    flags): where the lent machine could not run them, or the simulator has changed since."""
+    summary = json.loads((out / "summary.json").read_text())
+    card = card or summary.get("card_for_predictions") or summary["provenance"]["device"]
+    summary["skipped"] = {k: v for k, v in summary.get("skipped", {}).items() if k not in ("roofline", "measured")}
+    for kind in ("roofline", "measured"):
+        summary["predicted"][kind] = predict(kind, card, out / "model", out / "kernels", summary["plan"],
+                                             summary["launcher_flags"], out / "predicted-again" / kind)
+        summary["ratios"][kind] = ratios(summary["predicted"][kind], summary["measured"])
+    summary["card_for_predictions"] = card
+    summary["predicted_again"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     write_summary(out, summary)
     print((out / "summary.md").read_text(), flush=True)
     return 0

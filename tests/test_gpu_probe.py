@@ -38,3 +38,10 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
         assert [row["users"] for row in summary["ratios"][kind]["concurrency"]] == [1, 8]
     assert summary["weight_read"]["weight_bytes"] > 0 and "Decode step at batch 1" in (out / "summary.md").read_text()
     assert "Traceback" not in (out / "measured" / "engine.log").read_text()
+    # a folder brought back is predicted again here, from its own kernel times, plan and flags
+    again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_probe.py"), "--predict-again", str(out)],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    redone = json.loads((out / "summary.json").read_text())
+    assert "predicted_again" in redone and redone["measured"] == summary["measured"]
+    assert [row["batch_size"] for row in redone["ratios"]["measured"]["batch"]] == [1, 4, 16]
