@@ -140,6 +140,22 @@ def test_the_engine_stands_on_the_router_configuration_and_forward_costs_only() 
         assert not above, f"{module} stands on {above[0]}: {chain(parents, above[0])}"
 
 
+# A scenario's dataclass stands on bench's rules (checks, errors, the ramp), plans and schema only, so the harness,
+# the simulator, the sweep and the command line all import it and none of them is below it (issue 42).
+SCENARIOS = "tgi_toolkit.scenarios"
+SCENARIOS_FLOOR = (SCENARIOS, "tgi_toolkit.bench.checks", "tgi_toolkit.bench.errors", "tgi_toolkit.bench.phase",
+                   "tgi_toolkit.bench.workloads", "tgi_toolkit.bench.schema", "tgi_toolkit._lazy",
+                   "tgi_toolkit.bench.client")  # the sampling keys bench.checks.check_options allows
+
+
+def test_the_scenarios_stand_on_bench_s_rules_and_plans_only() -> None:
+    graph = import_graph(PACKAGE)
+    for module in [m for m in graph if m == SCENARIOS or m.startswith(SCENARIOS + ".")]:
+        parents = reachable(graph, module)
+        above = sorted(m for m in parents if not any(m == f or m.startswith(f + ".") for f in SCENARIOS_FLOOR))
+        assert not above, f"{module} stands on {above[0]}: {chain(parents, above[0])}"
+
+
 MAX_LINES = 400  # a module a reader finishes in one sitting (issue 28)
 
 

@@ -17,12 +17,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 from tgi_toolkit.bench.schema import SCRAPE_INTERVAL
+from tgi_toolkit.scenarios.base import Scenario
+from tgi_toolkit.scenarios.kinds import (
+    BatchScenario,
+    ConcurrencyScenario,
+    DecodeStallScenario,
+    IngestionScenario,
+    MultiTurnScenario,
+    RateScenario,
+    SharedPrefixScenario,
+)
 
 SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")
 LAUNCHABLE = ("embedded", "tgi", "tgi-docker", "vllm")
@@ -85,109 +96,46 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub = bench.add_subparsers(dest="scenario", metavar="SCENARIO")
     sub.required = True
 
-    p = sub.add_parser("batch", help="text-generation-benchmark's prefill/decode tables, over HTTP")
-    p.add_argument("--batch-size", "-b", type=int, action="append", dest="batch_sizes",
-                   help="repeat for several (default 1 2 4 8 16 32)")
-    p.add_argument("--sequence-length", "-s", type=int, default=10, help="prompt tokens (default 10)")
-    p.add_argument("--decode-length", "-d", type=int, default=8, help="new tokens (default 8)")
-    p.add_argument("--runs", "-r", type=int, default=10, help="measured runs per batch size (default 10)")
-    p.add_argument("--warmups", "-w", type=int, default=1, help="warm-up runs per batch size (default 1)")
-    _common(p)
-
-    p = sub.add_parser("concurrency", help="N parallel users: TTFT, TPOT, ITL, E2E, throughput")
-    p.add_argument("--users", "-u", type=int, action="append", help="repeat for several (default 1 2 4 8 16 32)")
-    p.add_argument("--prompt-tokens", type=int, action="append", help="repeat for several (default 128)")
-    p.add_argument("--max-new-tokens", type=int, action="append", help="repeat for several (default 128)")
-    p.add_argument("--requests", type=int, help="measured requests per point (default 4 per user, at least 8)")
-    p.add_argument("--warmup-requests", type=int, default=0, help="unmeasured requests first (default 0)")
-    p.add_argument("--ramp-up", default="auto", metavar="SECONDS",
-                   help="user i starts i/N of this after the point's start; requests sent before it ends are "
-                        "not measured. auto (default): one cycle at the point's load, the mean duration of a request "
-                        "a user sent together first; 0: all at once")
-    _common(p)
-
-    p = sub.add_parser("rate", help="constant or Poisson arrivals, with goodput")
-    p.add_argument("--rate", type=float, action="append", dest="rates",
-                   help="requests per second, repeat for several; inf = all at once (default 1 2 4)")
-    p.add_argument("--arrival", choices=("constant", "poisson"), default="poisson")
-    p.add_argument("--prompt-tokens", type=int, action="append", help="repeat for several (default 128)")
-    p.add_argument("--max-new-tokens", type=int, action="append", help="repeat for several (default 128)")
-    p.add_argument("--requests", type=int, default=64, help="requests per point (default 64)")
-    p.add_argument("--max-concurrency", type=int, help="cap on requests in flight (default none)")
-    _common(p)
-
-    p = sub.add_parser("ingestion", help="happy_vllm's prompt ingestion speed (TTFT against prompt length)")
-    p.add_argument("--prompt-tokens", type=int, action="append",
-                   help="repeat for several (default 8 lengths up to 90%% of max_input_tokens)")
-    p.add_argument("--repeats", type=int, default=3, help="requests per length (default 3)")
-    _common(p)
-
-    p = sub.add_parser("shared-prefix", help="groups of requests sharing a prompt prefix: TTFT, prefix-cache hit rate")
-    p.add_argument("--groups", type=int, default=4, help="groups, each with its own prefix (default 4)")
-    p.add_argument("--requests-per-group", type=int, default=4,
-                   help="requests per group; the first goes alone, the rest after it ended (default 4)")
-    p.add_argument("--suffix-tokens", type=int, default=32, help="tokens each request adds (default 32)")
-    p.add_argument("--max-new-tokens", type=int, default=16, help="new tokens per request (default 16)")
-    p.add_argument("--users", "-u", type=int, default=4, help="requests in flight at most (default 4)")
-    _common(p)
-    for action in p._actions:  # the common --prefix-tokens is here each group's own prefix
-        if action.dest == "prefix_tokens":
-            action.default, action.help = 512, "tokens of each group's shared prefix (default 512)"
-
-    p = sub.add_parser("multi-turn", help="conversations resending their history: TTFT per turn, hit rate")
-    p.add_argument("--conversations", type=int, default=4, help="conversations (default 4)")
-    p.add_argument("--turns", type=int, default=4, help="turns per conversation (default 4)")
-    p.add_argument("--user-tokens", type=int, default=64, help="tokens of each new user message (default 64)")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens of each answer (default 32)")
-    p.add_argument("--system-tokens", type=int, default=0,
-                   help="a system prompt every conversation starts with (default 0: none)")
-    p.add_argument("--users", "-u", type=int, help="conversations at once (default all)")
-    _common(p)
-
-    p = sub.add_parser("decode-stall", help="a long prompt joining running streams: their largest inter-token gap")
-    p.add_argument("--streams", type=int, default=8, help="streams decoding when the long prompt arrives (default 8)")
-    p.add_argument("--long-prompt", type=int, default=2000, help="tokens of the long prompt (default 2000)")
-    p.add_argument("--stream-prompt", type=int, default=32, help="tokens of each stream's prompt (default 32)")
-    p.add_argument("--stream-tokens", type=int, default=128,
-                   help="tokens each stream generates; enough to outlast the long prefill (default 128)")
-    p.add_argument("--long-max-new-tokens", type=int, default=4, help="tokens the long prompt generates (default 4)")
-    p.add_argument("--lead-tokens", type=int, default=4,
-                   help="tokens every stream has when the long prompt is sent (default 4)")
-    p.add_argument("--repeats", type=int, default=3, help="measured rounds (default 3)")
-    p.add_argument("--warmups", type=int, default=1, help="unmeasured rounds first (default 1)")
-    _common(p)
+    for cls, what in ((BatchScenario, "text-generation-benchmark's prefill/decode tables, over HTTP"),
+                      (ConcurrencyScenario, "N parallel users: TTFT, TPOT, ITL, E2E, throughput"),
+                      (RateScenario, "constant or Poisson arrivals, with goodput"),
+                      (IngestionScenario, "happy_vllm's prompt ingestion speed (TTFT against prompt length)"),
+                      (SharedPrefixScenario, "groups of requests sharing a prompt prefix: TTFT, prefix-cache hit rate"),
+                      (MultiTurnScenario, "conversations resending their history: TTFT per turn, hit rate"),
+                      (DecodeStallScenario, "a long prompt joining running streams: their largest inter-token gap")):
+        p = sub.add_parser(cls.name.replace("_", "-"), help=what)
+        scenario_flags(p, cls)
     bench.set_defaults(func=main)
 
 
-def scenario_params(args: argparse.Namespace) -> dict[str, Any]:
-    """The scenario's own parameters from parsed `bench` (or `simulate run`) arguments."""
-    def given(name: str, default: Any) -> Any:
-        value = getattr(args, name)
-        return value if value is not None else default
+def scenario_flags(parser: argparse.ArgumentParser, cls: type[Scenario]) -> None:
+    """A scenario's flags, one per field of its dataclass (name, help and default from the field), then the
+    flags every scenario takes; a `repeat` field's flag is given once per value (default: the field's)."""
+    common = {}
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if meta.get("common"):  # a flag of _common's, whose default and help are this scenario's
+            common[f.name] = (f.default, meta["help"])
+            continue
+        flags = [meta.get("flag") or "--" + f.name.replace("_", "-"), *([meta["short"]] if meta.get("short") else [])]
+        extra = {"choices": meta["choices"]} if meta.get("choices") else {}
+        if meta.get("metavar"):
+            extra["metavar"] = meta["metavar"]
+        parser.add_argument(*flags, dest=f.name, type=meta["type"], help=meta["help"], **extra,
+                            **({"action": "append"} if meta.get("repeat") else {"default": f.default}))
+    _common(parser)
+    for action in parser._actions:
+        if action.dest in common:
+            action.default, action.help = common[action.dest]
 
-    if args.scenario == "batch":
-        return {"batch_sizes": given("batch_sizes", [1, 2, 4, 8, 16, 32]), "sequence_length": args.sequence_length,
-                "decode_length": args.decode_length, "runs": args.runs, "warmups": args.warmups}
-    if args.scenario == "concurrency":
-        return {"users": given("users", [1, 2, 4, 8, 16, 32]), "prompt_tokens": given("prompt_tokens", [128]),
-                "max_new_tokens": given("max_new_tokens", [128]), "requests": args.requests,
-                "warmup_requests": args.warmup_requests, "ramp_up": args.ramp_up}
-    if args.scenario == "rate":
-        return {"rates": given("rates", [1.0, 2.0, 4.0]), "arrival": args.arrival,
-                "prompt_tokens": given("prompt_tokens", [128]), "max_new_tokens": given("max_new_tokens", [128]),
-                "requests": args.requests, "max_concurrency": args.max_concurrency}
-    if args.scenario == "shared-prefix":
-        return {"groups": args.groups, "requests_per_group": args.requests_per_group,
-                "prefix_tokens": args.prefix_tokens, "suffix_tokens": args.suffix_tokens,
-                "max_new_tokens": args.max_new_tokens, "users": args.users}
-    if args.scenario == "multi-turn":
-        return {"conversations": args.conversations, "turns": args.turns, "user_tokens": args.user_tokens,
-                "max_new_tokens": args.max_new_tokens, "system_tokens": args.system_tokens, "users": args.users}
-    if args.scenario == "decode-stall":
-        return {"streams": args.streams, "long_prompt": args.long_prompt, "stream_prompt": args.stream_prompt,
-                "stream_tokens": args.stream_tokens, "long_max_new_tokens": args.long_max_new_tokens,
-                "lead_tokens": args.lead_tokens, "repeats": args.repeats, "warmups": args.warmups}
-    return {"prompt_tokens": args.prompt_tokens, "repeats": args.repeats}
+
+def scenario_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The scenario's own parameters from parsed `bench` (or `simulate run`) arguments: its dataclass's fields
+    that were given (a repeatable flag left out takes the field's default)."""
+    from tgi_toolkit.scenarios.kinds import scenario_class
+
+    return {name: getattr(args, name) for name in scenario_class(args.scenario).parameters()
+            if getattr(args, name) is not None}
 
 
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -263,7 +211,8 @@ def runs_to_replace(args: argparse.Namespace) -> list[dict[str, Any]]:
 def check_before_start(args: argparse.Namespace) -> None:
     """The scenario's values and the run's options checked as the run will check them (bench.checks), before
     a server is launched: with --backend, lengths against the limits its launcher flags set."""
-    from tgi_toolkit.bench.checks import LaunchLimits, check_options, check_scenario
+    from tgi_toolkit.bench.checks import LaunchLimits, check_options
+    from tgi_toolkit.scenarios.kinds import check_scenario
 
     limits = None
     if args.backend and not args.url:

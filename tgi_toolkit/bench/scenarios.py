@@ -1,5 +1,5 @@
-"""The load models (docs/measurement.md): what each scenario sends, and when. Parameters arrive checked
-(api.py); `Run` sends, records and saves.
+"""The load models (docs/measurement.md): what each scenario sends, and when. The scenario arrives built and
+checked (a tgi_toolkit.scenarios dataclass, api.py); `Run` sends, records and saves.
 
 - batch: B prompts of exactly S tokens at once, D tokens forced, `warmups` then `runs` times per batch
   size (text-generation-benchmark, over HTTP; each prompt new to the server, where the original's are
@@ -23,6 +23,7 @@ from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import StreamRecord, now_ns
 from tgi_toolkit.bench.run import Run
 from tgi_toolkit.bench.run_requests import gather_all
+from tgi_toolkit.scenarios.kinds import BatchScenario, ConcurrencyScenario, IngestionScenario, RateScenario
 
 
 def batch_point_id(batch_size: int, sequence_length: int, decode_length: int) -> str:
@@ -110,8 +111,9 @@ async def _ramped_users(run: Run, users: int, bodies: Sequence[bytes], ramp_s: f
     return sorted(done, key=lambda item: item[1]), ramped
 
 
-async def batch(run: Run, batch_sizes: Sequence[int], sequence_length: int, decode_length: int,
-                runs: int, warmups: int) -> None:
+async def batch(run: Run, scenario: BatchScenario) -> None:
+    batch_sizes, sequence_length, decode_length = scenario.batch_sizes, scenario.sequence_length, scenario.decode_length
+    runs, warmups = scenario.runs, scenario.warmups
     ids = [batch_point_id(b, sequence_length, decode_length) for b in batch_sizes]
     run.plan(ids)
     todo = [(b, p) for b, p in zip(batch_sizes, ids, strict=True) if not run.skip(p)]
@@ -144,8 +146,9 @@ async def batch(run: Run, batch_sizes: Sequence[int], sequence_length: int, deco
                              requests, windows=windows, batch_rows=batch_rows)
 
 
-async def concurrency(run: Run, users: Sequence[int], grid: Sequence[tuple[int, int]],
-                      requests: int | None, warmup_requests: int, ramp_up: float | str = 0.0) -> None:
+async def concurrency(run: Run, scenario: ConcurrencyScenario) -> None:
+    users, grid, requests = scenario.users, scenario.grid, scenario.requests
+    warmup_requests, ramp_up = scenario.warmup_requests, scenario.ramp_up
     points = [(n, p, o) for p, o in grid for n in users]
     ids = [concurrency_point_id(n, p, o) for n, p, o in points]
     run.plan(ids)
@@ -194,8 +197,9 @@ def arrival_offsets(count: int, rate: float, arrival: str, seed: int) -> list[fl
     return out
 
 
-async def rate(run: Run, rates: Sequence[float], arrival: str, grid: Sequence[tuple[int, int]], requests: int,
-               seed: int, max_concurrency: int | None) -> None:
+async def rate(run: Run, scenario: RateScenario, seed: int) -> None:
+    rates, arrival, grid = scenario.rates, scenario.arrival, scenario.grid
+    requests, max_concurrency = scenario.requests, scenario.max_concurrency
     points = [(r, p, o) for p, o in grid for r in rates]
     ids = [rate_point_id(r, arrival, p, o) for r, p, o in points]
     run.plan(ids)
@@ -231,7 +235,8 @@ async def rate(run: Run, rates: Sequence[float], arrival: str, grid: Sequence[tu
                              [(record, 0, False, i) for i, record in enumerate(records)], send_lag_s=lags)
 
 
-async def ingestion(run: Run, prompt_lengths: Sequence[int], repeats: int) -> None:
+async def ingestion(run: Run, scenario: IngestionScenario) -> None:
+    prompt_lengths, repeats = scenario.prompt_tokens or (), scenario.repeats
     ids = [ingestion_point_id(p) for p in prompt_lengths]
     run.plan(ids)
     for length, point_id in zip(prompt_lengths, ids, strict=True):

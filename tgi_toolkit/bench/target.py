@@ -51,6 +51,11 @@ class Target:
     def max_total_tokens(self) -> int | None:
         return self.info.get("max_total_tokens")
 
+    @property
+    def max_concurrent_requests(self) -> int | None:
+        """Requests in flight past which the server answers 429 (TGI's /info; None where it does not say)."""
+        return self.info.get("max_concurrent_requests")
+
     def alive(self) -> bool:
         """The server process lives (when we know it) and `/health` answers."""
         if self.server is not None and self.server.backend != "url" and not self.server.running:

@@ -7,7 +7,8 @@
                           max_new_tokens=128, config=["--max-batch-prefill-tokens", "8192"])
 
 The first argument is the cost model (a CostModel, a cost.json path or its dict, or a SimTarget);
-scenario parameters are bench's (tgi_toolkit.bench.api), with the same defaults and checks. Options:
+scenario parameters are bench's (tgi_toolkit.bench.api): the same scenario dataclasses (tgi_toolkit.scenarios),
+with the same defaults and checks; `play(cost_model, scenario)` takes one directly. Options:
 config (launcher settings: a LauncherConfig, a dict, or launcher flags), attention / prefix_caching /
 chunking (the scheduling mode; default from ATTENTION, PREFIX_CACHING, PREFILL_CHUNKING, then the cost
 model's server), server (the server profile whose scheduling rules apply; "vllm-v1" takes vLLM's, with `config`
@@ -21,14 +22,23 @@ Every function returns bench's `Results`, marked simulated (tgi_toolkit.simulate
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.api import spread_lengths
-from tgi_toolkit.bench.checks import concurrency_workload, ingestion_workload, rate_workload
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.results import Results
+from tgi_toolkit.scenarios.base import Scenario, split, wrapper_signature
+from tgi_toolkit.scenarios.kinds import (
+    BatchScenario,
+    ConcurrencyScenario,
+    DecodeStallScenario,
+    IngestionScenario,
+    MultiTurnScenario,
+    RateScenario,
+    SharedPrefixScenario,
+    scenario_class,
+)
 from tgi_toolkit.simulate.events import Simulator
 from tgi_toolkit.simulate.record import SimRun
 from tgi_toolkit.simulate.target import SimTarget, make_target
@@ -51,10 +61,6 @@ _IGNORED = ("progress", "resume", "tokenizer", "api", "api_key", "sampling", "ig
             "dataset")
 
 
-def _listed(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple, range)) else [value]
-
-
 def _count(name: str, value: int, minimum: int) -> int:
     return check_positive_ints(name, [value], minimum=minimum)[0]
 
@@ -67,15 +73,6 @@ def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     target = {k: options[k] for k in _TARGET_OPTIONS if k in options}
     run = {k: options[k] for k in _RUN_OPTIONS if k in options}
     return target, run
-
-
-def _grid(target: SimTarget, prompt_tokens: Any, max_new_tokens: Any) -> list[tuple[int, int]]:
-    prompts = check_positive_ints("prompt_tokens", _listed(prompt_tokens))
-    outputs = check_positive_ints("max_new_tokens", _listed(max_new_tokens))
-    for p in prompts:
-        for o in outputs:
-            target.check_lengths(p, o)
-    return [(p, o) for p in prompts for o in outputs]
 
 
 def _simulate(target: SimTarget, scenario: str, workload: dict[str, Any], make_points: Any,
@@ -118,52 +115,6 @@ def _simulate(target: SimTarget, scenario: str, workload: dict[str, Any], make_p
     return run.results()
 
 
-def run_batch(cost_model: Any, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), sequence_length: int = 10,
-              decode_length: int = 8, runs: int = 10, warmups: int = 1, **options: Any) -> Results:
-    """bench.run_batch, simulated: B prompts at once, `warmups` + `runs` times per batch size."""
-    topts, ropts = _split(options)
-    target = make_target(cost_model, **topts)
-    sizes = check_positive_ints("batch_size", _listed(batch_sizes))
-    _count("sequence_length", sequence_length, 1)
-    _count("decode_length", decode_length, 1)
-    _count("runs", runs, 1)
-    _count("warmups", warmups, 0)
-    target.check_lengths(sequence_length, decode_length, "sequence_length")
-    workload = {"batch_sizes": sizes, "sequence_length": sequence_length, "decode_length": decode_length,
-                "runs": runs, "warmups": warmups}
-    return _simulate(target, "batch", workload,
-                     lambda p: batch_points(p, sizes, sequence_length, decode_length, runs, warmups), ropts)
-
-
-def run_concurrency(cost_model: Any, *, users: Sequence[int] = (1, 2, 4, 8, 16, 32),
-                    prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
-                    requests: int | None = None, warmup_requests: int = 0, ramp_up: float | str = "auto",
-                    **options: Any) -> Results:
-    """bench.run_concurrency, simulated: N closed-loop users for each N and (prompt, output) pair, started
-    over bench's ramp (`ramp_up`: "auto", a request a user sent together first and their mean duration; 0: all
-    at once)."""
-    topts, ropts = _split(options)
-    target = make_target(cost_model, **topts)
-    workload = concurrency_workload(users, _grid(target, prompt_tokens, max_new_tokens), requests, warmup_requests,
-                                    ramp_up)
-    counts, grid, ramp = workload["users"], workload["grid"], workload["ramp_up"]
-    return _simulate(target, "concurrency", workload,
-                     lambda p: concurrency_points(p, counts, grid, requests, warmup_requests, ramp), ropts)
-
-
-def run_rate(cost_model: Any, *, rates: Sequence[float] = (1.0, 2.0, 4.0), arrival: str = "poisson",
-             prompt_tokens: Sequence[int] | int = 128, max_new_tokens: Sequence[int] | int = 128,
-             requests: int = 64, max_concurrency: int | None = None, **options: Any) -> Results:
-    """bench.run_rate, simulated: constant or seeded Poisson arrivals (the same send times as bench's)."""
-    topts, ropts = _split(options)
-    target = make_target(cost_model, **topts)
-    workload = rate_workload(rates, arrival, _grid(target, prompt_tokens, max_new_tokens), requests, max_concurrency)
-    rates, grid = workload["rates"], workload["grid"]
-    seed = int(ropts.get("seed", 0))
-    return _simulate(target, "rate", workload,
-                     lambda p: rate_points(p, rates, arrival, grid, requests, seed, max_concurrency), ropts)
-
-
 def default_ingestion_lengths(target: SimTarget, count: int = 8) -> list[int]:
     """bench's default: `count` lengths from 32 tokens to 90 % of what the server takes."""
     top = int(0.9 * min(target.max_input_tokens or 4096, (target.max_total_tokens or 4097) - 1))
@@ -172,69 +123,63 @@ def default_ingestion_lengths(target: SimTarget, count: int = 8) -> list[int]:
     return spread_lengths(32, max(top, 33), count)
 
 
-def measure_ingestion(cost_model: Any, *, prompt_tokens: Sequence[int] | None = None, repeats: int = 3,
-                      **options: Any) -> Results:
-    """bench.measure_ingestion, simulated: one request at a time, one new token; `.ingestion()` fits it."""
+def _points(scenario: Scenario, seed: int) -> Any:
+    """What the simulated clients send for this scenario, from the run's prompts (simulate.workloads)."""
+    if isinstance(scenario, BatchScenario):
+        return lambda p: batch_points(p, scenario)
+    if isinstance(scenario, ConcurrencyScenario):
+        return lambda p: concurrency_points(p, scenario)
+    if isinstance(scenario, RateScenario):
+        return lambda p: rate_points(p, scenario, seed)
+    if isinstance(scenario, IngestionScenario):
+        return lambda p: ingestion_points(p, scenario)
+    if isinstance(scenario, (SharedPrefixScenario, MultiTurnScenario)):
+        plan = scenario.plan()
+        return lambda p: (shared_prefix_points if isinstance(scenario, SharedPrefixScenario)
+                          else multi_turn_points)(plan)
+    assert isinstance(scenario, DecodeStallScenario)
+    plan = scenario.plan()
+    return lambda p: decode_stall_points(plan, scenario.repeats, scenario.warmups)
+
+
+def play(cost_model: Any, scenario: Scenario, **options: Any) -> Results:
+    """One scenario (a tgi_toolkit.scenarios dataclass) on the simulated server: checked against its limits,
+    then run on the virtual clock; the options as in this module's docstring."""
     topts, ropts = _split(options)
     target = make_target(cost_model, **topts)
-    workload = ingestion_workload(target, prompt_tokens, repeats, default_ingestion_lengths)
-    lengths = workload["prompt_tokens"]
-    return _simulate(target, "ingestion", workload, lambda p: ingestion_points(p, lengths, repeats), ropts)
+    if isinstance(scenario, IngestionScenario):
+        scenario = scenario.with_lengths(default_ingestion_lengths(target))
+    scenario.check(target)
+    return _simulate(target, scenario.name, scenario.workload(), _points(scenario, int(ropts.get("seed", 0))), ropts)
 
 
-def run_shared_prefix(cost_model: Any, *, groups: int = 4, requests_per_group: int = 4, prefix_tokens: int = 512,
-                      suffix_tokens: int = 32, max_new_tokens: int = 16, users: int = 4, **options: Any) -> Results:
-    """bench.run_shared_prefix, simulated: groups sharing a prefix; the point's prefix_cache_hit_rate is the
-    scheduler's own count (hit / looked-up prompt tokens)."""
-    from tgi_toolkit.bench.workloads import SharedPrefix
+def _wrapper(cls: type[Scenario], what: str) -> Any:
+    """The public `run_<scenario>`: keywords -> the scenario object -> `play` (bench's parameters and defaults)."""
 
-    topts, ropts = _split(options)
-    target = make_target(cost_model, **topts)
-    workload = SharedPrefix(groups=groups, requests_per_group=requests_per_group, prefix_tokens=prefix_tokens,
-                            suffix_tokens=suffix_tokens, max_new_tokens=max_new_tokens, users=users)
-    target.check_lengths(prefix_tokens + suffix_tokens, max_new_tokens)
-    params = {"groups": groups, "requests_per_group": requests_per_group, "prefix_tokens": prefix_tokens,
-              "suffix_tokens": suffix_tokens, "max_new_tokens": max_new_tokens, "users": users}
-    return _simulate(target, "shared_prefix", params, lambda p: shared_prefix_points(workload), ropts)
+    def run(cost_model: Any, **params: Any) -> Results:
+        scenario, options = split(cls, params)
+        return play(cost_model, scenario, **options)
+
+    run.__signature__ = wrapper_signature(cls, "cost_model")  # type: ignore[attr-defined]
+    run.__doc__ = what
+    return run
 
 
-def run_multi_turn(cost_model: Any, *, conversations: int = 4, turns: int = 4, user_tokens: int = 64,
-                   max_new_tokens: int = 32, system_tokens: int = 0, users: int | None = None,
-                   **options: Any) -> Results:
-    """bench.run_multi_turn, simulated: each turn resends the history (the last answer is recomputed, as
-    TGI never caches generated tokens)."""
-    from tgi_toolkit.bench.workloads import MultiTurn
-
-    topts, ropts = _split(options)
-    target = make_target(cost_model, **topts)
-    workload = MultiTurn(conversations=conversations, turns=turns, user_tokens=user_tokens,
-                         max_new_tokens=max_new_tokens, system_tokens=system_tokens, users=users)
-    target.check_lengths(workload.prompt_tokens(turns - 1), max_new_tokens)
-    params = {"conversations": conversations, "turns": turns, "user_tokens": user_tokens,
-              "max_new_tokens": max_new_tokens, "system_tokens": system_tokens, "users": users}
-    return _simulate(target, "multi_turn", params, lambda p: multi_turn_points(workload), ropts)
-
-
-def run_decode_stall(cost_model: Any, *, streams: int = 8, long_prompt: int = 2000, stream_prompt: int = 32,
-                     stream_tokens: int = 128, long_max_new_tokens: int = 4, lead_tokens: int = 4, repeats: int = 3,
-                     warmups: int = 1, **options: Any) -> Results:
-    """bench.run_decode_stall, simulated: the running streams' largest inter-token gap while a long prompt
-    joins (chunked: one mixed forward; unchunked: the whole prefill alone)."""
-    from tgi_toolkit.bench.workloads import DecodeStall
-
-    topts, ropts = _split(options)
-    target = make_target(cost_model, **topts)
-    workload = DecodeStall(streams=streams, stream_prompt_tokens=stream_prompt, stream_tokens=stream_tokens,
-                           long_prompt_tokens=long_prompt, long_max_new_tokens=long_max_new_tokens,
-                           lead_tokens=lead_tokens)
-    target.check_lengths(long_prompt, long_max_new_tokens, "long_prompt")
-    target.check_lengths(stream_prompt, stream_tokens, "stream_prompt")
-    _count("repeats", repeats, 1)
-    _count("warmups", warmups, 0)
-    params = {"streams": streams, "long_prompt": long_prompt, "stream_prompt": stream_prompt,
-              "stream_tokens": stream_tokens, "long_max_new_tokens": long_max_new_tokens, "lead_tokens": lead_tokens,
-              "repeats": repeats, "warmups": warmups}
-    return _simulate(target, "decode_stall", params, lambda p: decode_stall_points(workload, repeats, warmups), ropts)
+run_batch = _wrapper(BatchScenario, "bench.run_batch, simulated: B prompts at once, `warmups` + `runs` times per "
+                                    "batch size.")
+run_concurrency = _wrapper(ConcurrencyScenario, """bench.run_concurrency, simulated: N closed-loop users for each N
+    and (prompt, output) pair, started over bench's ramp (`ramp_up`: "auto", a request a user sent together first
+    and their mean duration; 0: all at once).""")
+run_rate = _wrapper(RateScenario, "bench.run_rate, simulated: constant or seeded Poisson arrivals (the same send "
+                                  "times as bench's).")
+measure_ingestion = _wrapper(IngestionScenario, "bench.measure_ingestion, simulated: one request at a time, one new "
+                                                "token; `.ingestion()` fits it.")
+run_shared_prefix = _wrapper(SharedPrefixScenario, """bench.run_shared_prefix, simulated: groups sharing a prefix;
+    the point's prefix_cache_hit_rate is the scheduler's own count (hit / looked-up prompt tokens).""")
+run_multi_turn = _wrapper(MultiTurnScenario, """bench.run_multi_turn, simulated: each turn resends the history (the
+    last answer is recomputed, as TGI never caches generated tokens).""")
+run_decode_stall = _wrapper(DecodeStallScenario, """bench.run_decode_stall, simulated: the running streams' largest
+    inter-token gap while a long prompt joins (chunked: one mixed forward; unchunked: the whole prefill alone).""")
 
 
 SCENARIO_FUNCTIONS = {"batch": run_batch, "concurrency": run_concurrency, "rate": run_rate,
@@ -243,12 +188,9 @@ SCENARIO_FUNCTIONS = {"batch": run_batch, "concurrency": run_concurrency, "rate"
 
 
 def run_scenario(scenario: str, cost_model: Any, **params: Any) -> Results:
-    """`run_batch`, `run_concurrency`, `run_rate` or `measure_ingestion` by name."""
-    try:
-        function = SCENARIO_FUNCTIONS[scenario.replace("-", "_")]
-    except KeyError:
-        raise BenchError("scenario", f"{scenario!r} is not known", ", ".join(SCENARIO_FUNCTIONS)) from None
-    return function(cost_model, **params)
+    """Any scenario's `run_<scenario>` by name (`shared-prefix` or `shared_prefix`)."""
+    spec, options = split(scenario_class(scenario), params)
+    return play(cost_model, spec, **options)
 
 
 def kv_capacity(cost_model: Any, **options: Any) -> float:

@@ -130,17 +130,20 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
     from bisect import bisect_right
 
     from tgi_toolkit.costs.features import shape_of
+    from tgi_toolkit.scenarios.kinds import BatchScenario, IngestionScenario
     from tgi_toolkit.simulate.events import Simulator
     from tgi_toolkit.simulate.target import make_target
     from tgi_toolkit.simulate.workloads import TokenPrompts, batch_points, ingestion_points
 
     target = make_target(dataclasses.replace(model, jitter_cv=0.0), environ={})
     prompts = TokenPrompts(0)
-    points = ingestion_points(prompts, sorted({int(p) for p in ingestion.requests[S.PROMPT_TOKENS]}), repeats)
+    points = ingestion_points(prompts, IngestionScenario(
+        prompt_tokens=sorted({int(p) for p in ingestion.requests[S.PROMPT_TOKENS]}), repeats=repeats))
     for res in batches:
         b = res.batch
-        points += batch_points(prompts, sorted({int(v) for v in b[S.BATCH_SIZE]}), int(b[S.SEQUENCE_LENGTH].iloc[0]),
-                               int(b[S.DECODE_LENGTH].iloc[0]), repeats, warmups)
+        points += batch_points(prompts, BatchScenario(
+            batch_sizes=sorted({int(v) for v in b[S.BATCH_SIZE]}), sequence_length=int(b[S.SEQUENCE_LENGTH].iloc[0]),
+            decode_length=int(b[S.DECODE_LENGTH].iloc[0]), runs=repeats, warmups=warmups))
     sim = Simulator(target.scheduler, target.cost)
     ends: list[int] = []
     vectors: list[list[float]] = []

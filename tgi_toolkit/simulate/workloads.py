@@ -25,6 +25,7 @@ from tgi_toolkit.bench.scenarios import (
     ingestion_point_id,
     rate_point_id,
 )
+from tgi_toolkit.scenarios.kinds import BatchScenario, ConcurrencyScenario, IngestionScenario, RateScenario
 from tgi_toolkit.simulate.events import Bursts, ClosedLoop, Driver, OpenLoop, PlanDriver, SimRequest
 
 VOCAB = 32_000
@@ -76,10 +77,11 @@ def _tagged(prompts: Sequence[list[int]], output: int, repeat: int, warmup: bool
     return [SimRequest(p, output, tag=(repeat, warmup, start + i)) for i, p in enumerate(prompts)]
 
 
-def batch_points(prompts: TokenPrompts, batch_sizes: Sequence[int], sequence_length: int, decode_length: int,
-                 runs: int, warmups: int) -> list[Point]:
+def batch_points(prompts: TokenPrompts, scenario: BatchScenario) -> list[Point]:
+    sequence_length, decode_length = scenario.sequence_length, scenario.decode_length
+    runs, warmups = scenario.runs, scenario.warmups
     out = []
-    for size in batch_sizes:
+    for size in scenario.batch_sizes:
         groups = []
         for step in range(warmups + runs):
             warm = step < warmups
@@ -93,14 +95,14 @@ def batch_points(prompts: TokenPrompts, batch_sizes: Sequence[int], sequence_len
     return out
 
 
-def concurrency_points(prompts: TokenPrompts, users: Sequence[int], grid: Sequence[tuple[int, int]],
-                       requests: int | None, warmup_requests: int, ramp_up: float | str = 0.0) -> list[Point]:
+def concurrency_points(prompts: TokenPrompts, scenario: ConcurrencyScenario) -> list[Point]:
     """bench's concurrency points, with its ramp (bench.phase): for "auto" a request a user sent together
     (their mean duration is the ramp), then user i's first request i/N of the ramp after the start; requests
     sent before it ends are new unmeasured ones."""
+    requests, warmup_requests, ramp_up = scenario.requests, scenario.warmup_requests, scenario.ramp_up
     out = []
-    for prompt_tokens, max_new in grid:
-        for n in users:
+    for prompt_tokens, max_new in scenario.grid:
+        for n in scenario.users:
             total = requests if requests is not None else max(4 * n, 8)
             texts = prompts.prompts(prompt_tokens, warmup_requests + total)
             phases = []
@@ -133,11 +135,11 @@ def _ramp_used(loop: ClosedLoop) -> Any:
     return lambda point, hit, lookup: point.columns.update({S.RAMP_UP_S: loop.ramp_s})
 
 
-def rate_points(prompts: TokenPrompts, rates: Sequence[float], arrival: str, grid: Sequence[tuple[int, int]],
-                requests: int, seed: int, max_concurrency: int | None) -> list[Point]:
+def rate_points(prompts: TokenPrompts, scenario: RateScenario, seed: int) -> list[Point]:
+    arrival, requests, max_concurrency = scenario.arrival, scenario.requests, scenario.max_concurrency
     out = []
-    for prompt_tokens, max_new in grid:
-        for r in rates:
+    for prompt_tokens, max_new in scenario.grid:
+        for r in scenario.rates:
             reqs = _tagged(prompts.prompts(prompt_tokens, requests), max_new, 0, False)
             offsets = arrival_offsets(requests, r, arrival, seed)
             out.append(Point(rate_point_id(r, arrival, prompt_tokens, max_new),
@@ -148,9 +150,10 @@ def rate_points(prompts: TokenPrompts, rates: Sequence[float], arrival: str, gri
     return out
 
 
-def ingestion_points(prompts: TokenPrompts, prompt_lengths: Sequence[int], repeats: int) -> list[Point]:
+def ingestion_points(prompts: TokenPrompts, scenario: IngestionScenario) -> list[Point]:
+    repeats = scenario.repeats
     out = []
-    for length in prompt_lengths:
+    for length in scenario.prompt_tokens or ():
         reqs = _tagged(prompts.prompts(length, repeats), 1, 0, False)
         out.append(Point(ingestion_point_id(length), {S.USERS: 1, S.PROMPT_TOKENS: length, S.MAX_NEW_TOKENS: 1},
                          [Phase(ClosedLoop(reqs, 1), reqs)]))

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tgi_toolkit.bench import schema as S
-from tgi_toolkit.bench.checks import LaunchLimits, check_options, check_scenario
+from tgi_toolkit.bench.checks import LaunchLimits, check_options
 from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.config import ConfigError, LauncherConfig
 from tgi_toolkit.config.options import suggest
+from tgi_toolkit.scenarios.kinds import check_scenario, scenario_class
 
 # Backends a sweep can relaunch ("url" attaches to one server: nothing to relaunch).
 BACKENDS = ("embedded", "tgi", "tgi-docker", "vllm")
@@ -61,22 +62,13 @@ def field_name(name: str) -> str:
     return norm
 
 
-def _scenario_parameters(scenario: str) -> tuple[str, ...]:
-    import inspect
-
-    from tgi_toolkit.bench.api import SCENARIO_FUNCTIONS
-
-    signature = inspect.signature(SCENARIO_FUNCTIONS[scenario])
-    return tuple(n for n, p in signature.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY)
-
-
 class Workload:
     """One bench scenario and its parameters, run against every configuration.
 
     >>> Workload("concurrency", users=[1, 4], prompt_tokens=64, max_new_tokens=16)
 
-    `params` are the keyword arguments of the bench's `run_<scenario>` (tgi_toolkit.bench.api) and
-    its common options (seed, slo_ttft_s, ...); output, resume and progress belong to the sweep.
+    `params` are the scenario's parameters (the fields of its dataclass, tgi_toolkit.scenarios) and
+    the bench's common options (seed, slo_ttft_s, ...); output, resume and progress belong to the sweep.
     """
 
     def __init__(self, scenario: str, *, name: str | None = None, **params: Any) -> None:
@@ -85,7 +77,7 @@ class Workload:
         reserved = sorted(set(params) & set(RESERVED_OPTIONS))
         if reserved:
             raise SweepError(f"workload {scenario}: {', '.join(reserved)} belong to the sweep, not to a workload")
-        allowed = (*_scenario_parameters(scenario), *BENCH_OPTIONS)
+        allowed = (*scenario_class(scenario).parameters(), *BENCH_OPTIONS)  # the scenario dataclass's fields
         for key in params:
             if key not in allowed:
                 raise SweepError(f"workload {scenario}: {key!r} is not a parameter of run_{scenario}"

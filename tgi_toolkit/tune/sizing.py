@@ -25,7 +25,6 @@ memory than the shared settings allow.
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -52,9 +51,9 @@ class Demand:
 
 
 def _default(scenario: str, name: str) -> Any:
-    from tgi_toolkit.bench.api import SCENARIO_FUNCTIONS
+    from tgi_toolkit.scenarios.kinds import scenario_class
 
-    return inspect.signature(SCENARIO_FUNCTIONS[scenario]).parameters[name].default
+    return scenario_class(scenario).default(name)
 
 
 def _top(value: Any) -> int:

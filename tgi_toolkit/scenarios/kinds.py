@@ -1,0 +1,270 @@
+"""The seven scenarios (docs/measurement.md), one frozen dataclass each: their parameters, defaults, checks and
+what they generate. bench.api and simulate.api build one from their keywords; bench.scenarios / bench.play send
+it, simulate.workloads plays it on the virtual clock; bench.cli makes its flags from the fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tgi_toolkit.bench.checks import ARRIVALS, Limits, count, listed
+from tgi_toolkit.bench.errors import BenchError, check_positive_ints
+from tgi_toolkit.bench.phase import check_ramp
+from tgi_toolkit.bench.workloads import DecodeStall, MultiTurn, SharedPrefix
+from tgi_toolkit.scenarios.base import Scenario, param
+
+REPEAT = "repeat for several"
+
+
+def _lengths(limits: Limits | None, prompt_tokens: int, max_new_tokens: int, field: str = "prompt_tokens") -> None:
+    if limits is not None:
+        limits.check_lengths(prompt_tokens, max_new_tokens, field)
+
+
+def _ints(name: str, value: Any, minimum: int = 1) -> tuple[int, ...]:
+    return tuple(check_positive_ints(name, listed(value), minimum=minimum))
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchScenario(Scenario):
+    """text-generation-benchmark over HTTP: B prompts of exactly `sequence_length` tokens at once, `decode_length`
+    tokens forced, `warmups` then `runs` times per batch size (its defaults are the tool's own)."""
+
+    name = "batch"
+    batch_sizes: tuple[int, ...] = param((1, 2, 4, 8, 16, 32), f"{REPEAT} (default 1 2 4 8 16 32)",
+                                         flag="--batch-size", short="-b", repeat=True)
+    sequence_length: int = param(10, "prompt tokens (default 10)", short="-s")
+    decode_length: int = param(8, "new tokens (default 8)", short="-d")
+    runs: int = param(10, "measured runs per batch size (default 10)", short="-r")
+    warmups: int = param(1, "warm-up runs per batch size (default 1)", short="-w")
+
+    def __post_init__(self) -> None:
+        self._set("batch_sizes", _ints("batch_size", self.batch_sizes))
+        count("sequence_length", self.sequence_length, 1)
+        count("decode_length", self.decode_length, 1)
+        count("runs", self.runs, 1)
+        count("warmups", self.warmups, 0)
+
+    def check(self, limits: Limits | None) -> BatchScenario:
+        limit = getattr(limits, "max_concurrent_requests", None)  # the server's, where known
+        if limit is not None and max(self.batch_sizes) > limit:
+            raise BenchError("batch_size", f"{max(self.batch_sizes)} is over the server's max_concurrent_requests "
+                                           f"{limit} (it would answer 429)", f"1 to {limit}")
+        _lengths(limits, self.sequence_length, self.decode_length, "sequence_length")
+        return self
+
+    def workload(self) -> dict[str, Any]:
+        return {**super().workload(), "batch_sizes": list(self.batch_sizes)}
+
+
+@dataclasses.dataclass(frozen=True)
+class _LengthGrid(Scenario):
+    """Every (prompt, output) length pair of a scenario: its `grid`, each pair checked against the limits."""
+
+    prompt_tokens: tuple[int, ...] = param((128,), f"{REPEAT} (default 128)", repeat=True)
+    max_new_tokens: tuple[int, ...] = param((128,), f"{REPEAT} (default 128)", repeat=True)
+
+    def __post_init__(self) -> None:
+        self._set("prompt_tokens", _ints("prompt_tokens", self.prompt_tokens))
+        self._set("max_new_tokens", _ints("max_new_tokens", self.max_new_tokens))
+
+    @property
+    def grid(self) -> list[tuple[int, int]]:
+        return [(p, o) for p in self.prompt_tokens for o in self.max_new_tokens]
+
+    def check(self, limits: Limits | None) -> Any:
+        for p, o in self.grid:
+            _lengths(limits, p, o)
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class ConcurrencyScenario(_LengthGrid):
+    """N closed-loop users for each N and (prompt, output) pair: each sends its next request when its last ends,
+    started over a ramp (bench.phase)."""
+
+    name = "concurrency"
+    users: tuple[int, ...] = param((1, 2, 4, 8, 16, 32), f"{REPEAT} (default 1 2 4 8 16 32)", short="-u",
+                                   repeat=True)
+    requests: int | None = param(None, "measured requests per point (default 4 per user, at least 8)")
+    warmup_requests: int = param(0, "unmeasured requests first (default 0)")
+    ramp_up: float | str = param(
+        "auto", "user i starts i/N of this after the point's start; requests sent before it ends are not measured. "
+                "auto (default): one cycle at the point's load, the mean duration of a request a user sent together "
+                "first; 0: all at once", type=str, metavar="SECONDS")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._set("users", _ints("users", self.users))
+        top = max(self.users)
+        if self.requests is not None and count("requests", self.requests, 1) < top:
+            raise BenchError("requests", f"{self.requests} is fewer than {top} users: the point would never have "
+                                         f"them all in flight", f"integers >= {top}, or None (4 per user)")
+        count("warmup_requests", self.warmup_requests, 0)
+        self._set("ramp_up", check_ramp(self.ramp_up))
+
+    def workload(self) -> dict[str, Any]:
+        return {"users": list(self.users), "grid": self.grid, "requests": self.requests,
+                "warmup_requests": self.warmup_requests, "ramp_up": self.ramp_up}
+
+
+@dataclasses.dataclass(frozen=True)
+class RateScenario(_LengthGrid):
+    """Open loop: `requests` requests leaving on a constant or seeded Poisson schedule at each rate, whatever is
+    in flight (`max_concurrency` caps it, hiding queueing in the client)."""
+
+    name = "rate"
+    rates: tuple[float, ...] = param((1.0, 2.0, 4.0), "requests per second, repeat for several; inf = all at once "
+                                     "(default 1 2 4)", flag="--rate", repeat=True, type=float)
+    arrival: str = param("poisson", "constant or seeded Poisson send times (default poisson)", type=str,
+                         choices=ARRIVALS)
+    requests: int = param(64, "requests per point (default 64)")
+    max_concurrency: int | None = param(None, "cap on requests in flight (default none)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        rates = tuple(float(r) for r in listed(self.rates))
+        bad = [r for r in rates if not r > 0]  # NaN fails this too
+        if not rates or bad:
+            raise BenchError("rate", f"{bad[0] if bad else 'no value'} is not allowed",
+                             "request rates > 0 per second (inf: all at once)")
+        self._set("rates", rates)
+        if self.arrival not in ARRIVALS:
+            raise BenchError("arrival", f"{self.arrival!r} is not known", ", ".join(ARRIVALS))
+        count("requests", self.requests, 1)
+        if self.max_concurrency is not None:
+            count("max_concurrency", self.max_concurrency, 1)
+
+    def workload(self) -> dict[str, Any]:
+        return {"rates": list(self.rates), "arrival": self.arrival, "grid": self.grid, "requests": self.requests,
+                "max_concurrency": self.max_concurrency}
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestionScenario(Scenario):
+    """happy_vllm's prompt ingestion speed: one request at a time, one new token, `repeats` prompts of each length
+    (None: spread up to 90 % of what the server takes, `with_lengths`)."""
+
+    name = "ingestion"
+    prompt_tokens: tuple[int, ...] | None = param(None, f"{REPEAT} (default 8 lengths up to 90%% of "
+                                                        "max_input_tokens)", repeat=True)
+    repeats: int = param(3, "requests per length (default 3)")
+
+    def __post_init__(self) -> None:
+        if self.prompt_tokens is not None:
+            self._set("prompt_tokens", _ints("prompt_tokens", self.prompt_tokens))
+            if len(set(self.prompt_tokens)) < 2:
+                raise BenchError("prompt_tokens", "a fit needs at least two different lengths", "two or more lengths")
+        count("repeats", self.repeats, 1)
+
+    def with_lengths(self, lengths: list[int]) -> IngestionScenario:
+        """This scenario with the server's default lengths where it gives none."""
+        return self if self.prompt_tokens is not None else dataclasses.replace(self, prompt_tokens=tuple(lengths))
+
+    def check(self, limits: Limits | None) -> IngestionScenario:
+        for length in self.prompt_tokens or ():
+            _lengths(limits, length, 1)
+        return self
+
+    def workload(self) -> dict[str, Any]:
+        return {"prompt_tokens": list(self.prompt_tokens or []), "repeats": self.repeats}
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedPrefixScenario(Scenario):
+    """Groups of requests sharing a prefix (bench.workloads.SharedPrefix plans them)."""
+
+    name = "shared_prefix"
+    groups: int = param(4, "groups, each with its own prefix (default 4)")
+    requests_per_group: int = param(4, "requests per group; the first goes alone, the rest after it ended (default 4)")
+    prefix_tokens: int = param(512, "tokens of each group's shared prefix (default 512)", common=True)
+    suffix_tokens: int = param(32, "tokens each request adds (default 32)")
+    max_new_tokens: int = param(16, "new tokens per request (default 16)")
+    users: int = param(4, "requests in flight at most (default 4)", short="-u")
+
+    def __post_init__(self) -> None:
+        self.plan()  # its counts checked by the plan
+
+    def plan(self) -> SharedPrefix:
+        return SharedPrefix(**super().workload())
+
+    def check(self, limits: Limits | None) -> SharedPrefixScenario:
+        _lengths(limits, self.prefix_tokens + self.suffix_tokens, self.max_new_tokens)
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiTurnScenario(Scenario):
+    """Conversations resending their history (bench.workloads.MultiTurn plans them)."""
+
+    name = "multi_turn"
+    conversations: int = param(4, "conversations (default 4)")
+    turns: int = param(4, "turns per conversation (default 4)")
+    user_tokens: int = param(64, "tokens of each new user message (default 64)")
+    max_new_tokens: int = param(32, "tokens of each answer (default 32)")
+    system_tokens: int = param(0, "a system prompt every conversation starts with (default 0: none)")
+    users: int | None = param(None, "conversations at once (default all)", short="-u")
+
+    def __post_init__(self) -> None:
+        self.plan()
+
+    def plan(self) -> MultiTurn:
+        return MultiTurn(**super().workload())
+
+    def check(self, limits: Limits | None) -> MultiTurnScenario:
+        plan = self.plan()
+        _lengths(limits, plan.prompt_tokens(plan.turns - 1), plan.max_new_tokens)
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeStallScenario(Scenario):
+    """A long prompt joining running streams, `repeats` rounds after `warmups` (bench.workloads.DecodeStall plans
+    one round)."""
+
+    name = "decode_stall"
+    streams: int = param(8, "streams decoding when the long prompt arrives (default 8)")
+    long_prompt: int = param(2000, "tokens of the long prompt (default 2000)")
+    stream_prompt: int = param(32, "tokens of each stream's prompt (default 32)")
+    stream_tokens: int = param(128, "tokens each stream generates; enough to outlast the long prefill (default 128)")
+    long_max_new_tokens: int = param(4, "tokens the long prompt generates (default 4)")
+    lead_tokens: int = param(4, "tokens every stream has when the long prompt is sent (default 4)")
+    repeats: int = param(3, "measured rounds (default 3)")
+    warmups: int = param(1, "unmeasured rounds first (default 1)")
+
+    def __post_init__(self) -> None:
+        self.plan()
+        count("repeats", self.repeats, 1)
+        count("warmups", self.warmups, 0)
+
+    def plan(self) -> DecodeStall:
+        return DecodeStall(streams=self.streams, stream_prompt_tokens=self.stream_prompt,
+                           stream_tokens=self.stream_tokens, long_prompt_tokens=self.long_prompt,
+                           long_max_new_tokens=self.long_max_new_tokens, lead_tokens=self.lead_tokens)
+
+    def check(self, limits: Limits | None) -> DecodeStallScenario:
+        _lengths(limits, self.stream_prompt, self.stream_tokens, "stream_prompt")
+        _lengths(limits, self.long_prompt, self.long_max_new_tokens, "long_prompt")
+        return self
+
+
+SCENARIOS: dict[str, type[Scenario]] = {cls.name: cls for cls in (
+    BatchScenario, ConcurrencyScenario, RateScenario, IngestionScenario, SharedPrefixScenario, MultiTurnScenario,
+    DecodeStallScenario)}
+
+
+def scenario_class(name: str) -> type[Scenario]:
+    """The scenario class by name (`shared-prefix` or `shared_prefix`)."""
+    try:
+        return SCENARIOS[name.replace("-", "_")]
+    except KeyError:
+        raise BenchError("scenario", f"{name!r} is not known", ", ".join(SCENARIOS)) from None
+
+
+def check_scenario(scenario: str, params: dict[str, Any], limits: Limits | None = None) -> Scenario:
+    """A scenario's own parameters (others ignored: the common options are bench.checks.check_options') built and
+    checked as its run will, before any server is started or reached (the command line and a sweep call this).
+    Ingestion without lengths takes the server's, checked when it is reached."""
+    cls = scenario_class(scenario)
+    return cls.of({k: v for k, v in params.items() if k in cls.parameters()}).check(limits)
