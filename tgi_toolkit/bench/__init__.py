@@ -21,6 +21,7 @@ _LAZY = {
     "measure_ingestion_async": ".api", "run_scenario": ".api", "kv_capacity": ".api",
     "run_shared_prefix": ".api", "run_multi_turn": ".api", "run_decode_stall": ".api",
     "run_shared_prefix_async": ".api", "run_multi_turn_async": ".api", "run_decode_stall_async": ".api",
+    "play_scenario": ".api", "play_scenario_async": ".api",
     "SharedPrefix": ".workloads", "MultiTurn": ".workloads", "DecodeStall": ".workloads",
     "Results": ".results", "load_results": ".results",
     "BenchError": ".errors", "ServerDiedError": ".errors",
@@ -32,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
         kv_capacity,
         measure_ingestion,
         measure_ingestion_async,
+        play_scenario,
+        play_scenario_async,
         run_batch,
         run_batch_async,
         run_concurrency,
@@ -60,4 +63,5 @@ __all__ = [
     "measure_ingestion_async", "run_batch", "run_batch_async", "run_concurrency", "run_concurrency_async",
     "run_rate", "run_rate_async", "run_scenario", "run_shared_prefix", "run_shared_prefix_async", "run_multi_turn",
     "run_multi_turn_async", "run_decode_stall", "run_decode_stall_async", "SharedPrefix", "MultiTurn", "DecodeStall",
+    "play_scenario", "play_scenario_async",
 ]

@@ -2,7 +2,7 @@
 
 Every `run_*` takes the server (a URL or a started `Server`), the scenario's parameters (the fields of its
 dataclass in tgi_toolkit.scenarios, with their defaults) and the common options below, checks them all before
-sending anything, and returns `Results`; `play` / `play_async` take a scenario object instead.
+sending anything, and returns `Results`; `play_scenario` / `play_scenario_async` take a scenario object instead.
 
 Common options:
   output: folder to write to as the run goes (None: memory only); resume: continue the unfinished
@@ -133,7 +133,7 @@ async def _send(run: Run, scenario: Scenario, seed: int) -> None:
         await play.decode_stall(run, scenario.plan(), scenario.repeats, scenario.warmups)
 
 
-async def play_async(server: Any, scenario: Scenario, **options: Any) -> Results:
+async def play_scenario_async(server: Any, scenario: Scenario, **options: Any) -> Results:
     """Send one scenario (a tgi_toolkit.scenarios dataclass) to the server: checked against its limits, then
     measured; the common options as in this module's docstring."""
     target = _target(server, options)
@@ -150,22 +150,22 @@ async def play_async(server: Any, scenario: Scenario, **options: Any) -> Results
     return run.results()
 
 
-def play(server: Any, scenario: Scenario, **options: Any) -> Results:
-    """`play_async` from synchronous code (a script, or a notebook cell inside its running loop)."""
-    return _run_sync(lambda: play_async(server, scenario, **options))
+def play_scenario(server: Any, scenario: Scenario, **options: Any) -> Results:
+    """`play_scenario_async` from synchronous code (a script, or a notebook cell inside its running loop)."""
+    return _run_sync(lambda: play_scenario_async(server, scenario, **options))
 
 
 def _wrappers(cls: type[Scenario], doc: str) -> tuple[Any, Any]:
-    """The public `run_<scenario>` pair: keywords -> the scenario object -> `play`; their signature shows the
+    """The public `run_<scenario>` pair: keywords -> the scenario object -> `play_scenario`; their signature shows the
     scenario's fields, so a notebook's completion and help() list them."""
 
     async def run_async(server: Any, **params: Any) -> Results:
         scenario, options = split(cls, params)
-        return await play_async(server, scenario, **options)
+        return await play_scenario_async(server, scenario, **options)
 
     def run(server: Any, **params: Any) -> Results:
         scenario, options = split(cls, params)
-        return play(server, scenario, **options)
+        return play_scenario(server, scenario, **options)
 
     for function, text in ((run_async, f"{doc.split(chr(10))[0]} (async): see the sync function."), (run, doc)):
         function.__signature__ = wrapper_signature(cls, "server")  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@
 
 The first argument is the cost model (a CostModel, a cost.json path or its dict, or a SimTarget);
 scenario parameters are bench's (tgi_toolkit.bench.api): the same scenario dataclasses (tgi_toolkit.scenarios),
-with the same defaults and checks; `play(cost_model, scenario)` takes one directly. Options:
+with the same defaults and checks; `play_scenario(cost_model, scenario)` takes one directly. Options:
 config (launcher settings: a LauncherConfig, a dict, or launcher flags), attention / prefix_caching /
 chunking (the scheduling mode; default from ATTENTION, PREFIX_CACHING, PREFILL_CHUNKING, then the cost
 model's server), server (the server profile whose scheduling rules apply; "vllm-v1" takes vLLM's, with `config`
@@ -142,7 +142,7 @@ def _points(scenario: Scenario, seed: int) -> Any:
     return lambda p: decode_stall_points(plan, scenario.repeats, scenario.warmups)
 
 
-def play(cost_model: Any, scenario: Scenario, **options: Any) -> Results:
+def play_scenario(cost_model: Any, scenario: Scenario, **options: Any) -> Results:
     """One scenario (a tgi_toolkit.scenarios dataclass) on the simulated server: checked against its limits,
     then run on the virtual clock; the options as in this module's docstring."""
     topts, ropts = _split(options)
@@ -154,11 +154,12 @@ def play(cost_model: Any, scenario: Scenario, **options: Any) -> Results:
 
 
 def _wrapper(cls: type[Scenario], what: str) -> Any:
-    """The public `run_<scenario>`: keywords -> the scenario object -> `play` (bench's parameters and defaults)."""
+    """The public `run_<scenario>`: keywords -> the scenario object -> `play_scenario` (bench's parameters and
+    defaults)."""
 
     def run(cost_model: Any, **params: Any) -> Results:
         scenario, options = split(cls, params)
-        return play(cost_model, scenario, **options)
+        return play_scenario(cost_model, scenario, **options)
 
     run.__signature__ = wrapper_signature(cls, "cost_model")  # type: ignore[attr-defined]
     run.__doc__ = what
@@ -190,7 +191,7 @@ SCENARIO_FUNCTIONS = {"batch": run_batch, "concurrency": run_concurrency, "rate"
 def run_scenario(scenario: str, cost_model: Any, **params: Any) -> Results:
     """Any scenario's `run_<scenario>` by name (`shared-prefix` or `shared_prefix`)."""
     spec, options = split(scenario_class(scenario), params)
-    return play(cost_model, spec, **options)
+    return play_scenario(cost_model, spec, **options)
 
 
 def kv_capacity(cost_model: Any, **options: Any) -> float:
