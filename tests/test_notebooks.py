@@ -218,7 +218,8 @@ def values(array: Any) -> list[Any]:
 
 
 def trace_names(fig: dict[str, Any]) -> list[str]:
-    return [t.get("name") for t in fig["data"]]
+    """Each trace's legend text, unwrapped (plots wrap long entries with <br> where a space was)."""
+    return [t.get("name") and t["name"].replace("<br>", " ") for t in fig["data"]]
 
 
 @pytest.fixture(scope="module")
@@ -313,9 +314,11 @@ def test_03_sweep(tmp_path) -> None:
     assert rest == []
     assert len(trace_names(throughput)) == 4 and trace_names(pareto)[-1] == "Pareto frontier"
     assert heatmap["data"][0]["type"] == "heatmap"
-    # a configuration's label names every non-default field (max_batch_prefill_tokens=128 first here)
+    # a legend names a configuration by what differs between those shown (issue 43), all KV memory included
     assert sorted(re.search(r"max_batch_size=\d", n).group() for n in trace_names(older_throughput)) == \
         ["max_batch_size=1", "max_batch_size=2"]
+    assert not any("max_total_tokens" in n for n in trace_names(throughput) + trace_names(older_throughput))
+    assert sum("cuda_memory_fraction=1.0" in n for n in trace_names(throughput)) == 2
     assert card.is_file() and "|Configuration|Prompt ingestion|" in card.with_suffix(".md").read_text()
 
 
@@ -368,9 +371,11 @@ def test_06_tune(tmp_path) -> None:
     assert len(saved.table) == 2 and saved.space["max_batch_size"]["values"] == [1, 2]
     (pareto,) = figures(nb)
     assert trace_names(pareto)[-1] == "Pareto frontier"
-    # one colour per configuration the table ranks, and none beside them (the base was once measured too)
+    # one colour per configuration the table ranks, and none beside them (the base was once measured too), each
+    # named by the setting that differs between them (issue 43): the tuned knob
     labels = set(load_results(results_dir).points.set_index("config_id").loc[saved.table["config_id"], "config_label"])
-    assert set(trace_names(pareto)[:-1]) == labels and len(labels) == len(saved.table)
+    assert len(trace_names(pareto)[:-1]) == len(labels) == len(saved.table)
+    assert {re.fullmatch(r"max_batch_size=\d+", n) is not None for n in trace_names(pareto)[:-1]} == {True}
     (objective,) = pareto["layout"]["shapes"]  # ttft_s=5.0 on the TTFT axis, in the unit its title names
     unit = pareto["layout"]["yaxis"]["title"]["text"].rsplit("(", 1)[-1].rstrip(")")
     assert objective["y0"] == objective["y1"] == {"ms": 5000.0, "s": 5.0}[unit]

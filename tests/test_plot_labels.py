@@ -85,11 +85,13 @@ def test_a_figure_names_what_differs_in_its_legend_and_every_setting_in_its_hove
 @pytest.mark.parametrize(("name", "wrapped"), [
     ("batch 4", "batch 4"),
     ("batch 1 · cuda_memory_fraction=0.006867, max_batch_prefill_tokens=512",
-     "batch 1 · cuda_memory_fraction=0.006867,<br>max_batch_prefill_tokens=512"),
+     "batch 1 ·<br>cuda_memory_fraction=0.006867,<br>max_batch_prefill_tokens=512"),
     ("cuda_memory_fraction=0.006867 / prompt 192 / output 16",
      "cuda_memory_fraction=0.006867 /<br>prompt 192 / output 16"),
     ("Pareto set: H100-80GB x2, H100-80GB, A100-80GB x2, A100-80GB",
-     "Pareto set: H100-80GB x2, H100-80GB,<br>A100-80GB x2, A100-80GB"),
+     "Pareto set: H100-80GB x2,<br>H100-80GB, A100-80GB x2,<br>A100-80GB"),
+    ("cuda_memory_fraction=0.002747, max_batch_size=1", "cuda_memory_fraction=0.002747,<br>max_batch_size=1"),
+    ("seed 001 / prompt 1024 / output 128", "seed 001 / prompt 1024 / output 128"),
 ])
 def test_a_long_legend_entry_wraps_instead_of_widening_the_legend(name: str, wrapped: str) -> None:
     assert legend_name(name) == wrapped

@@ -495,7 +495,7 @@ def test_ingestion_fit_drops_the_outlier():
     fig = P.ingestion_plot(ingestion_requests())
     assert_readable(fig)
     points, outliers, line = fig.data
-    assert len(points.x) == 19 and line.name == "fit (19 of 20 requests, outliers left out)"
+    assert len(points.x) == 19 and line.name == "fit (19 of 20 requests,<br>outliers left out)"  # legend: wrapped
     # the outlier drawn apart, in grey, where it was measured
     assert outliers.name == "outliers (left out of the fit)" and outliers.marker.color == "#b0b0b0"
     assert list(outliers.x) == [128] and list(outliers.y) == pytest.approx([(1.02 + 128 / 8000) * 1000])

@@ -24,8 +24,8 @@ _SUFFIX = re.compile(r"\s*(\[[^\]]*\])$")  # " [simulated: a100-80gb]" of a simu
 _EMPTY = ("default", "base", "")  # a configuration that set nothing
 HOVER_WIDTH = 70  # characters per line of the full settings in a hover box
 _LEGEND_BREAKS = re.compile(r"(?<=,) |(?<= /) |(?<= ·) ")  # after a setting's comma, a series' " /", " ·"
-LEGEND_WIDTH = 40  # characters per line of a wrapped legend entry: a legend beside the plot stays under ~280 px
-LEGEND_WRAP_OVER = 48  # entries longer than this are wrapped; "fit (19 of 20 requests, outliers left out)" is not
+LEGEND_WIDTH = 32  # characters per line of a wrapped legend entry: a legend beside the plot stays near 200 px
+LEGEND_WRAP_OVER = 40  # entries longer than this are wrapped (a 42-character configuration pair, 2 settings)
 
 
 def _settings(label: str) -> tuple[dict[str, str], str] | None:
