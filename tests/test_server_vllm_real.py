@@ -90,8 +90,11 @@ def test_real_vllm_starts_answers_is_benchmarked_and_stops(vllm_env, model_dir, 
         assert len(measured) == 6 and measured[S.ERROR].isna().all()
         # ignore_eos reaches vLLM: every answer is as long as asked; the prompt is as long as vLLM counts it
         assert (measured[S.OUTPUT_TOKENS] == 6).all() and (measured[S.INPUT_TOKENS] == 24).all()
-        # vLLM's own Prometheus series were read: never more running than --max-num-seqs
-        assert points[S.SERVER_BATCH_SIZE_MAX].dropna().between(0, 4).all()
+        # vLLM's own Prometheus series were read (vllm:num_requests_running, vllm:kv_cache_usage_perc):
+        # some request was seen running, never more than the point's users
+        running = points[S.SERVER_BATCH_SIZE_MAX]
+        assert (running >= 1).all() and (running <= points[S.USERS]).all()
+        assert points[S.KV_USAGE_MAX].between(0, 1, inclusive="right").all()
         children = psutil.Process(server.pid).children(recursive=True)
         assert children  # vLLM's engine core and worker run in processes of their own
     assert server.returncode is not None and not server.running
@@ -122,7 +125,9 @@ def test_a_sweep_relaunches_real_vllm_once_per_configuration_and_stops_each(vllm
     sweep = Sweep(base={"model_id": str(model_dir), "max_total_tokens": MAX_MODEL_LEN, "dtype": "bfloat16",
                         "usage_stats": "off", "cuda_graphs": [0]},
                   grid={"max_batch_size": [1, 2]}, backend="vllm",
-                  workloads=[Workload("concurrency", users=[2], prompt_tokens=16, max_new_tokens=4, requests=2)],
+                  # two users at once (no ramp), each answer long enough to be seen in vLLM's metrics
+                  workloads=[Workload("concurrency", users=[2], prompt_tokens=16, max_new_tokens=16, requests=4,
+                                      ramp_up=0)],
                   server={"env": vllm_env, "health_timeout": 900})
     results = sweep.run(tmp_path, progress=False)
 
@@ -138,6 +143,10 @@ def test_a_sweep_relaunches_real_vllm_once_per_configuration_and_stops_each(vllm
         assert re.search(rf"'max_num_seqs': {seqs}\b", log), "vLLM's non-default args name the cap"
         assert "Application startup complete" in log
     points = results.points
-    assert len(points) == 2 and (points[S.REQUESTS] == 2).all() and (points[S.ERRORS] == 0).all()
+    assert len(points) == 2 and (points[S.REQUESTS] == 4).all() and (points[S.ERRORS] == 0).all()
     assert set(points[S.BACKEND]) == {"vllm"}
     assert points[S.CONFIG_ID].tolist() == [e["config_id"] for e in entries]
+    # --max-num-seqs holds in vLLM's scheduler: with a cap of 1 the second user's request waits its turn
+    capped, free = points.iloc[0], points.iloc[1]
+    assert capped[S.SERVER_BATCH_SIZE_MAX] == 1 and capped[S.SERVER_QUEUE_SIZE_MAX] >= 1
+    assert 1 <= free[S.SERVER_BATCH_SIZE_MAX] <= 2
