@@ -132,7 +132,6 @@ def test_the_regime_of_a_prediction(metric, rows, shards, regime):
 
 def test_the_cli_prints_each_metrics_held_out_error_and_refuses_an_unknown_server(capsys):
     from tgi_toolkit.cli import main
-
     from tgi_toolkit.costs.measured import gpu_cost_model
 
     args = ["simulate", "concurrency", "--gpu", "H100", "--model", LLAMA3_8B, "-u", "8", "--prompt-tokens", "256",
