@@ -12,9 +12,9 @@ from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench import stats
 from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.prometheus import parse_prometheus
-from tgi_toolkit.bench.scenarios import arrival_offsets
 from tgi_toolkit.bench.tables import markdown_table
 from tgi_toolkit.bench.telemetry import Telemetry, client_bound, machine_busy
+from tgi_toolkit.scenarios.shapes import arrival_offsets
 
 MS = 1_000_000  # ns
 

@@ -122,11 +122,17 @@ def scenario_flags(parser: argparse.ArgumentParser, cls: type[Scenario]) -> None
         if meta.get("metavar"):
             extra["metavar"] = meta["metavar"]
         parser.add_argument(*flags, dest=f.name, type=meta["type"], help=meta["help"], **extra,
-                            **({"action": "append"} if meta.get("repeat") else {"default": f.default}))
+                            **({"action": "append"} if meta.get("repeat") else {"default": _shown(f.default)}))
     _common(parser)
     for action in parser._actions:
         if action.dest in common:
             action.default, action.help = common[action.dest]
+
+
+def _shown(default: Any) -> Any:
+    """A flag's default as argparse keeps it: a number or a word; None for a value of the scenario's own type (left
+    out of the command line that is recorded, so that it reads as before the parameter existed)."""
+    return default if isinstance(default, (int, float, str)) else None
 
 
 def scenario_params(args: argparse.Namespace) -> dict[str, Any]:

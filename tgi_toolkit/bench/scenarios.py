@@ -13,8 +13,6 @@ checked (a tgi_toolkit.scenarios dataclass, api.py); `Run` sends, records and sa
 from __future__ import annotations
 
 import asyncio
-import math
-import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,10 +30,6 @@ def batch_point_id(batch_size: int, sequence_length: int, decode_length: int) ->
 
 def concurrency_point_id(users: int, prompt_tokens: int, max_new_tokens: int) -> str:
     return f"users={users},prompt={prompt_tokens},output={max_new_tokens}"
-
-
-def rate_point_id(rate: float, arrival: str, prompt_tokens: int, max_new_tokens: int) -> str:
-    return f"rate={rate:g},arrival={arrival},prompt={prompt_tokens},output={max_new_tokens}"
 
 
 def ingestion_point_id(prompt_tokens: int) -> str:
@@ -146,21 +140,49 @@ async def batch(run: Run, scenario: BatchScenario) -> None:
                              requests, windows=windows, batch_rows=batch_rows)
 
 
+async def _bodies(run: Run, scenario: ConcurrencyScenario | RateScenario, prompt_tokens: int, max_new: int,
+                  count: int, point_id: str) -> list[bytes]:
+    """A point's request bodies in send order: its distinct prompts (token-exact, built together by length) and
+    each request's new tokens, as the scenario's shape draws them (scenarios.shapes.Lengths)."""
+    lengths = scenario.lengths(prompt_tokens, max_new, count, int(run.workload.get("seed", 0)), point_id)
+    by_length = lengths.by_length()
+    texts = [""] * len(lengths.prompts)
+    for length, indices in by_length.items():  # one length: the prompts a plain point always had
+        salt = point_id if len(by_length) == 1 else f"{point_id}:{length}"
+        for index, text in zip(indices, await run.prompt_list(length, len(indices), salt), strict=True):
+            texts[index] = text
+    return [run.encode(texts[p], o) for p, o in zip(lengths.prompt_of, lengths.outputs, strict=True)]
+
+
+async def _counters(run: Run, scenario: ConcurrencyScenario | RateScenario) -> tuple[float, float] | None:
+    """The prefix cache's counters now, where a pool of prompts makes them the point's business."""
+    from tgi_toolkit.bench.play import prefix_counters
+
+    return await prefix_counters(run) if scenario.prompt_pool else None
+
+
+def _hits(scenario: ConcurrencyScenario | RateScenario, before: tuple[float, float] | None,
+          after: tuple[float, float] | None) -> dict[str, float]:
+    from tgi_toolkit.bench.play import hit_rate_columns
+
+    return hit_rate_columns(before, after) if scenario.prompt_pool else {}
+
+
 async def concurrency(run: Run, scenario: ConcurrencyScenario) -> None:
     users, grid, requests = scenario.users, scenario.grid, scenario.requests
     warmup_requests, ramp_up = scenario.warmup_requests, scenario.ramp_up
     points = [(n, p, o) for p, o in grid for n in users]
-    ids = [concurrency_point_id(n, p, o) for n, p, o in points]
+    ids = [scenario.shaped(concurrency_point_id(n, p, o)) for n, p, o in points]
     run.plan(ids)
     for (n, prompt_tokens, max_new), point_id in zip(points, ids, strict=True):
         if run.skip(point_id):
             continue
         total = requests if requests is not None else max(4 * n, 8)
-        prompts = await run.prompt_list(prompt_tokens, warmup_requests + total, point_id)
-        bodies = [run.encode(p, max_new) for p in prompts]
+        bodies = await _bodies(run, scenario, prompt_tokens, max_new, warmup_requests + total, point_id)
         bar = run.request_bar(warmup_requests + total, f"{n} users, {prompt_tokens}+{max_new} tokens")
         done: list[tuple[StreamRecord, int, bool, int]] = []
         extra = _RampPrompts(run, prompt_tokens, max_new, point_id)
+        before = await _counters(run, scenario)
         if warmup_requests:
             warm, _ = await _ramped_users(run, n, bodies[:warmup_requests], 0.0, extra, point_id, bar)
             done += [(r, 0, True, i) for r, i in warm]
@@ -178,41 +200,27 @@ async def concurrency(run: Run, scenario: ConcurrencyScenario) -> None:
         done += [(r, 0, True, warmup_requests + k) for k, r in enumerate(unmeasured)]
         done += [(r, 0, False, i) for r, i in measured]
         _close(bar)
+        hits = _hits(scenario, before, await _counters(run, scenario))
         run.provenance.setdefault("ramp_up_s", {})[point_id] = float(ramp_s)
         await run.save_point(point_id, {S.USERS: n, S.PROMPT_TOKENS: prompt_tokens, S.MAX_NEW_TOKENS: max_new},
-                             done, point_columns={S.RAMP_UP_S: float(ramp_s)})
-
-
-def arrival_offsets(count: int, rate: float, arrival: str, seed: int) -> list[float]:
-    """Send times (seconds from the point's start): constant spacing, or a seeded Poisson process."""
-    if math.isinf(rate):
-        return [0.0] * count
-    if arrival == "constant":
-        return [i / rate for i in range(count)]
-    rng = random.Random(f"{seed}:poisson:{rate}")
-    out, t = [], 0.0
-    for _ in range(count):
-        out.append(t)
-        t += rng.expovariate(rate)
-    return out
+                             done, point_columns={S.RAMP_UP_S: float(ramp_s), **hits})
 
 
 async def rate(run: Run, scenario: RateScenario, seed: int) -> None:
-    rates, arrival, grid = scenario.rates, scenario.arrival, scenario.grid
-    requests, max_concurrency = scenario.requests, scenario.max_concurrency
-    points = [(r, p, o) for p, o in grid for r in rates]
-    ids = [rate_point_id(r, arrival, p, o) for r, p, o in points]
-    run.plan(ids)
+    """Each point's requests leave at its send times (scenario.points: a rate's, or a schedule of stages')."""
+    points = scenario.points(seed)
+    run.plan([p.point_id for p in points])
     loop = asyncio.get_running_loop()
-    for (r, prompt_tokens, max_new), point_id in zip(points, ids, strict=True):
+    for point in points:
+        point_id, r, prompt_tokens, max_new, offsets = (point.point_id, point.rate, point.prompt_tokens,
+                                                        point.max_new_tokens, point.offsets)
         if run.skip(point_id):
             continue
-        prompts = await run.prompt_list(prompt_tokens, requests, point_id)
-        bodies = [run.encode(p, max_new) for p in prompts]
-        offsets = arrival_offsets(requests, r, arrival, seed)
-        bar = run.request_bar(requests, f"{r:g} req/s {arrival}, {prompt_tokens}+{max_new} tokens")
-        limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        bodies = await _bodies(run, scenario, prompt_tokens, max_new, len(offsets), point_id)
+        bar = run.request_bar(len(offsets), f"{r:g} req/s {scenario.arrival}, {prompt_tokens}+{max_new} tokens")
+        limit = asyncio.Semaphore(scenario.max_concurrency) if scenario.max_concurrency else None
         lags: list[float] = []
+        before = await _counters(run, scenario)
         start_ns = now_ns()
         start = loop.time()
         tasks: list[asyncio.Future] = []
@@ -230,9 +238,11 @@ async def rate(run: Run, scenario: RateScenario, seed: int) -> None:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
         _close(bar)
-        await run.save_point(point_id, {S.RATE_RPS: r, S.ARRIVAL: arrival, S.PROMPT_TOKENS: prompt_tokens,
+        hits = _hits(scenario, before, await _counters(run, scenario))
+        await run.save_point(point_id, {S.RATE_RPS: r, S.ARRIVAL: scenario.arrival, S.PROMPT_TOKENS: prompt_tokens,
                                         S.MAX_NEW_TOKENS: max_new},
-                             [(record, 0, False, i) for i, record in enumerate(records)], send_lag_s=lags)
+                             [(record, 0, False, i) for i, record in enumerate(records)], send_lag_s=lags,
+                             point_columns=hits or None)
 
 
 async def ingestion(run: Run, scenario: IngestionScenario) -> None:

@@ -15,6 +15,8 @@ from tgi_toolkit.scenarios.kinds import (
     check_scenario,
     scenario_class,
 )
+from tgi_toolkit.scenarios.shapes import LengthDistribution, Stage
 
 __all__ = ["SCENARIOS", "BatchScenario", "ConcurrencyScenario", "DecodeStallScenario", "IngestionScenario",
-           "MultiTurnScenario", "RateScenario", "Scenario", "SharedPrefixScenario", "check_scenario", "scenario_class"]
+           "MultiTurnScenario", "RateScenario", "Scenario", "SharedPrefixScenario", "check_scenario", "scenario_class",
+           "LengthDistribution", "Stage"]

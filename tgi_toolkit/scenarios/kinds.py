@@ -6,13 +6,14 @@ it, simulate.workloads plays it on the virtual clock; bench.cli makes its flags 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 from tgi_toolkit.bench.checks import ARRIVALS, Limits, count, listed
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.phase import check_ramp
 from tgi_toolkit.bench.workloads import DecodeStall, MultiTurn, SharedPrefix
 from tgi_toolkit.scenarios.base import Scenario, param
+from tgi_toolkit.scenarios.shapes import FIXED, LengthDistribution, Lengths, Stage, arrival_offsets, stage_offsets
 
 REPEAT = "repeat for several"
 
@@ -60,23 +61,49 @@ class BatchScenario(Scenario):
 
 @dataclasses.dataclass(frozen=True)
 class _LengthGrid(Scenario):
-    """Every (prompt, output) length pair of a scenario: its `grid`, each pair checked against the limits."""
+    """Every (prompt, output) length pair of a scenario (its `grid`), and the shape of each point's requests
+    (scenarios.shapes): a pool of prompts cycled, prompt and output lengths spread around the pair's."""
 
     prompt_tokens: tuple[int, ...] = param((128,), f"{REPEAT} (default 128)", repeat=True)
     max_new_tokens: tuple[int, ...] = param((128,), f"{REPEAT} (default 128)", repeat=True)
+    prompt_pool: int | None = param(None, "N distinct prompts a point cycles through, request i sending prompt "
+                                          "i mod N (default none: every prompt new)", metavar="N")
+    prompt_lengths: LengthDistribution = param(FIXED, "prompt lengths around each --prompt-tokens: fixed, or "
+                                                      "uniform|normal|lognormal:SPREAD tokens (seeded; default fixed)",
+                                               type=str, metavar="KIND[:SPREAD]")
+    output_lengths: LengthDistribution = param(FIXED, "new tokens around each --max-new-tokens, as --prompt-lengths",
+                                               type=str, metavar="KIND[:SPREAD]")
+
+    SHAPES: ClassVar[tuple[str, ...]] = ("prompt_pool", "prompt_lengths", "output_lengths")
 
     def __post_init__(self) -> None:
         self._set("prompt_tokens", _ints("prompt_tokens", self.prompt_tokens))
         self._set("max_new_tokens", _ints("max_new_tokens", self.max_new_tokens))
+        if self.prompt_pool is not None:
+            count("prompt_pool", self.prompt_pool, 1)
+        self._set("prompt_lengths", LengthDistribution.of(self.prompt_lengths, "prompt_lengths"))
+        self._set("output_lengths", LengthDistribution.of(self.output_lengths, "output_lengths"))
 
     @property
     def grid(self) -> list[tuple[int, int]]:
         return [(p, o) for p in self.prompt_tokens for o in self.max_new_tokens]
 
     def check(self, limits: Limits | None) -> Any:
+        """Each pair's longest prompt and output (the distributions' upper bounds) against the limits."""
         for p, o in self.grid:
-            _lengths(limits, p, o)
+            field = "prompt_tokens" if self.prompt_lengths == FIXED else "prompt_lengths"
+            _lengths(limits, self.prompt_lengths.bounds(p)[1], self.output_lengths.bounds(o)[1], field)
         return self
+
+    def shaped(self, point_id: str) -> str:
+        """A point's id with its shape where it has one (a plain point keeps the id it always had)."""
+        return point_id + "".join(f",{name}={getattr(self, name)}" for name in self.extras(self.SHAPES))
+
+    def lengths(self, prompt_tokens: int, max_new_tokens: int, count: int, seed: int, point_id: str) -> Lengths:
+        """What a point of `count` requests sends (seeded by the run's seed and the point)."""
+        return Lengths.draw(prompt_tokens, max_new_tokens, count, pool=self.prompt_pool,
+                            prompt_lengths=self.prompt_lengths, output_lengths=self.output_lengths, seed=seed,
+                            point_id=point_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,13 +133,30 @@ class ConcurrencyScenario(_LengthGrid):
 
     def workload(self) -> dict[str, Any]:
         return {"users": list(self.users), "grid": self.grid, "requests": self.requests,
-                "warmup_requests": self.warmup_requests, "ramp_up": self.ramp_up}
+                "warmup_requests": self.warmup_requests, "ramp_up": self.ramp_up, **self.extras(self.SHAPES)}
+
+
+def rate_point_id(rate: float, arrival: str, prompt_tokens: int, max_new_tokens: int) -> str:
+    return f"rate={rate:g},arrival={arrival},prompt={prompt_tokens},output={max_new_tokens}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RatePoint:
+    """One point of the rate scenario: its id, its offered rate (a schedule's: requests over its duration), its
+    lengths and its send times in seconds from its start."""
+
+    point_id: str
+    rate: float
+    prompt_tokens: int
+    max_new_tokens: int
+    offsets: tuple[float, ...]
 
 
 @dataclasses.dataclass(frozen=True)
 class RateScenario(_LengthGrid):
     """Open loop: `requests` requests leaving on a constant or seeded Poisson schedule at each rate, whatever is
-    in flight (`max_concurrency` caps it, hiding queueing in the client)."""
+    in flight (`max_concurrency` caps it, hiding queueing in the client); or, with `stages`, one point per length
+    pair whose rate changes stage by stage (5 req/s for 600 s, then 10 req/s for 600 s: 5:600 10:600)."""
 
     name = "rate"
     rates: tuple[float, ...] = param((1.0, 2.0, 4.0), "requests per second, repeat for several; inf = all at once "
@@ -121,6 +165,9 @@ class RateScenario(_LengthGrid):
                          choices=ARRIVALS)
     requests: int = param(64, "requests per point (default 64)")
     max_concurrency: int | None = param(None, "cap on requests in flight (default none)")
+    stages: tuple[Stage, ...] = param((), "a stage of the rate schedule, RATE:SECONDS, repeat for the next ones "
+                                          "(instead of --rate and --requests)", flag="--stage", repeat=True, type=str,
+                                      metavar="RATE:SECONDS")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -135,10 +182,30 @@ class RateScenario(_LengthGrid):
         count("requests", self.requests, 1)
         if self.max_concurrency is not None:
             count("max_concurrency", self.max_concurrency, 1)
+        self._set("stages", tuple(Stage.of(s) for s in listed(self.stages)))
+        if self.stages and (self.rates != self.default("rates") or self.requests != self.default("requests")):
+            raise BenchError("stages", "a schedule of stages sets the rates and the number of requests itself",
+                             "stages alone, or rates and requests")
+
+    def points(self, seed: int) -> list[RatePoint]:
+        """Every point's id, rate, lengths and send times (the same for the harness and the simulator)."""
+        out = []
+        for p, o in self.grid:
+            if self.stages:
+                offsets = stage_offsets(self.stages, self.arrival, seed)
+                seconds = sum(s.duration_s for s in self.stages)
+                point_id = (f"stages={'+'.join(str(s) for s in self.stages)},arrival={self.arrival},prompt={p},"
+                            f"output={o}")
+                out.append(RatePoint(self.shaped(point_id), len(offsets) / seconds, p, o, tuple(offsets)))
+                continue
+            for r in self.rates:
+                offsets = arrival_offsets(self.requests, r, self.arrival, seed)
+                out.append(RatePoint(self.shaped(rate_point_id(r, self.arrival, p, o)), r, p, o, tuple(offsets)))
+        return out
 
     def workload(self) -> dict[str, Any]:
         return {"rates": list(self.rates), "arrival": self.arrival, "grid": self.grid, "requests": self.requests,
-                "max_concurrency": self.max_concurrency}
+                "max_concurrency": self.max_concurrency, **self.extras((*self.SHAPES, "stages"))}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,7 +128,7 @@ def _points(scenario: Scenario, seed: int) -> Any:
     if isinstance(scenario, BatchScenario):
         return lambda p: batch_points(p, scenario)
     if isinstance(scenario, ConcurrencyScenario):
-        return lambda p: concurrency_points(p, scenario)
+        return lambda p: concurrency_points(p, scenario, seed)
     if isinstance(scenario, RateScenario):
         return lambda p: rate_points(p, scenario, seed)
     if isinstance(scenario, IngestionScenario):

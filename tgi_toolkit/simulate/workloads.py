@@ -18,14 +18,9 @@ import numpy as np
 
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.phase import AUTO, resolve_ramp
-from tgi_toolkit.bench.scenarios import (
-    arrival_offsets,
-    batch_point_id,
-    concurrency_point_id,
-    ingestion_point_id,
-    rate_point_id,
-)
+from tgi_toolkit.bench.scenarios import batch_point_id, concurrency_point_id, ingestion_point_id
 from tgi_toolkit.scenarios.kinds import BatchScenario, ConcurrencyScenario, IngestionScenario, RateScenario
+from tgi_toolkit.scenarios.shapes import Lengths
 from tgi_toolkit.simulate.events import Bursts, ClosedLoop, Driver, OpenLoop, PlanDriver, SimRequest
 
 VOCAB = 32_000
@@ -72,9 +67,28 @@ class Point:
         return [r for p in self.phases for r in p.requests]
 
 
-def _tagged(prompts: Sequence[list[int]], output: int, repeat: int, warmup: bool, start: int = 0,
+def _tagged(prompts: Sequence[list[int]], output: int | Sequence[int], repeat: int, warmup: bool, start: int = 0,
             ) -> list[SimRequest]:
-    return [SimRequest(p, output, tag=(repeat, warmup, start + i)) for i, p in enumerate(prompts)]
+    """Requests of these prompts, each with its own new tokens (`output`: one for all, or one each)."""
+    outputs = [output] * len(prompts) if isinstance(output, int) else list(output)
+    return [SimRequest(list(p), o, tag=(repeat, warmup, start + i))
+            for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
+
+
+def _shaped(prompts: TokenPrompts, lengths: Lengths) -> list[list[int]]:
+    """A point's prompts in send order: its distinct ones built by length (a plain point's as they always were),
+    request i sending distinct prompt `prompt_of[i]` (a pool's repeats are the same token ids)."""
+    distinct: list[list[int]] = [[] for _ in lengths.prompts]
+    for length, indices in lengths.by_length().items():
+        for index, ids in zip(indices, prompts.prompts(length, len(indices)), strict=True):
+            distinct[index] = ids
+    return [distinct[p] for p in lengths.prompt_of]
+
+
+def _finish(scenario: ConcurrencyScenario | RateScenario, *then: Any) -> Any:
+    """A point's `finish`: `then`'s, and the prefix cache's counts where a pool of prompts repeats them."""
+    steps = [*then, *([_hit_rate] if scenario.prompt_pool else [])]
+    return (lambda point, hit, lookup: [step(point, hit, lookup) for step in steps]) if steps else None
 
 
 def batch_points(prompts: TokenPrompts, scenario: BatchScenario) -> list[Point]:
@@ -95,7 +109,7 @@ def batch_points(prompts: TokenPrompts, scenario: BatchScenario) -> list[Point]:
     return out
 
 
-def concurrency_points(prompts: TokenPrompts, scenario: ConcurrencyScenario) -> list[Point]:
+def concurrency_points(prompts: TokenPrompts, scenario: ConcurrencyScenario, seed: int = 0) -> list[Point]:
     """bench's concurrency points, with its ramp (bench.phase): for "auto" a request a user sent together
     (their mean duration is the ramp), then user i's first request i/N of the ramp after the start; requests
     sent before it ends are new unmeasured ones."""
@@ -104,10 +118,12 @@ def concurrency_points(prompts: TokenPrompts, scenario: ConcurrencyScenario) -> 
     for prompt_tokens, max_new in scenario.grid:
         for n in scenario.users:
             total = requests if requests is not None else max(4 * n, 8)
-            texts = prompts.prompts(prompt_tokens, warmup_requests + total)
+            point_id = scenario.shaped(concurrency_point_id(n, prompt_tokens, max_new))
+            lengths = scenario.lengths(prompt_tokens, max_new, warmup_requests + total, seed, point_id)
+            texts = _shaped(prompts, lengths)
             phases = []
             if warmup_requests:
-                warm = _tagged(texts[:warmup_requests], max_new, 0, True)
+                warm = _tagged(texts[:warmup_requests], lengths.outputs[:warmup_requests], 0, True)
                 phases.append(Phase(ClosedLoop(warm, n), warm))
             ramp = resolve_ramp(ramp_up, n)
             numbers = itertools.count(warmup_requests)  # unmeasured requests' indices, bench's numbering
@@ -119,14 +135,13 @@ def concurrency_points(prompts: TokenPrompts, scenario: ConcurrencyScenario) -> 
                 probes = [extra() for _ in range(n)]
                 phases.append(Phase(ClosedLoop(probes, n), probes))
                 ramp = probes
-            measured = _tagged(texts[warmup_requests:], max_new, 0, False)
+            measured = _tagged(texts[warmup_requests:], lengths.outputs[warmup_requests:], 0, False)
 
             sent = list(measured)  # and the ramp's requests, as they are made
             loop = ClosedLoop(measured, n, ramp, extra, sent)
             phases.append(Phase(loop, sent))
-            out.append(Point(concurrency_point_id(n, prompt_tokens, max_new),
-                             {S.USERS: n, S.PROMPT_TOKENS: prompt_tokens, S.MAX_NEW_TOKENS: max_new}, phases,
-                             finish=_ramp_used(loop)))
+            out.append(Point(point_id, {S.USERS: n, S.PROMPT_TOKENS: prompt_tokens, S.MAX_NEW_TOKENS: max_new},
+                             phases, finish=_finish(scenario, _ramp_used(loop))))
     return out
 
 
@@ -136,17 +151,16 @@ def _ramp_used(loop: ClosedLoop) -> Any:
 
 
 def rate_points(prompts: TokenPrompts, scenario: RateScenario, seed: int) -> list[Point]:
-    arrival, requests, max_concurrency = scenario.arrival, scenario.requests, scenario.max_concurrency
+    """bench's rate points (scenario.points: a rate's send times, or a schedule of stages')."""
     out = []
-    for prompt_tokens, max_new in scenario.grid:
-        for r in scenario.rates:
-            reqs = _tagged(prompts.prompts(prompt_tokens, requests), max_new, 0, False)
-            offsets = arrival_offsets(requests, r, arrival, seed)
-            out.append(Point(rate_point_id(r, arrival, prompt_tokens, max_new),
-                             {S.RATE_RPS: r, S.ARRIVAL: arrival, S.PROMPT_TOKENS: prompt_tokens,
-                              S.MAX_NEW_TOKENS: max_new},
-                             [Phase(OpenLoop(reqs, offsets, max_concurrency), reqs)],
-                             send_lag_s=[0.0] * requests))
+    for point in scenario.points(seed):
+        lengths = scenario.lengths(point.prompt_tokens, point.max_new_tokens, len(point.offsets), seed,
+                                   point.point_id)
+        reqs = _tagged(_shaped(prompts, lengths), lengths.outputs, 0, False)
+        out.append(Point(point.point_id, {S.RATE_RPS: point.rate, S.ARRIVAL: scenario.arrival,
+                                          S.PROMPT_TOKENS: point.prompt_tokens, S.MAX_NEW_TOKENS: point.max_new_tokens},
+                         [Phase(OpenLoop(reqs, list(point.offsets), scenario.max_concurrency), reqs)],
+                         send_lag_s=[0.0] * len(reqs), finish=_finish(scenario)))
     return out
 
 
