@@ -181,4 +181,24 @@ def test_the_command_line_takes_the_shapes_and_records_a_plain_run_as_before():
         stages=[Stage(2, 1.5), Stage(4, 1)], prompt_pool=2, prompt_lengths=LengthDistribution("normal", 8),
         arrival="constant")
     plain = command_line(parsed(["rate", "--rate", "2"]))
-    assert not any("lengths" in flag or "pool" in flag or "stage" in flag for flag in plain)
+    assert not any(word in flag for flag in plain for word in ("lengths", "pool", "stage", "burstiness"))
+
+
+def test_burstiness_draws_gamma_gaps_with_the_rate_s_mean():
+    from tgi_toolkit.scenarios.shapes import arrival_offsets
+
+    offsets = arrival_offsets(N, 10.0, "poisson", 0, burstiness=4)
+    gaps = [b - a for a, b in zip(offsets, offsets[1:], strict=False)]
+    # gamma of shape 4, mean 1/10: sd 0.1 / sqrt(4) = 0.05; standard error of the mean 0.05 / sqrt(1999) = 0.0011
+    # (4x: 0.0045); of the sd, with the gamma's excess kurtosis 6/4: 0.05 / 2 * sqrt(3.5 / 1999) = 0.00105 (4x: 0.0042)
+    assert abs(statistics.fmean(gaps) - 0.1) < 0.0045 and abs(statistics.stdev(gaps) - 0.05) < 0.0042
+    # shape 1 is the exponential: sd = mean = 0.1; its excess kurtosis 6 gives the sd a standard error of
+    # 0.1 / 2 * sqrt(8 / 1999) = 0.0032 (4x: 0.0127)
+    one = arrival_offsets(N, 10.0, "poisson", 0, burstiness=1)
+    assert abs(statistics.stdev([b - a for a, b in zip(one, one[1:], strict=False)]) - 0.1) < 0.0127
+    res = run_rate(PerForward(), rates=[10], requests=5, burstiness=4, seed=3, config=CONFIG)
+    sent = sorted(res.requests[S.SENT_S] - res.requests[S.SENT_S].min())
+    assert sent == pytest.approx(arrival_offsets(5, 10.0, "poisson", 3, burstiness=4), abs=1e-6)
+    assert res.points.iloc[0][S.POINT_ID] == "rate=10,arrival=poisson,prompt=128,output=128,burstiness=4.0"
+    with pytest.raises(BenchError, match="burstiness: 4.0 is not allowed with constant arrivals"):
+        RateScenario(arrival="constant", burstiness=4)

@@ -6,6 +6,7 @@ it, simulate.workloads plays it on the virtual clock; bench.cli makes its flags 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 from tgi_toolkit.bench.checks import ARRIVALS, Limits, count, listed
@@ -168,6 +169,11 @@ class RateScenario(_LengthGrid):
     stages: tuple[Stage, ...] = param((), "a stage of the rate schedule, RATE:SECONDS, repeat for the next ones "
                                           "(instead of --rate and --requests)", flag="--stage", repeat=True, type=str,
                                       metavar="RATE:SECONDS")
+    burstiness: float | None = param(None, "Poisson arrivals' gaps drawn from a gamma of this shape, same mean "
+                                           "(vLLM's --burstiness: 1 Poisson, < 1 burstier, > 1 steadier; default: "
+                                           "exponential gaps)", type=float)
+
+    SHAPES: ClassVar[tuple[str, ...]] = (*_LengthGrid.SHAPES, "burstiness")  # in a shaped point's id
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -186,20 +192,25 @@ class RateScenario(_LengthGrid):
         if self.stages and (self.rates != self.default("rates") or self.requests != self.default("requests")):
             raise BenchError("stages", "a schedule of stages sets the rates and the number of requests itself",
                              "stages alone, or rates and requests")
+        if self.burstiness is not None:
+            self._set("burstiness", float(self.burstiness))  # 4 and 4.0: one point id
+            if not (0 < self.burstiness < math.inf) or self.arrival != "poisson":
+                raise BenchError("burstiness", f"{self.burstiness!r} is not allowed with {self.arrival} arrivals",
+                                 "a number > 0 with poisson arrivals; none with constant ones")
 
     def points(self, seed: int) -> list[RatePoint]:
         """Every point's id, rate, lengths and send times (the same for the harness and the simulator)."""
         out = []
         for p, o in self.grid:
             if self.stages:
-                offsets = stage_offsets(self.stages, self.arrival, seed)
+                offsets = stage_offsets(self.stages, self.arrival, seed, self.burstiness)
                 seconds = sum(s.duration_s for s in self.stages)
                 point_id = (f"stages={'+'.join(str(s) for s in self.stages)},arrival={self.arrival},prompt={p},"
                             f"output={o}")
                 out.append(RatePoint(self.shaped(point_id), len(offsets) / seconds, p, o, tuple(offsets)))
                 continue
             for r in self.rates:
-                offsets = arrival_offsets(self.requests, r, self.arrival, seed)
+                offsets = arrival_offsets(self.requests, r, self.arrival, seed, self.burstiness)
                 out.append(RatePoint(self.shaped(rate_point_id(r, self.arrival, p, o)), r, p, o, tuple(offsets)))
         return out
 

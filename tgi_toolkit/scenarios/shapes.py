@@ -150,8 +150,18 @@ class Stage:
         return f"{self.rate:g}x{self.duration_s:g}s"
 
 
-def arrival_offsets(count: int, rate: float, arrival: str, seed: int) -> list[float]:
-    """Send times (seconds from the point's start): constant spacing, or a seeded Poisson process."""
+def _gap(rng: random.Random, rate: float, burstiness: float | None) -> float:
+    """A seeded gap between arrivals at `rate`: exponential (Poisson), or gamma of shape `burstiness` with the same
+    mean, as vLLM's benchmark draws them (< 1 burstier, > 1 steadier)."""
+    if burstiness is None:
+        return rng.expovariate(rate)
+    return rng.gammavariate(burstiness, 1 / (rate * burstiness))
+
+
+def arrival_offsets(count: int, rate: float, arrival: str, seed: int, burstiness: float | None = None,
+                    ) -> list[float]:
+    """Send times (seconds from the point's start): constant spacing, or a seeded Poisson process (gamma gaps
+    with a `burstiness`)."""
     if math.isinf(rate):
         return [0.0] * count
     if arrival == "constant":
@@ -160,11 +170,12 @@ def arrival_offsets(count: int, rate: float, arrival: str, seed: int) -> list[fl
     out, t = [], 0.0
     for _ in range(count):
         out.append(t)
-        t += rng.expovariate(rate)
+        t += _gap(rng, rate, burstiness)
     return out
 
 
-def stage_offsets(stages: Sequence[Stage], arrival: str, seed: int) -> list[float]:
+def stage_offsets(stages: Sequence[Stage], arrival: str, seed: int, burstiness: float | None = None,
+                  ) -> list[float]:
     """Send times of a schedule of stages, one after the other: in a stage starting at T, constant arrivals at
     T + i / rate for every i / rate < duration, or a seeded Poisson process at that rate until the duration ends."""
     out: list[float] = []
@@ -177,7 +188,7 @@ def stage_offsets(stages: Sequence[Stage], arrival: str, seed: int) -> list[floa
             times, t = [], 0.0
             while t < stage.duration_s:
                 times.append(t)
-                t += rng.expovariate(stage.rate)
+                t += _gap(rng, stage.rate, burstiness)
         out += [start + t for t in times]
         start += stage.duration_s
     return out
