@@ -122,7 +122,8 @@ plots.speed_and_ttft_vs_users(points)
 
 # %% tags=["nbval-ignore-output"]
 busiest = points[points["users"] == max(users)]
-print(busiest[["config_label", "server_batch_size_max", "output_throughput_tok_s", "ttft_p50_s"]].to_string(index=False))
+knobs = sweep.knobs()  # the swept settings name each configuration (config_label lists every setting)
+print(busiest[[*knobs, "server_batch_size_max", "output_throughput_tok_s", "ttft_p50_s"]].to_string(index=False))
 
 # %%
 small, whole = busiest["cuda_memory_fraction"] == min(fractions), busiest["cuda_memory_fraction"] == max(fractions)
@@ -130,7 +131,7 @@ check("with KV memory for one request the server runs one request at a time",
       (busiest.loc[small, "server_batch_size_max"] == 1).all(), busiest.loc[small, "server_batch_size_max"].tolist())
 check("with all of it, the users' requests share each forward",
       (busiest.loc[whole, "server_batch_size_max"] > 1).all(),
-      busiest.loc[whole, ["config_label", "server_batch_size_max"]].to_dict("records"))
+      busiest.loc[whole, [*knobs, "server_batch_size_max"]].to_dict("records"))
 check("with max_batch_size=1 the running batch still grows past it on this path",
       (busiest.loc[whole & (busiest["max_batch_size"] == 1), "server_batch_size_max"] > 1).all(),
       busiest.loc[whole, ["max_batch_size", "server_batch_size_max"]].to_dict("records"))
@@ -174,7 +175,7 @@ if older_grid:
     older_points = older_results.points[older_results.points["scenario"] == "concurrency"].merge(
         sweep_status(older_dir)[["config_id", *older.knobs()]], on="config_id")
     older_busiest = older_points[older_points["users"] == max(users)]
-    print(older_busiest[["config_label", "server_batch_size_max", "output_throughput_tok_s"]].to_string(index=False))
+    print(older_busiest[[*older.knobs(), "server_batch_size_max", "output_throughput_tok_s"]].to_string(index=False))
 
 # %%
 if older_grid:
@@ -184,7 +185,7 @@ if older_grid:
           older_busiest.loc[one, "server_batch_size_max"].tolist())
     check("and a larger max_batch_size lets the users' requests share each forward",
           (older_busiest.loc[more, "server_batch_size_max"] > 1).all(),
-          older_busiest[["config_label", "server_batch_size_max"]].to_dict("records"))
+          older_busiest[[*older.knobs(), "server_batch_size_max"]].to_dict("records"))
 
 # %% tags=["nbval-ignore-output"]
 if older_grid:
@@ -194,11 +195,13 @@ if older_grid:
 # ## The main metrics of each configuration
 #
 # `report.main_metrics` gives the model card's numbers per configuration, and `write_report` a card
-# with one row per configuration (see `05_model_card`).
+# with one row per configuration (see `05_model_card`). The columns are named by what differs between the
+# configurations (`plots.short_labels`); the card's parameters table lists every setting of each.
 
 # %% tags=["nbval-ignore-output"]
 from tgi_toolkit.report import main_metrics, main_metrics_table, write_report
 
-display(main_metrics_table(main_metrics(results)))
+table = main_metrics_table(main_metrics(results))
+display(table.rename(columns=plots.short_labels(table.columns)))
 card = write_report(results, report_path or out_dir("03_sweep", "report") / "model_card.html", figure_format="html")
 print("HTML report:", card)

@@ -120,4 +120,7 @@ print(advice.command)
 # %%
 results = load_results(output_dir).select(advice.run_ids)  # this advice's runs, not an earlier one's
 assert results.points["config_id"].nunique() >= len(table)  # one simulated configuration per candidate
-results.points[["config_label", "rate_rps", "users", f"ttft_{p}_s", f"tpot_{p}_s", "output_throughput_tok_s"]]
+# each run named by its candidate (config_label lists every setting and the cost model: ~150 characters)
+candidate = {e.run_id: e.candidate.name for e in advice.evaluations if e.run_id}
+shown = results.points.assign(candidate=results.points["run_id"].map(candidate))
+shown[["candidate", "rate_rps", "users", f"ttft_{p}_s", f"tpot_{p}_s", "output_throughput_tok_s"]]
