@@ -1,4 +1,4 @@
-"""The prefix-cache and chunked-prefill workloads (bench.workloads, bench.play): planned lengths and
+"""The prefix-cache and chunked-prefill workloads (scenarios.plans, bench.play): planned lengths and
 cache hits worked out by hand, token-exact texts checked with the model's own tokenizer, the stall
 window and the hit rate from counters, the figures from small hand-made tables, and (slow) a tiny
 shared-prefix and multi-turn run against the real engine with its prefix-cache counters."""
@@ -16,7 +16,7 @@ from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.play import hit_rate_columns, shared_prefix_texts, stall_gaps, turn_text
 from tgi_toolkit.bench.prompts import LocalTokenizer, PromptFactory
-from tgi_toolkit.bench.workloads import cached_tokens, expected_hit_rate, synthetic_ids
+from tgi_toolkit.scenarios.plans import cached_tokens, expected_hit_rate, synthetic_ids
 
 MS = 1_000_000  # ns
 

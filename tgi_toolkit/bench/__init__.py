@@ -22,7 +22,8 @@ _LAZY = {
     "run_shared_prefix": ".api", "run_multi_turn": ".api", "run_decode_stall": ".api",
     "run_shared_prefix_async": ".api", "run_multi_turn_async": ".api", "run_decode_stall_async": ".api",
     "play_scenario": ".api", "play_scenario_async": ".api",
-    "SharedPrefix": ".workloads", "MultiTurn": ".workloads", "DecodeStall": ".workloads",
+    "SharedPrefix": "tgi_toolkit.scenarios.plans", "MultiTurn": "tgi_toolkit.scenarios.plans",
+    "DecodeStall": "tgi_toolkit.scenarios.plans",
     "Results": ".results", "load_results": ".results",
     "BenchError": ".errors", "ServerDiedError": ".errors",
     "PromptFactory": ".prompts",
@@ -52,7 +53,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.bench.errors import BenchError, ServerDiedError
     from tgi_toolkit.bench.prompts import PromptFactory
     from tgi_toolkit.bench.results import Results, load_results
-    from tgi_toolkit.bench.workloads import DecodeStall, MultiTurn, SharedPrefix
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

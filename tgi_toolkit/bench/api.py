@@ -41,11 +41,10 @@ from tgi_toolkit.scenarios.kinds import (
     ConcurrencyScenario,
     DecodeStallScenario,
     IngestionScenario,
-    MultiTurnScenario,
     RateScenario,
-    SharedPrefixScenario,
     scenario_class,
 )
+from tgi_toolkit.scenarios.plans import MultiTurn, SharedPrefix
 
 
 def _run_sync(make: Callable[[], Coroutine[Any, Any, Results]]) -> Results:
@@ -125,10 +124,10 @@ async def _send(run: Run, scenario: Scenario, seed: int) -> None:
         await scenarios.rate(run, scenario, seed)
     elif isinstance(scenario, IngestionScenario):
         await scenarios.ingestion(run, scenario)
-    elif isinstance(scenario, SharedPrefixScenario):
-        await play.shared_prefix(run, scenario.plan())
-    elif isinstance(scenario, MultiTurnScenario):
-        await play.multi_turn(run, scenario.plan())
+    elif isinstance(scenario, SharedPrefix):
+        await play.shared_prefix(run, scenario)
+    elif isinstance(scenario, MultiTurn):
+        await play.multi_turn(run, scenario)
     elif isinstance(scenario, DecodeStallScenario):
         await play.decode_stall(run, scenario.plan(), scenario.repeats, scenario.warmups)
 
@@ -139,7 +138,7 @@ async def play_scenario_async(server: Any, scenario: Scenario, **options: Any) -
     target = _target(server, options)
     if isinstance(scenario, IngestionScenario):
         scenario = scenario.with_lengths(default_ingestion_lengths(target))
-    if isinstance(scenario, MultiTurnScenario):
+    if isinstance(scenario, MultiTurn):
         _no_prefix_option(options, "system_tokens= for a system prompt every conversation starts with")
     if isinstance(scenario, DecodeStallScenario):
         _no_prefix_option(options, "0 (each prompt is distinct, so that no cache hides the prefill)")
@@ -192,13 +191,13 @@ run_rate, run_rate_async = _wrappers(RateScenario, """For each rate: `requests` 
 measure_ingestion, measure_ingestion_async = _wrappers(IngestionScenario, """happy_vllm's prompt ingestion speed:
     one request at a time, one new token, `repeats` prompts of each length (default: 8 lengths up to 90 % of
     what the server takes); `.ingestion()` fits TTFT against length (speed = 1 / slope, outliers dropped).""")
-run_shared_prefix, run_shared_prefix_async = _wrappers(SharedPrefixScenario, """`groups` groups of
+run_shared_prefix, run_shared_prefix_async = _wrappers(SharedPrefix, """`groups` groups of
     `requests_per_group` requests; each prompt is its group's prefix of `prefix_tokens` tokens plus a suffix of
     its own (`suffix_tokens`), token-exact. A group's first request goes alone and the rest after it ended (TGI
     caches a prompt when its request is freed), `users` in flight at most. Requests carry `group` and `turn`
     (0 = the group's first); the point carries `prefix_cache_hit_rate` from the engine's counters (NaN on servers
     without them). `plots.shared_prefix_ttft(results.requests)` draws first against later requests.""")
-run_multi_turn, run_multi_turn_async = _wrappers(MultiTurnScenario, """`conversations` chats of `turns` turns, as a
+run_multi_turn, run_multi_turn_async = _wrappers(MultiTurn, """`conversations` chats of `turns` turns, as a
     chat client sends them: turn t resends turn t-1's prompt and the answer it got, plus a new user message of
     `user_tokens`, so its prompt is exactly `system_tokens + user_tokens + t * (max_new_tokens + user_tokens)`
     tokens; `users` conversations at once (None: all). Requests carry `group` (the conversation) and `turn`; the

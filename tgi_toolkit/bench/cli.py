@@ -30,14 +30,13 @@ from tgi_toolkit.scenarios.kinds import (
     ConcurrencyScenario,
     DecodeStallScenario,
     IngestionScenario,
-    MultiTurnScenario,
     RateScenario,
-    SharedPrefixScenario,
 )
+from tgi_toolkit.scenarios.plans import MultiTurn, SharedPrefix
 
 SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")
 LAUNCHABLE = ("embedded", "tgi", "tgi-docker", "vllm")
-WORKLOADS = ("shared-prefix", "multi-turn", "decode-stall")  # bench.workloads: prompts shaped for a prefix cache
+WORKLOADS = ("shared-prefix", "multi-turn", "decode-stall")  # scenarios.plans: prompts shaped for a prefix cache
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -100,8 +99,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       (ConcurrencyScenario, "N parallel users: TTFT, TPOT, ITL, E2E, throughput"),
                       (RateScenario, "constant or Poisson arrivals, with goodput"),
                       (IngestionScenario, "happy_vllm's prompt ingestion speed (TTFT against prompt length)"),
-                      (SharedPrefixScenario, "groups of requests sharing a prompt prefix: TTFT, prefix-cache hit rate"),
-                      (MultiTurnScenario, "conversations resending their history: TTFT per turn, hit rate"),
+                      (SharedPrefix, "groups of requests sharing a prompt prefix: TTFT, prefix-cache hit rate"),
+                      (MultiTurn, "conversations resending their history: TTFT per turn, hit rate"),
                       (DecodeStallScenario, "a long prompt joining running streams: their largest inter-token gap")):
         p = sub.add_parser(cls.name.replace("_", "-"), help=what)
         scenario_flags(p, cls)

@@ -1,4 +1,4 @@
-"""Sending the workloads of bench.workloads: shared prefixes, multi-turn conversations, a long
+"""Sending the workloads of scenarios.plans: shared prefixes, multi-turn conversations, a long
 prompt joining running streams. `Run` (run.py) sends, records and saves; this module decides what
 text each planned request carries and when it leaves, and reads the prefix-cache counters.
 
@@ -25,7 +25,7 @@ from tgi_toolkit.bench.prometheus import parse_prometheus
 from tgi_toolkit.bench.prompts import PromptFactory, make_tokenizer
 from tgi_toolkit.bench.run import Run
 from tgi_toolkit.bench.run_requests import gather_all
-from tgi_toolkit.bench.workloads import DecodeStall, MultiTurn, PlannedRequest, SharedPrefix
+from tgi_toolkit.scenarios.plans import DecodeStall, MultiTurn, PlannedRequest, SharedPrefix
 
 NO_COUNTERS = ("prefix-cache hit rate: the server exposes no tgi_toolkit_prefix_cache_*_tokens_total counters "
                "(TGI and vLLM have none; the embedded engine's prefix cache does): prefix_cache_hit_rate is NaN")

@@ -71,7 +71,7 @@ SHORT_OUTPUT = "short_output"  # bool: output_tokens < max_new_tokens (EOS could
 ERROR = "error"  # str | None: error_type or exception class, None on success
 ERROR_MESSAGE = "error_message"  # str | None
 STATUS = "status"  # int: HTTP status (200 for a stream that ended in an error event)
-# Workloads of bench.workloads (NaN elsewhere); prompt_tokens is then each request's own length:
+# Workloads of scenarios.plans (NaN elsewhere); prompt_tokens is then each request's own length:
 GROUP = "group"  # int: shared_prefix: the group; multi_turn: the conversation; decode_stall: 0 streams, 1 long prompt
 TURN = "turn"  # int: position within the group, 0-based (multi_turn: the turn; shared_prefix: 0 = the group's first)
 

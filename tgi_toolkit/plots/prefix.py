@@ -1,4 +1,4 @@
-"""Figures of the prefix-cache and chunked-prefill workloads (bench.workloads): TTFT with and without
+"""Figures of the prefix-cache and chunked-prefill workloads (scenarios.plans): TTFT with and without
 a cached prefix, and how long running streams stall while a long prompt is prefilled.
 
 Series are the configurations (CONFIG_LABEL) where several are present, else the runs; name two

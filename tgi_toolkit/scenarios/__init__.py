@@ -9,14 +9,13 @@ from tgi_toolkit.scenarios.kinds import (
     ConcurrencyScenario,
     DecodeStallScenario,
     IngestionScenario,
-    MultiTurnScenario,
     RateScenario,
-    SharedPrefixScenario,
     check_scenario,
     scenario_class,
 )
+from tgi_toolkit.scenarios.plans import MultiTurn, SharedPrefix
 from tgi_toolkit.scenarios.shapes import LengthDistribution, Stage
 
 __all__ = ["SCENARIOS", "BatchScenario", "ConcurrencyScenario", "DecodeStallScenario", "IngestionScenario",
-           "MultiTurnScenario", "RateScenario", "Scenario", "SharedPrefixScenario", "check_scenario", "scenario_class",
+           "MultiTurn", "RateScenario", "Scenario", "SharedPrefix", "check_scenario", "scenario_class",
            "LengthDistribution", "Stage"]

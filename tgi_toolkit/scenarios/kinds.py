@@ -1,4 +1,5 @@
-"""The seven scenarios (docs/measurement.md), one frozen dataclass each: their parameters, defaults, checks and
+"""The seven scenarios (docs/measurement.md), one frozen dataclass each (shared-prefix and multi-turn are the plans
+of scenarios.plans themselves): their parameters, defaults, checks and
 what they generate. bench.api and simulate.api build one from their keywords; bench.scenarios / bench.play send
 it, simulate.workloads plays it on the virtual clock; bench.cli makes its flags from the fields.
 """
@@ -12,8 +13,8 @@ from typing import Any, ClassVar
 from tgi_toolkit.bench.checks import ARRIVALS, Limits, count, listed
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.phase import check_ramp
-from tgi_toolkit.bench.workloads import DecodeStall, MultiTurn, SharedPrefix
 from tgi_toolkit.scenarios.base import Scenario, param
+from tgi_toolkit.scenarios.plans import DecodeStall, MultiTurn, SharedPrefix
 from tgi_toolkit.scenarios.shapes import FIXED, LengthDistribution, Lengths, Stage, arrival_offsets, stage_offsets
 
 REPEAT = "repeat for several"
@@ -250,55 +251,8 @@ class IngestionScenario(Scenario):
 
 
 @dataclasses.dataclass(frozen=True)
-class SharedPrefixScenario(Scenario):
-    """Groups of requests sharing a prefix (bench.workloads.SharedPrefix plans them)."""
-
-    name = "shared_prefix"
-    groups: int = param(4, "groups, each with its own prefix (default 4)")
-    requests_per_group: int = param(4, "requests per group; the first goes alone, the rest after it ended (default 4)")
-    prefix_tokens: int = param(512, "tokens of each group's shared prefix (default 512)", common=True)
-    suffix_tokens: int = param(32, "tokens each request adds (default 32)")
-    max_new_tokens: int = param(16, "new tokens per request (default 16)")
-    users: int = param(4, "requests in flight at most (default 4)", short="-u")
-
-    def __post_init__(self) -> None:
-        self.plan()  # its counts checked by the plan
-
-    def plan(self) -> SharedPrefix:
-        return SharedPrefix(**super().workload())
-
-    def check(self, limits: Limits | None) -> SharedPrefixScenario:
-        _lengths(limits, self.prefix_tokens + self.suffix_tokens, self.max_new_tokens)
-        return self
-
-
-@dataclasses.dataclass(frozen=True)
-class MultiTurnScenario(Scenario):
-    """Conversations resending their history (bench.workloads.MultiTurn plans them)."""
-
-    name = "multi_turn"
-    conversations: int = param(4, "conversations (default 4)")
-    turns: int = param(4, "turns per conversation (default 4)")
-    user_tokens: int = param(64, "tokens of each new user message (default 64)")
-    max_new_tokens: int = param(32, "tokens of each answer (default 32)")
-    system_tokens: int = param(0, "a system prompt every conversation starts with (default 0: none)")
-    users: int | None = param(None, "conversations at once (default all)", short="-u")
-
-    def __post_init__(self) -> None:
-        self.plan()
-
-    def plan(self) -> MultiTurn:
-        return MultiTurn(**super().workload())
-
-    def check(self, limits: Limits | None) -> MultiTurnScenario:
-        plan = self.plan()
-        _lengths(limits, plan.prompt_tokens(plan.turns - 1), plan.max_new_tokens)
-        return self
-
-
-@dataclasses.dataclass(frozen=True)
 class DecodeStallScenario(Scenario):
-    """A long prompt joining running streams, `repeats` rounds after `warmups` (bench.workloads.DecodeStall plans
+    """A long prompt joining running streams, `repeats` rounds after `warmups` (scenarios.plans.DecodeStall plans
     one round)."""
 
     name = "decode_stall"
@@ -328,8 +282,7 @@ class DecodeStallScenario(Scenario):
 
 
 SCENARIOS: dict[str, type[Scenario]] = {cls.name: cls for cls in (
-    BatchScenario, ConcurrencyScenario, RateScenario, IngestionScenario, SharedPrefixScenario, MultiTurnScenario,
-    DecodeStallScenario)}
+    BatchScenario, ConcurrencyScenario, RateScenario, IngestionScenario, SharedPrefix, MultiTurn, DecodeStallScenario)}
 
 
 def scenario_class(name: str) -> type[Scenario]:

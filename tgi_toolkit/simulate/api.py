@@ -34,11 +34,10 @@ from tgi_toolkit.scenarios.kinds import (
     ConcurrencyScenario,
     DecodeStallScenario,
     IngestionScenario,
-    MultiTurnScenario,
     RateScenario,
-    SharedPrefixScenario,
     scenario_class,
 )
+from tgi_toolkit.scenarios.plans import MultiTurn, SharedPrefix
 from tgi_toolkit.simulate.events import Simulator
 from tgi_toolkit.simulate.record import SimRun
 from tgi_toolkit.simulate.target import SimTarget, make_target
@@ -133,10 +132,10 @@ def _points(scenario: Scenario, seed: int) -> Any:
         return lambda p: rate_points(p, scenario, seed)
     if isinstance(scenario, IngestionScenario):
         return lambda p: ingestion_points(p, scenario)
-    if isinstance(scenario, (SharedPrefixScenario, MultiTurnScenario)):
-        plan = scenario.plan()
-        return lambda p: (shared_prefix_points if isinstance(scenario, SharedPrefixScenario)
-                          else multi_turn_points)(plan)
+    if isinstance(scenario, SharedPrefix):
+        return lambda p: shared_prefix_points(scenario)
+    if isinstance(scenario, MultiTurn):
+        return lambda p: multi_turn_points(scenario)
     assert isinstance(scenario, DecodeStallScenario)
     plan = scenario.plan()
     return lambda p: decode_stall_points(plan, scenario.repeats, scenario.warmups)
@@ -175,9 +174,9 @@ run_rate = _wrapper(RateScenario, "bench.run_rate, simulated: constant or seeded
                                   "times as bench's).")
 measure_ingestion = _wrapper(IngestionScenario, "bench.measure_ingestion, simulated: one request at a time, one new "
                                                 "token; `.ingestion()` fits it.")
-run_shared_prefix = _wrapper(SharedPrefixScenario, """bench.run_shared_prefix, simulated: groups sharing a prefix;
+run_shared_prefix = _wrapper(SharedPrefix, """bench.run_shared_prefix, simulated: groups sharing a prefix;
     the point's prefix_cache_hit_rate is the scheduler's own count (hit / looked-up prompt tokens).""")
-run_multi_turn = _wrapper(MultiTurnScenario, """bench.run_multi_turn, simulated: each turn resends the history (the
+run_multi_turn = _wrapper(MultiTurn, """bench.run_multi_turn, simulated: each turn resends the history (the
     last answer is recomputed, as TGI never caches generated tokens).""")
 run_decode_stall = _wrapper(DecodeStallScenario, """bench.run_decode_stall, simulated: the running streams' largest
     inter-token gap while a long prompt joins (chunked: one mixed forward; unchunked: the whole prefill alone).""")

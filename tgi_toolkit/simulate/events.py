@@ -242,7 +242,7 @@ class Bursts(Driver):
 
 
 class PlanDriver(Driver):
-    """bench.play's rules for a list of bench.workloads.PlannedRequest: a request leaves once the one it
+    """bench.play's rules for a list of scenarios.plans.PlannedRequest: a request leaves once the one it
     follows (`after`) has ended and every earlier request has `wait_tokens` tokens (or has ended), at most
     `users` in flight, in the plan's order."""
 

@@ -174,9 +174,9 @@ def ingestion_points(prompts: TokenPrompts, scenario: IngestionScenario) -> list
     return out
 
 
-# -- bench.workloads: shared prefixes, multi-turn conversations, a long prompt joining streams --------------
+# -- scenarios.plans: shared prefixes, multi-turn conversations, a long prompt joining streams --------------
 def _planned(plan: Sequence[Any], repeat: int = 0, warmup: bool = False, salt: str = "") -> list[SimRequest]:
-    from tgi_toolkit.bench.workloads import synthetic_ids
+    from tgi_toolkit.scenarios.plans import synthetic_ids
 
     out = []
     for r in plan:

@@ -1,6 +1,8 @@
 """Workloads that a prefix cache and chunked prefill change, as plain data: what a point sends, in
 which order, with which lengths. No server, tokenizer or event loop is needed to build or read them,
-so the harness (bench.scenarios) and a simulator play the same objects.
+so the harness (bench.play) and the simulator (simulate.workloads) play the same objects. SharedPrefix and
+MultiTurn are scenarios themselves (scenarios.base: their fields are their parameters, flags and checks);
+DecodeStall is one round of the decode-stall scenario (scenarios.kinds.DecodeStallScenario).
 
 - SharedPrefix: `groups` groups of `requests_per_group` requests; every prompt of a group starts with
   the group's prefix of `prefix_tokens` tokens and ends with its own suffix of `suffix_tokens`.
@@ -24,6 +26,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from tgi_toolkit.bench.checks import Limits
+from tgi_toolkit.bench.errors import BenchError, check_positive_ints
+from tgi_toolkit.scenarios.base import Scenario, param
 
 
 @dataclass(frozen=True)
@@ -99,27 +105,33 @@ def synthetic_ids(request: PlannedRequest, vocab: int = 32000) -> list[int]:
 
 
 def _positive(name: str, value: int, minimum: int = 1) -> int:
-    from tgi_toolkit.bench.errors import check_positive_ints
-
     return check_positive_ints(name, [value], minimum=minimum)[0]
 
 
+def _lengths(limits: Limits | None, prompt_tokens: int, max_new_tokens: int, field: str = "prompt_tokens") -> None:
+    if limits is not None:
+        limits.check_lengths(prompt_tokens, max_new_tokens, field)
+
+
 @dataclass(frozen=True)
-class SharedPrefix:
+class SharedPrefix(Scenario):
     """Groups of requests sharing a prefix (a system prompt, a document, few-shot examples)."""
 
-    groups: int = 4
-    requests_per_group: int = 4
-    prefix_tokens: int = 512
-    suffix_tokens: int = 32
-    max_new_tokens: int = 16
-    users: int = 4  # requests in flight at most (closed loop)
-
-    scenario = "shared_prefix"
+    name = "shared_prefix"
+    groups: int = param(4, "groups, each with its own prefix (default 4)")
+    requests_per_group: int = param(4, "requests per group; the first goes alone, the rest after it ended (default 4)")
+    prefix_tokens: int = param(512, "tokens of each group's shared prefix (default 512)", common=True)
+    suffix_tokens: int = param(32, "tokens each request adds (default 32)")
+    max_new_tokens: int = param(16, "new tokens per request (default 16)")
+    users: int = param(4, "requests in flight at most (default 4)", short="-u")  # closed loop
 
     def __post_init__(self) -> None:
         for name in ("groups", "requests_per_group", "prefix_tokens", "suffix_tokens", "max_new_tokens", "users"):
             _positive(name, getattr(self, name))
+
+    def check(self, limits: Limits | None) -> SharedPrefix:
+        _lengths(limits, self.prefix_tokens + self.suffix_tokens, self.max_new_tokens)
+        return self
 
     @property
     def point_id(self) -> str:
@@ -142,17 +154,16 @@ class SharedPrefix:
 
 
 @dataclass(frozen=True)
-class MultiTurn:
+class MultiTurn(Scenario):
     """Conversations that resend their growing history each turn, as a chat client does."""
 
-    conversations: int = 4
-    turns: int = 4
-    user_tokens: int = 64
-    max_new_tokens: int = 32
-    system_tokens: int = 0  # a system prompt every conversation starts with (0: none)
-    users: int | None = None  # conversations in flight at once (None: all)
-
-    scenario = "multi_turn"
+    name = "multi_turn"
+    conversations: int = param(4, "conversations (default 4)")
+    turns: int = param(4, "turns per conversation (default 4)")
+    user_tokens: int = param(64, "tokens of each new user message (default 64)")
+    max_new_tokens: int = param(32, "tokens of each answer (default 32)")
+    system_tokens: int = param(0, "a system prompt every conversation starts with (default 0: none)")
+    users: int | None = param(None, "conversations at once (default all)", short="-u")
 
     def __post_init__(self) -> None:
         for name in ("conversations", "turns", "user_tokens", "max_new_tokens"):
@@ -160,6 +171,10 @@ class MultiTurn:
         _positive("system_tokens", self.system_tokens, 0)
         if self.users is not None:
             _positive("users", self.users)
+
+    def check(self, limits: Limits | None) -> MultiTurn:
+        _lengths(limits, self.prompt_tokens(self.turns - 1), self.max_new_tokens)  # the last turn's is the longest
+        return self
 
     @property
     def point_id(self) -> str:
@@ -209,8 +224,6 @@ class DecodeStall:
                      "lead_tokens"):
             _positive(name, getattr(self, name))
         if self.lead_tokens >= self.stream_tokens:
-            from tgi_toolkit.bench.errors import BenchError
-
             raise BenchError("lead_tokens", f"{self.lead_tokens} leaves the streams no tokens to decode after the "
                                             f"long prompt arrives", f"integers < stream_tokens ({self.stream_tokens})")
 
