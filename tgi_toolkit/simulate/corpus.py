@@ -51,6 +51,7 @@ class Figure:
     quote: str = ""
     scheduler_steps: int = 1  # vLLM's --num-scheduler-steps (multi-step scheduling)
     max_batch_size: int | None = None  # the server's cap on sequences at once (vLLM's --max-num-seqs), if stated
+    server_version: str = ""  # as published: the measured-kernel model reads the tables nearest it
 
     @property
     def burst(self) -> bool:
@@ -93,6 +94,7 @@ def figure_from_row(row: dict[str, str]) -> Figure:
             id=name, source_id=row["source_id"].strip(), source_url=row["source_url"].strip(),
             model_id=row["model_id"].strip(), gpu=row["gpu"].strip(), num_gpus=_int(row["num_gpus"]) or 1,
             server=server_of(row["server"], row.get("server_version", ""), row.get("source_date", "")),
+            server_version=(row.get("server_version") or "").strip(),
             dtype=(row.get("dtype") or "float16").strip(),
             quantize=(row.get("quantize") or "").strip() or None, batch_size=batch,
             users=_int(row.get("users", "")), request_rate=rate,
