@@ -21,7 +21,8 @@ from tgi_toolkit.costs.linear import uniform_shape
 from tgi_toolkit.router import SchedulerConfig
 from tgi_toolkit.simulate import LinearCostModel, fit_linear, roofline, run_concurrency
 from tgi_toolkit.simulate.costs import load_cost_model
-from tgi_toolkit.simulate.events import ClosedLoop, OpenLoop, SimRequest, Simulator
+from tgi_toolkit.simulate.drivers import ClosedLoop, OpenLoop, SimRequest
+from tgi_toolkit.simulate.events import Simulator
 from tgi_toolkit.simulate.fit import fit_profile
 
 logging.getLogger("tgi_toolkit.router.scheduler").setLevel(logging.ERROR)

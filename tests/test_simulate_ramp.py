@@ -12,7 +12,8 @@ import pytest
 from tgi_toolkit.bench import schema as S
 from tgi_toolkit.router import SchedulerConfig
 from tgi_toolkit.simulate import run_concurrency
-from tgi_toolkit.simulate.events import ClosedLoop, SimRequest, Simulator
+from tgi_toolkit.simulate.drivers import ClosedLoop, SimRequest
+from tgi_toolkit.simulate.events import Simulator
 
 from . import test_simulate
 from .test_simulate import tgi3_default_mode  # noqa: F401  (autouse: the tests state their scheduling mode)
@@ -110,10 +111,12 @@ def test_the_flag_is_shown_like_client_bound_and_the_cli_takes_ramp_up():
                           config=CONFIG)
     summary = bench_cli.summary(res, "concurrency")
     assert "note: 1 point(s) lockstep: the users sent in step" in summary and "--ramp-up" in summary
-    section = _conditions(res)
+    from tgi_toolkit.plots.labels import short_labels
+
+    section = _conditions(res, short_labels(res.points[S.CONFIG_LABEL]))
     assert section is not None and "lockstep (the users sent in step" in section.tables[0][1][0][3]
     spread = run_concurrency(PerForward(), users=[2], prompt_tokens=10, max_new_tokens=3, requests=4, config=CONFIG)
-    assert "lockstep" not in bench_cli.summary(spread, "concurrency") and _conditions(spread) is None
+    assert "lockstep" not in bench_cli.summary(spread, "concurrency") and _conditions(spread, {}) is None
     args = _bench_args("concurrency", ["--ramp-up", "2.5", "-u", "4"])
     assert bench_cli.scenario_params(args)["ramp_up"] == "2.5"
     assert bench_cli.scenario_params(_bench_args("concurrency", []))["ramp_up"] == "auto"

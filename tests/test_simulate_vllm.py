@@ -13,7 +13,8 @@ from tgi_toolkit.router.vllm_v1 import VllmConfig
 from tgi_toolkit.simulate import roofline
 from tgi_toolkit.simulate.api import run_concurrency
 from tgi_toolkit.simulate.cli import simulate_main
-from tgi_toolkit.simulate.events import ClosedLoop, SimRequest, Simulator
+from tgi_toolkit.simulate.drivers import ClosedLoop, SimRequest
+from tgi_toolkit.simulate.events import Simulator
 from tgi_toolkit.simulate.target import make_target, vllm_options
 
 LLAMA3 = Path(__file__).parent / "data" / "configs" / "llama-3-8b.json"

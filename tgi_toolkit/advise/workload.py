@@ -38,7 +38,7 @@ def _slo(objectives: Objectives) -> dict[str, float]:
 def _mixed(cost: Any, traffic: Traffic, load: float, options: dict[str, Any]) -> Any:
     from tgi_toolkit.scenarios.shapes import arrival_offsets
     from tgi_toolkit.simulate.api import _simulate
-    from tgi_toolkit.simulate.events import ClosedLoop, OpenLoop, SimRequest
+    from tgi_toolkit.simulate.drivers import ClosedLoop, OpenLoop, SimRequest
     from tgi_toolkit.simulate.target import make_target
     from tgi_toolkit.simulate.workloads import Phase, Point
 

@@ -30,7 +30,7 @@ _LAZY = {
     "RooflineCostModel": ".gpu", "roofline": ".gpu",
     "MeasuredCostModel": "tgi_toolkit.costs.measured", "gpu_cost_model": "tgi_toolkit.costs.measured",
     "profile": ".calibrate", "SimTarget": ".target", "make_target": ".target",
-    "Simulator": ".events", "SimRequest": ".events", "VirtualClock": ".events",
+    "Simulator": ".events", "SimRequest": ".drivers", "VirtualClock": ".events",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,7 +52,8 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from tgi_toolkit.simulate.calibrate import profile
     from tgi_toolkit.simulate.costs import load_cost_model
-    from tgi_toolkit.simulate.events import SimRequest, Simulator, VirtualClock
+    from tgi_toolkit.simulate.drivers import SimRequest
+    from tgi_toolkit.simulate.events import Simulator, VirtualClock
     from tgi_toolkit.simulate.gpu import RooflineCostModel, roofline
     from tgi_toolkit.simulate.target import SimTarget, make_target
 

@@ -21,7 +21,7 @@ from tgi_toolkit.bench.phase import AUTO, resolve_ramp
 from tgi_toolkit.bench.scenarios import batch_point_id, concurrency_point_id, ingestion_point_id
 from tgi_toolkit.scenarios.kinds import BatchScenario, ConcurrencyScenario, IngestionScenario, RateScenario
 from tgi_toolkit.scenarios.shapes import Lengths
-from tgi_toolkit.simulate.events import Bursts, ClosedLoop, Driver, OpenLoop, PlanDriver, SimRequest
+from tgi_toolkit.simulate.drivers import Bursts, ClosedLoop, Driver, OpenLoop, PlanDriver, SimRequest
 
 VOCAB = 32_000
 
