@@ -17,8 +17,9 @@ import pandas as pd
 
 from tgi_toolkit.bench import schema as S
 
-# A label's parts: "key=value" separated by commas, a value may hold commas of its own ("[1, 2]").
-_SPLIT = re.compile(r",\s*(?=[A-Za-z_][\w.-]*=)")
+# A label's parts: "key=value" separated by commas (bench) or spaces (a simulated vLLM's "vLLM V1 max_num_seqs=8
+# ..."), a value may hold commas of its own ("[1, 2]"); a first part that is not "key=value" is a prefix.
+_SPLIT = re.compile(r"(?:,\s*|\s+)(?=[A-Za-z_][\w.-]*=)")
 _KEY = re.compile(r"^[A-Za-z_][\w.-]*=")
 _SUFFIX = re.compile(r"\s*(\[[^\]]*\])$")  # " [simulated: a100-80gb]" of a simulated configuration
 _EMPTY = ("default", "base", "")  # a configuration that set nothing
@@ -36,9 +37,10 @@ def _settings(label: str) -> tuple[dict[str, str], str] | None:
     if body in _EMPTY:
         return {}, suffix
     parts = _SPLIT.split(body)
-    if not all(_KEY.match(p) for p in parts):
+    prefix = {} if _KEY.match(parts[0]) else {"": parts.pop(0)}
+    if not parts or not all(_KEY.match(p) for p in parts):
         return None
-    return dict(p.split("=", 1) for p in parts), suffix
+    return {**prefix, **dict(p.split("=", 1) for p in parts)}, suffix
 
 
 def short_labels(labels: Iterable[object]) -> dict[str, str]:
@@ -60,7 +62,8 @@ def short_labels(labels: Iterable[object]) -> dict[str, str]:
             out[label] = label
             continue
         values, suffix = settings[label]
-        parts = [f"{k}={values.get(k, 'default')}" for k in differ] + ([suffix] if suffixes and suffix else [])
+        parts = [values.get(k, "") if k == "" else f"{k}={values.get(k, 'default')}" for k in differ]
+        parts = [p for p in parts if p] + ([suffix] if suffixes and suffix else [])
         out[label] = ", ".join(parts) or label
     seen: dict[str, int] = {}
     for short in out.values():
@@ -83,7 +86,8 @@ def settings_hover(full: str | None) -> list[str]:
     if not full:
         return []
     parsed = _settings(full)
-    parts = [f"{k}={v}" for k, v in parsed[0].items()] + ([parsed[1]] if parsed[1] else []) if parsed else [full]
+    parts = ([v if k == "" else f"{k}={v}" for k, v in parsed[0].items()] + ([parsed[1]] if parsed[1] else [])
+             if parsed else [full])
     return textwrap.wrap("settings: " + ", ".join(parts), HOVER_WIDTH, break_long_words=False,
                          break_on_hyphens=False)
 
