@@ -47,6 +47,7 @@ def split_engine_args(argv: list[str], environ: Any = None) -> tuple[Any, list[s
 def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engine") -> int:
     """Serve with the launcher flags in `argv`; `prog` is the command the help names (how it was started)."""
     from tgi_toolkit.config import ConfigError, LauncherConfig
+    from tgi_toolkit.config.embedded import resolve_device
     from tgi_toolkit.engine.model import ModelNotFoundError
     from tgi_toolkit.engine.runner import UnsupportedModelError
     from tgi_toolkit.engine.serve import UnsupportedSetting, serve
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engin
     try:
         options, argv = split_engine_args(argv, os.environ)
         cfg = LauncherConfig.from_cli(argv, environ=os.environ)
+        # a device the machine lacks is refused here, before serve() takes over the process's logging
+        resolve_device(options.device)
         return serve(cfg, options)
     except (ConfigError, UnsupportedSetting, ModelNotFoundError, UnsupportedModelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
