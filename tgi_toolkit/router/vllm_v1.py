@@ -196,13 +196,18 @@ class VllmScheduler:
     def num_tokens(entry: Entry) -> int:
         return entry.input_length + entry.generated
 
-    def _token(self, entry: Entry, i: int) -> int:
-        if i < entry.input_length:
-            return entry.input_ids[i]
-        k = i - entry.input_length
-        if k < len(entry.output_ids):
-            return entry.output_ids[k]
-        return -(entry.id * 1_000_000_000 + k) - 1  # a backend that records no ids: a stand-in of this request's
+    @staticmethod
+    def _tokens(entry: Entry, start: int, end: int) -> tuple[int, ...]:
+        """The request's tokens start..end-1: its prompt, then what it generated (sliced, not token by token: a
+        simulation hashes every full block of every request)."""
+        prompt = len(entry.input_ids)
+        if end <= prompt:
+            return tuple(entry.input_ids[start:end])
+        first, last = max(start - prompt, 0), end - prompt
+        out = entry.output_ids[first:last]
+        # a backend that records no ids: a stand-in of this request's for each token it has not recorded
+        missing = [-(entry.id * 1_000_000_000 + k) - 1 for k in range(first + len(out), last)]
+        return (*entry.input_ids[start:prompt], *out, *missing)
 
     def _hashes(self, entry: Entry) -> list[int]:
         """C1: one hash per full block of the request's tokens, each chained on its parent's."""
@@ -211,7 +216,7 @@ class VllmScheduler:
         while (len(hashes) + 1) * bs <= self.num_tokens(entry):
             start = len(hashes) * bs
             parent = hashes[-1] if hashes else None
-            hashes.append(hash((parent, tuple(self._token(entry, i) for i in range(start, start + bs)))))
+            hashes.append(hash((parent, self._tokens(entry, start, start + bs))))
         return hashes
 
     def _cache_full_blocks(self, entry: Entry, upto: int) -> None:
