@@ -91,10 +91,12 @@ def test_real_vllm_starts_answers_is_benchmarked_and_stops(vllm_env, model_dir, 
         # ignore_eos reaches vLLM: every answer is as long as asked; the prompt is as long as vLLM counts it
         assert (measured[S.OUTPUT_TOKENS] == 6).all() and (measured[S.INPUT_TOKENS] == 24).all()
         # vLLM's own Prometheus series were read (vllm:num_requests_running, vllm:kv_cache_usage_perc):
-        # some request was seen running, never more than the point's users
+        # some request was seen running, never more than the point's users. A scrape can fall between one
+        # user's short requests on a quiet machine (seen: 0 at 1 user), so "seen" is over the run
         running = points[S.SERVER_BATCH_SIZE_MAX]
-        assert (running >= 1).all() and (running <= points[S.USERS]).all()
-        assert points[S.KV_USAGE_MAX].between(0, 1, inclusive="right").all()
+        assert running.max() >= 1 and (running <= points[S.USERS]).all()
+        kv = points[S.KV_USAGE_MAX]
+        assert kv.between(0, 1).all() and kv.max() > 0
         children = psutil.Process(server.pid).children(recursive=True)
         assert children  # vLLM's engine core and worker run in processes of their own
     assert server.returncode is not None and not server.running
