@@ -51,3 +51,17 @@ class Observer:
     def preempted(self, entry: Entry) -> None: ...  # vLLM V1: a running request freed to be recomputed later
 
 
+def record_forward(observer: Observer, forward: Forward, seconds: float, now: float) -> None:
+    """What every scheduler does once a forward has run: report it, count the prompt tokens it computed, move
+    each row's cache on and give each emitting row (not a cancelled one) its token at `now`."""
+    rows = forward.rows
+    observer.forward(forward.rpc, len(rows), seconds, forward.tokens)
+    observer.ran(forward, seconds)
+    prompt = sum(min(r.length, r.entry.input_length - r.start) for r in rows if r.prompt)
+    if prompt:
+        observer.computed(prompt)
+    for row in rows:
+        row.entry.cache_len += row.length
+        if row.emits and not row.entry.cancelled:
+            row.entry.generated += 1
+            observer.emitted(row.entry, now)

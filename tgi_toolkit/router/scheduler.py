@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 from tgi_toolkit.router.batch import SEGMENT_TOKENS, Entry, Forward, Row
 from tgi_toolkit.router.config import SchedulerConfig
-from tgi_toolkit.router.hooks import Backend, Clock, Observer
+from tgi_toolkit.router.hooks import Backend, Clock, Observer, record_forward
 from tgi_toolkit.router.queue import Queue
 
 log = logging.getLogger(__name__)
@@ -141,16 +141,7 @@ class Scheduler:
             self._filter()
             return
         now = self._ended = self.clock.now()
-        self.observer.forward(rpc, len(rows), now - started, forward.tokens)
-        self.observer.ran(forward, now - started)
-        prompt_tokens = sum(min(r.length, r.entry.input_length - r.start) for r in rows if r.prompt)
-        if prompt_tokens:
-            self.observer.computed(prompt_tokens)
-        for row in rows:
-            row.entry.cache_len += row.length
-            if row.emits and not row.entry.cancelled:
-                row.entry.generated += 1
-                self.observer.emitted(row.entry, now)
+        record_forward(self.observer, forward, now - started, now)
         self._next_chunks(rows, forward.prefilling)
         self._filter()
 

@@ -34,7 +34,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from tgi_toolkit.router.batch import Entry, Forward, Row
-from tgi_toolkit.router.hooks import WALL, Backend, Clock, Observer
+from tgi_toolkit.router.hooks import WALL, Backend, Clock, Observer, record_forward
 
 # `vllm serve`'s defaults (vllm/engine/arg_utils.py get_batch_defaults, config/cache.py).
 DEFAULT_BLOCK_SIZE = 16
@@ -339,16 +339,7 @@ class VllmScheduler:
         started = self.clock.now()
         self.backend.forward(forward)
         now = self.clock.now()
-        self.observer.forward(forward.rpc, len(rows), now - started, forward.tokens)
-        self.observer.ran(forward, now - started)
-        prompt = sum(min(r.length, r.entry.input_length - r.start) for r in rows if r.prompt)
-        if prompt:
-            self.observer.computed(prompt)
-        for row in rows:
-            row.entry.cache_len += row.length
-            if row.emits and not row.entry.cancelled:
-                row.entry.generated += 1
-                self.observer.emitted(row.entry, now)
+        record_forward(self.observer, forward, now - started, now)
         kept = []
         for entry in self.running:
             limit = self.config.max_model_len
