@@ -186,10 +186,6 @@ class Surface:
         w = (math.log(batch) - self._lb[i - 1]) / (self._lb[i] - self._lb[i - 1])
         return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
 
-    def beyond(self, batch: float, length: float) -> bool:
-        return batch > self.batches[-1] or self.curves[min(int(np.searchsorted(self.batches, batch)),
-                                                          len(self.curves) - 1)].beyond(length)
-
     @classmethod
     def of(cls, frame: Any, batch: str, length: str) -> Surface:
         curves, batches = [], []

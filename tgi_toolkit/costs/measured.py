@@ -198,12 +198,10 @@ class MeasuredCostModel(RooflineCostModel):
         prefill_rows = s.rows - decode_rows
         # per layer
         t = self._layer_gemms(tokens) if self.gemms else self._body_roofline(tokens)
-        if not shape.num_experts:
-            pass
-        elif self.moe is not None:
+        if shape.num_experts and self.moe is not None:  # the experts from the MoE table, their router's GEMM beside
             t += self.moe(tokens) + self._op_roofline(2 * tokens * shape.hidden_size * shape.num_experts,
                                                       2 * shape.hidden_size * shape.num_experts)
-        else:
+        elif shape.num_experts:
             t += self._experts_roofline(tokens)
         if decode_rows > 0:
             t += self.generation(decode_rows, decode_context / decode_rows) if self.generation else \
@@ -219,7 +217,7 @@ class MeasuredCostModel(RooflineCostModel):
         if self.num_shard > 1:
             t += 2 * self._allreduce(tokens)
         t *= layers
-        emitting = max(decode_rows + (prefill_rows if prefill_rows else 0), 1.0)
+        emitting = max(s.rows, 1.0)  # an upper bound, as the roofline's: rows mid-prompt skip the LM head
         if self.lm_head is not None:
             t += self.lm_head(emitting)
         else:
