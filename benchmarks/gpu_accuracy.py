@@ -90,7 +90,7 @@ def measured_check(figures: list, models: dict, roofline_rows: list[dict], title
         if not cost.priced:
             continue
         rows.append({**G.figure_row(f, simulated(f, cost)), "provenance": cost.provenance()})
-        sources.add(cost.provenance().split(":")[1].strip())
+        sources.update(cost.priced.values())
     print(f"\n{title}: {len(rows)} figures on cards and servers the operator database covers, predicted by the "
           "measured-kernel model (nothing fitted), beside the roofline's prediction of the same figure:")
     print(f"  {'figure':48} {'regime':15} {'server':12} {'published':>10} {'measured':>9} {'roofline':>9}")
