@@ -117,11 +117,11 @@ def main() -> int:
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args()
 
+    from tgi_toolkit import schema as S
     from tgi_toolkit.advise import Candidate, advise
     from tgi_toolkit.advise.capacity import meets
     from tgi_toolkit.advise.traffic import Traffic, objectives
     from tgi_toolkit.advise.workload import requests_at, simulate_load
-    from tgi_toolkit.bench import schema as S
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.simulate import load_cost_model
     from tgi_toolkit.tune.sizing import model_config_path

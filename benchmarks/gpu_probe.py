@@ -175,7 +175,7 @@ def batch_rows(results: Any) -> list[dict[str, Any]]:
 
 
 def user_rows(results: Any) -> list[dict[str, Any]]:
-    from tgi_toolkit.bench import schema as S
+    from tgi_toolkit import schema as S
 
     rows = []
     for _, point in results.points.iterrows():

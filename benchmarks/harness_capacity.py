@@ -324,8 +324,8 @@ def main() -> None:
               f"p90 {np.percentile(lat, 90):.3f} ms, p99 {np.percentile(lat, 99):.3f} ms, max {lat.max():.3f} ms")
 
         print(f"\n3. the whole harness: run_concurrency, {n} users, {tokens} tokens each, against the paced server")
+        from tgi_toolkit import schema as S
         from tgi_toolkit.bench import run_concurrency
-        from tgi_toolkit.bench import schema as S
 
         started = time.monotonic()
         results = run_concurrency(url, users=[n], prompt_tokens=16, max_new_tokens=tokens, requests=n,

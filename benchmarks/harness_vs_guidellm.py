@@ -164,8 +164,8 @@ def _cpu_seconds(who: int) -> float:
 
 
 def run_ours(url: str, users: int, requests: int, prompt: int, output: int, ramp_up: Any) -> dict[str, float]:
+    from tgi_toolkit import schema as S
     from tgi_toolkit.bench import run_concurrency
-    from tgi_toolkit.bench import schema as S
 
     before = _cpu_seconds(resource.RUSAGE_SELF)
     res = run_concurrency(url, users=[users], prompt_tokens=prompt, max_new_tokens=output, requests=requests,

@@ -21,8 +21,8 @@ import argparse
 import sys
 
 from tgi_toolkit import LauncherConfig, Server
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import measure_ingestion, run_batch, run_concurrency
-from tgi_toolkit.bench import schema as S
 
 # the tests' engine (tests/conftest.py's ENGINE_ARGS)
 LIMITS = ["--max-input-tokens", "1000", "--max-total-tokens", "1200", "--max-batch-prefill-tokens", "2048",

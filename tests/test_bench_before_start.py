@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import load_results
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.cli import add_parser, command_line, run_options, scenario_params
 from tgi_toolkit.cli import main as cli_main
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import BenchError, load_results, run_concurrency
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.cli import main as cli_main
 
 from .conftest import free_port

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import phase, run_concurrency
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.errors import BenchError
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.provenance import config_id, config_label
 from tgi_toolkit.bench.results import Results, ResultsFolder, frame, load_results
 from tgi_toolkit.config import LauncherConfig

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import ServerDiedError, load_results, run_concurrency
-from tgi_toolkit.bench import schema as S
 
 from .conftest import ENGINE_ARGS, engine_process
 

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from pandas.testing import assert_frame_equal
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import (
     BenchError,
     kv_capacity,
@@ -19,7 +20,6 @@ from tgi_toolkit.bench import (
     run_rate,
     run_scenario,
 )
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.main_metrics import INGESTION, KV_CAPACITY
 from tgi_toolkit.bench.prometheus import parse_prometheus
 from tgi_toolkit.bench.scenarios import batch_point_id, ingestion_point_id

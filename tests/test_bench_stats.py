@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import stats
 from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.prometheus import parse_prometheus

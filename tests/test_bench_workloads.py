@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import BenchError, DecodeStall, MultiTurn, SharedPrefix
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.play import hit_rate_columns, shared_prefix_texts, stall_gaps, turn_text
 from tgi_toolkit.bench.prompts import LocalTokenizer, PromptFactory

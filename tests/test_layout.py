@@ -144,7 +144,7 @@ def test_the_engine_stands_on_the_router_configuration_and_forward_costs_only() 
 # the simulator, the sweep and the command line all import it and none of them is below it (issue 42).
 SCENARIOS = "tgi_toolkit.scenarios"
 SCENARIOS_FLOOR = (SCENARIOS, "tgi_toolkit.bench.checks", "tgi_toolkit.bench.errors", "tgi_toolkit.bench.phase",
-                   "tgi_toolkit.bench.schema", "tgi_toolkit._lazy",
+                   "tgi_toolkit.schema", "tgi_toolkit._lazy",
                    "tgi_toolkit.bench.client")  # the sampling keys bench.checks.check_options allows
 
 

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from tgi_toolkit import plots
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import provenance
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.config import LauncherConfig
 from tgi_toolkit.plots.labels import legend_name, settings_hover, short_labels
 from tgi_toolkit.sweep import Sweep, Workload

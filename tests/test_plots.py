@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import pytest
 
 from tgi_toolkit import plots as P
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.reference import load_reference
 
 SIZES, SEQS, REPEATS = (1, 2, 4, 8), (128, 256), 3

@@ -37,7 +37,7 @@ def _top_points(small_tok_s: float, whole_tok_s: float, busy: bool):
     and all of it (batch 4), plus a 1-user point that the finding leaves out."""
     import pandas as pd
 
-    from tgi_toolkit.bench import schema as S
+    from tgi_toolkit import schema as S
 
     rows = [("cuda_memory_fraction=0.02", 4, small_tok_s, 1.0), ("all KV memory", 4, whole_tok_s, 4.0),
             ("all KV memory", 1, 999.0, 1.0)]
@@ -145,7 +145,7 @@ def test_what_the_quickstart_prints_fits_120_columns_and_names_the_kv_memory() -
     # issue 43: the card's table was ~280 columns wide, its columns the configurations' full labels
     import pandas as pd
 
-    from tgi_toolkit.bench import schema as S
+    from tgi_toolkit import schema as S
     from tgi_toolkit.cookbook import example_results_dir
     from tgi_toolkit.report import main_metrics
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from tgi_toolkit import reference
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.main_metrics import COLUMNS, METRICS, approx, kv_text, main_metrics, main_metrics_table
 from tgi_toolkit.bench.results import Results, empty
 from tgi_toolkit.config import LauncherConfig, from_vllm_table

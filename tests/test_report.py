@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from tgi_toolkit import report, report_figures, report_sections
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import load_results
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.results import Results
 from tgi_toolkit.cli import main as cli_main
 from tgi_toolkit.cookbook import example_results_dir

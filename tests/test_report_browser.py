@@ -15,8 +15,8 @@ import pytest
 
 from tests.test_app_browser import BROWSER_ARGS, NO_BROWSER, find_browser
 from tgi_toolkit import report
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import load_results
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.results import Results
 from tgi_toolkit.cookbook import example_results_dir, out_dir
 

@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from tests.standins.fixtures import no_leftover_processes  # noqa: F401
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.api import run_concurrency
 from tgi_toolkit.config import LauncherConfig
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, converted_model_dir, resolve_model

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import load_results
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.linear import uniform_shape
 from tgi_toolkit.router import SchedulerConfig

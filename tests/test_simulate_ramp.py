@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.router import SchedulerConfig
 from tgi_toolkit.simulate import run_concurrency
 from tgi_toolkit.simulate.drivers import ClosedLoop, SimRequest

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.standins.fixtures import no_leftover_processes, standins  # noqa: F401
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.results import ResultsFolder, frame, load_results
 from tgi_toolkit.config import LauncherConfig
 from tgi_toolkit.sweep import Manifest, Sweep, SweepError, Workload, load_manifest, resources_for, sweep_status

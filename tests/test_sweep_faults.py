@@ -10,7 +10,7 @@ import signal
 import psutil
 import pytest
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.results import load_results
 from tgi_toolkit.sweep import Sweep, Workload, load_manifest
 

@@ -12,7 +12,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from tgi_toolkit.bench import schema as S  # noqa: E402
+from tgi_toolkit import schema as S  # noqa: E402
 from tgi_toolkit.bench.results import load_results  # noqa: E402
 from tgi_toolkit.sweep import RayExecutor, Sweep, Workload, load_manifest  # noqa: E402
 

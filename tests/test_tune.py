@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.standins.fixtures import no_leftover_processes, standins  # noqa: F401
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.results import frame, load_results
 from tgi_toolkit.cli import build_parser
 from tgi_toolkit.config import LauncherConfig

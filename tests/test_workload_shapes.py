@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.scenarios import ConcurrencyScenario, RateScenario
 from tgi_toolkit.scenarios.shapes import LengthDistribution, Lengths, Stage, stage_offsets

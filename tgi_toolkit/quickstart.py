@@ -105,7 +105,7 @@ def quickstart_sweep(backend: str = "embedded") -> Any:
 def kv_finding(points: Any) -> str:
     """What the sweep showed, from its concurrency points: each configuration's throughput and largest
     batch at its most users, and whether KV memory for one request kept the server to one at a time."""
-    from tgi_toolkit.bench import schema as S
+    from tgi_toolkit import schema as S
 
     conc = points[points[S.SCENARIO] == "concurrency"]
     if conc.empty:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.results import frame  # the dtypes a results folder gives back
 
 REFERENCE_SUBDIR = "reference"

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.main_metrics import split_by_config
 from tgi_toolkit.bench.results import as_results
 
@@ -141,4 +141,3 @@ def _write_htmls(figures: Sequence[Figure], folder: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         script = Path(os.path.relpath(folder / "plotly.min.js", path.parent)).as_posix()
         f.figure.write_html(path, include_plotlyjs=script, full_html=True)
-

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.main_metrics import (
     GENERATION,
     INGESTION,
@@ -178,4 +178,3 @@ def _conditions(results: Any, name: dict[str, str]) -> _Section | None:
         f"ramp-up, before comparing them."])
     section.tables.append((["Configuration", "Scenario", "Point", "Flag", "Other processes (cores)"], rows))
     return section
-

@@ -11,11 +11,11 @@ from typing import Any
 
 import pandas as pd
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.advise.candidates import Refusal
 from tgi_toolkit.advise.prices import Prices, parse_prices
 from tgi_toolkit.advise.ranking import COST
 from tgi_toolkit.advise.traffic import Traffic
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.tune.select import Objectives
 
 ADVICE_FILE = "advise.json"

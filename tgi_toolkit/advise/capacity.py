@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.tune.select import MEETS, Objectives, evaluate_points
 
 FACTOR = 2.0

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.advise.candidates import Candidate
 from tgi_toolkit.advise.capacity import Probes, band, meets, sustained
 from tgi_toolkit.advise.traffic import Traffic
 from tgi_toolkit.advise.workload import requests_at, simulate_load
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.simulate.target import make_target
 from tgi_toolkit.tune.select import MEETS, Objectives
 

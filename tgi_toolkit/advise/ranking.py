@@ -19,10 +19,10 @@ from typing import Any
 
 import pandas as pd
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.advise.evaluate import Evaluation, replicas
 from tgi_toolkit.advise.prices import Prices
 from tgi_toolkit.advise.traffic import Traffic
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.tune.select import Objectives
 
 COST = "cost_per_million_tokens"

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.advise.traffic import Traffic
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.tune.select import Objectives
 
 MAX_REQUESTS = 1500

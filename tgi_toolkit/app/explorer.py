@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.main_metrics import GENERATION, INGESTION, KV_CAPACITY, METRICS
 
 # Uploaded zips are opened on a shared machine: refuse archives that would fill its disk.

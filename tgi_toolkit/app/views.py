@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 
 # points table: (column, header, factor): latencies shown in ms, throughputs as they are.
 _POINT_COLUMNS = (

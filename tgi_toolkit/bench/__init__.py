@@ -3,10 +3,10 @@ tables, happy_vllm's user-facing metrics, concurrency and rate sweeps, with resu
 
     from tgi_toolkit.bench import run_batch, run_concurrency, run_rate, measure_ingestion, load_results
     results = run_concurrency("http://127.0.0.1:3000", users=[1, 4, 16], output="results/")
-    results.points            # one row per point (tgi_toolkit.bench.schema.POINT_COLUMNS)
+    results.points            # one row per point (tgi_toolkit.schema.POINT_COLUMNS)
     load_results("results/")  # the same tables back
 
-Names load lazily: `tgi_toolkit.bench.schema` (imported by plots, sweeps and the app) stays cheap.
+Names load lazily: `tgi_toolkit.schema` (imported by plots, sweeps and the app) stays cheap.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.checks import check_options
 from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.bench.results import Results
@@ -243,5 +243,3 @@ def kv_capacity(server: Any, *, api_key: str | None = None) -> float:
         if target.facts.get(fact):
             return float(target.facts[fact])
     return float(target.info.get("max_batch_total_tokens") or math.nan)
-
-

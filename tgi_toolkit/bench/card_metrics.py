@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 
 
 class ResultTables(Protocol):

@@ -23,7 +23,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tgi_toolkit.bench.schema import SCRAPE_INTERVAL
 from tgi_toolkit.scenarios.base import Scenario
 from tgi_toolkit.scenarios.kinds import (
     BatchScenario,
@@ -33,6 +32,7 @@ from tgi_toolkit.scenarios.kinds import (
     RateScenario,
 )
 from tgi_toolkit.scenarios.plans import MultiTurn, SharedPrefix
+from tgi_toolkit.schema import SCRAPE_INTERVAL
 
 SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")
 LAUNCHABLE = ("embedded", "tgi", "tgi-docker", "vllm")
@@ -253,7 +253,7 @@ def _server(args: argparse.Namespace) -> Iterator[Any]:
 
 def summary(results: Any, scenario: str) -> str:
     """The lines the CLI prints after a run: one per point, its main figures."""
-    from tgi_toolkit.bench import schema as S
+    from tgi_toolkit import schema as S
 
     if scenario == "batch":
         return results.tables()

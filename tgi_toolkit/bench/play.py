@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.client import StreamRecord, now_ns
 from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.bench.prometheus import parse_prometheus

@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 
 # card_metrics, not main_metrics: that module reads folders with this one, so it sits above it
 from tgi_toolkit.bench.card_metrics import CARD_MAX_NEW_TOKENS, CARD_PROMPT_TOKENS, CARD_USERS, main_metrics_of

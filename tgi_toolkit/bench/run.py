@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import provenance
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.checks import check_options
 from tgi_toolkit.bench.client import make_client
 from tgi_toolkit.bench.errors import BenchError, ServerDiedError

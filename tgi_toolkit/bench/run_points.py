@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import phase, stats
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.results import frame
 from tgi_toolkit.bench.run_tables import RunTables
@@ -129,4 +129,3 @@ class RunPoints(RunTables):
         samples = self.telemetry.drain()
         return frame([{S.RUN_ID: self.run_id, S.CONFIG_ID: self.config_id, S.T_S: t, S.METRIC: m,
                        S.LABELS: labels, S.VALUE: v} for t, m, labels, v in samples], "server")
-

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import psutil
 
-from tgi_toolkit.bench.schema import GPU_MEMORY_USED_BYTES, GPU_UTILIZATION, PROCESS_CPU_PERCENT, PROCESS_RSS_BYTES
+from tgi_toolkit.schema import GPU_MEMORY_USED_BYTES, GPU_UTILIZATION, PROCESS_CPU_PERCENT, PROCESS_RSS_BYTES
 
 
 def is_local(url: str) -> bool:

@@ -16,8 +16,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import phase, stats
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.client import StreamRecord, now_ns
 from tgi_toolkit.bench.run import Run
 from tgi_toolkit.bench.run_requests import gather_all

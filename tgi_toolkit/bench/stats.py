@@ -1,5 +1,5 @@
 """From stream records to the schema's numbers: per-request metrics, per-point summaries, the
-text-generation-benchmark batch metrics, and the happy_vllm fits. Definitions: bench/schema.py.
+text-generation-benchmark batch metrics, and the happy_vllm fits. Definitions: tgi_toolkit/schema.py.
 
 Percentiles are numpy's linear interpolation; text-generation-benchmark's own tables (seed 000)
 use another rule (its p50 of ten runs equals the highest), so with few runs they may differ.
@@ -13,7 +13,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.client import StreamRecord
 
 NAN = float("nan")

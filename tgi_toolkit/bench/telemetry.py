@@ -4,7 +4,7 @@ the GPUs, and the benchmark client itself (event-loop lag, CPU), gathered by `Te
 
 Every sample is `(t_s, metric, labels, value)` on the run clock, the rows of server.parquet, so
 they join the request timeline on time. The metric names the toolkit writes or reads are the
-schema's (`tgi_toolkit.bench.schema`, server.parquet): client samples are `client_loop_lag_ms`
+schema's (`tgi_toolkit.schema`, server.parquet): client samples are `client_loop_lag_ms`
 (worst lag of each interval) and `client_cpu_percent`.
 
 The client watches itself (docs/measurement.md pitfall 4): a loop that wakes late stamps every token
@@ -45,7 +45,7 @@ from tgi_toolkit.bench.samplers import CpuSampler, ProcessSampler, gpu_sampler, 
 
 # The metric names of server.parquet are the schema's (the gauges behind the point columns, and the
 # toolkit's own samples).
-from tgi_toolkit.bench.schema import (
+from tgi_toolkit.schema import (
     BATCH_SIZE_METRICS,
     CLIENT_CPU_PERCENT,
     CLIENT_LOOP_LAG_MS,

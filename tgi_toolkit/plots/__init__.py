@@ -1,7 +1,7 @@
 """Figures of benchmark results, as plotly figures returned (never shown): notebooks and the app
 display them, the report saves them.
 
-Every function takes the result tables of `tgi_toolkit.bench.schema` (requests, points, batch,
+Every function takes the result tables of `tgi_toolkit.schema` (requests, points, batch,
 server) as pandas DataFrames, whether fresh from a run, read from a results folder, or published
 (`tgi_toolkit.reference.load_reference`). A missing column raises ValueError naming it; missing
 values (NaN, one point, no server samples) draw what there is and say on the figure what is absent.

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 
 TEMPLATE = "plotly_white"
 # Enough distinct colours for a sweep's batch sizes or configurations before they repeat.

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.plots._common import color_map, layout, note, require_columns
 from tgi_toolkit.plots.pareto import pareto_front
 

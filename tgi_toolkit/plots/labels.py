@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 
 # A label's parts: "key=value" separated by commas (bench) or spaces (a simulated vLLM's "vLLM V1 max_num_seqs=8
 # ..."), a value may hold commas of its own ("[1, 2]"); a first part that is not "key=value" is a prefix.

@@ -8,17 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tgi_toolkit.bench import schema as S
-
-# The Prometheus names telemetry samples, TGI's (and the embedded engine's) first, then vLLM's.
-# KV usage: vLLM publishes the fraction; TGI publishes the tokens the batch holds and its budget.
-from tgi_toolkit.bench.schema import (
-    BATCH_SIZE_METRICS,
-    KV_TOTAL_METRIC,
-    KV_USAGE_METRICS,
-    KV_USED_METRIC,
-    QUEUE_SIZE_METRICS,
-)
+from tgi_toolkit import schema as S
 from tgi_toolkit.plots._common import (
     axis_title,
     color_map,
@@ -32,6 +22,16 @@ from tgi_toolkit.plots._common import (
     scaled,
     series_label,
     sorted_values,
+)
+
+# The Prometheus names telemetry samples, TGI's (and the embedded engine's) first, then vLLM's.
+# KV usage: vLLM publishes the fraction; TGI publishes the tokens the batch holds and its budget.
+from tgi_toolkit.schema import (
+    BATCH_SIZE_METRICS,
+    KV_TOTAL_METRIC,
+    KV_USAGE_METRICS,
+    KV_USED_METRIC,
+    QUEUE_SIZE_METRICS,
 )
 
 _SERVER_NEEDS = (S.T_S, S.METRIC, S.VALUE)

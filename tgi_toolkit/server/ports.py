@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 
 
-def _client_host(hostname: str) -> str:
+def client_host(hostname: str) -> str:
     """The address a client on this machine uses for a server bound to `hostname`."""
     if hostname in ("0.0.0.0", "", "*"):
         return "127.0.0.1"

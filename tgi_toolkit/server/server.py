@@ -34,8 +34,8 @@ from tgi_toolkit.progress import redraws_in_place as _redraws_in_place
 from tgi_toolkit.server.base import TAIL_LINES, Backend, ManagedProcess, ServerError
 from tgi_toolkit.server.docker import DockerBackend
 from tgi_toolkit.server.embedded import EmbeddedBackend
-from tgi_toolkit.server.ports import _client_host, free_port, port_is_free
-from tgi_toolkit.server.startup import _LogLines, _RedrawnLine, _StartupDisplay
+from tgi_toolkit.server.ports import client_host, free_port, port_is_free
+from tgi_toolkit.server.startup import LogLines, RedrawnLine, StartupDisplay
 from tgi_toolkit.server.tgi import TgiBackend
 from tgi_toolkit.server.url import UrlBackend
 from tgi_toolkit.server.vllm import VllmBackend
@@ -106,7 +106,7 @@ class Server:
         self.returncode: int | None = None
         self.seconds_to_healthy: float | None = None
         self._proc: ManagedProcess | None = None
-        self._startup: _StartupDisplay | None = None  # while start() waits: its progress display
+        self._startup: StartupDisplay | None = None  # while start() waits: its progress display
 
     # ------------------------------------------------------------------ state
 
@@ -156,7 +156,7 @@ class Server:
             raise ServerError(f"already running: {self!r}")
         if self.backend == "url":
             if self._url is None:
-                host = _client_host(self.config.hostname)
+                host = client_host(self.config.hostname)
                 self._url = f"http://{host}:{self._port_arg or self.config.port}"
             self._startup = self._startup_display()
             self._wait_healthy()
@@ -175,7 +175,7 @@ class Server:
             raise ServerError(f"`{argv[0]}` not found on PATH: backend={self.backend!r} needs it "
                               f"(the default backend 'embedded' needs nothing installed)")
         self.config, self.port, self.command = cfg, port, argv
-        self._url = f"http://{_client_host(host)}:{port}"
+        self._url = f"http://{client_host(host)}:{port}"
         self.log_path = self._log_path_arg or _default_log_path(self.backend, port)
         self.facts, self.returncode, self.seconds_to_healthy = {}, None, None
         self._startup = self._startup_display()  # before the process: its first log lines are shown too
@@ -278,10 +278,10 @@ class Server:
         if self.on_log is not None:
             self.on_log(line)
 
-    def _startup_display(self) -> _StartupDisplay | None:
+    def _startup_display(self) -> StartupDisplay | None:
         if not self.startup_progress:
             return None
-        return _RedrawnLine(self) if _redraws_in_place(sys.stderr) else _LogLines(self, sys.stderr)
+        return RedrawnLine(self) if _redraws_in_place(sys.stderr) else LogLines(self, sys.stderr)
 
     def _choose_port(self, cfg: Any) -> int:
         if self._port_arg is not None:

@@ -8,7 +8,7 @@ from typing import Any
 # `server` below is a Server, typed Any: server.py imports this module, and an import back would close a circle.
 
 
-class _StartupDisplay:
+class StartupDisplay:
     """What start-up progress shows: log lines as they arrive, the time each poll, the end."""
 
     def log_line(self, line: str) -> None:  # from the log reader thread
@@ -21,7 +21,7 @@ class _StartupDisplay:
         pass
 
 
-class _RedrawnLine(_StartupDisplay):
+class RedrawnLine(StartupDisplay):
     """One tqdm line redrawn in place: the time since start and the latest log line."""
 
     def __init__(self, server: Any) -> None:
@@ -33,15 +33,14 @@ class _RedrawnLine(_StartupDisplay):
 
     def tick(self, elapsed: float) -> None:
         self.bar.update(elapsed - self.bar.n)
-        proc = self.server._proc
-        if proc is not None and (tail := proc.tail(1)):
+        if tail := self.server.logs(1):
             self.bar.set_postfix_str(tail[0][-100:], refresh=False)
 
     def close(self, healthy_after: float | None) -> None:
         self.bar.close()
 
 
-class _LogLines(_StartupDisplay):
+class LogLines(StartupDisplay):
     """Where nothing is redrawn (CI, papermill --log-output, a redirected stderr): each log line
     printed once as it arrives, and one line when the server is healthy. A redrawn progress line
     there came out as one new line per refresh, each repeating the same log tail."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.api import spread_lengths
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.results import Results

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.linear import TERMS, LinearCostModel, uniform_shape
 from tgi_toolkit.simulate.fit import (

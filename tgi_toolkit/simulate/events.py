@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.costs.features import shape_of
 from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.router import Entry, Observer, Scheduler

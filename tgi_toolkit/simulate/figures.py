@@ -161,7 +161,7 @@ def simulated(figure: Figure, cost: Any, *, waves: int = 3) -> float:
     """The figure's metric from the simulator: the server profile's scheduler (vLLM V1's for vllm-v1, else TGI's
     with the profile's batching rule) on a virtual clock; medians over requests, as the corpus's figures mostly
     are."""
-    from tgi_toolkit.bench import schema as S
+    from tgi_toolkit import schema as S
     from tgi_toolkit.simulate.api import run_concurrency, run_rate
     from tgi_toolkit.simulate.target import make_target
 

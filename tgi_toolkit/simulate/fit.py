@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.linear import TERMS, LinearCostModel, _nnls, uniform_shape
 

@@ -134,7 +134,7 @@ def card_generation_speed(request_rows: Iterable[Mapping[str, Any]]) -> float:
     """benchmark_llm_serving's per-request generation speed: the median over requests of output tokens /
     end-to-end time (from the request's start, so the time to first token counts). Warm-up requests,
     failed ones and ones without a time are left out; NaN when none is left."""
-    from tgi_toolkit.bench import schema as S
+    from tgi_toolkit import schema as S
 
     speeds = []
     for row in request_rows:

@@ -1,4 +1,4 @@
-"""A simulated run written as a measured one: the same tables (bench.schema), the same per-request and
+"""A simulated run written as a measured one: the same tables (tgi_toolkit.schema), the same per-request and
 per-point arithmetic (bench.stats), the same folder (bench.results), so figures, `compare_*`, the model
 card and `load_results` take it unchanged.
 
@@ -21,8 +21,8 @@ from typing import Any
 
 import pandas as pd
 
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench import phase, provenance, stats
-from tgi_toolkit.bench import schema as S
 from tgi_toolkit.bench.results import ResultsFolder, frame
 from tgi_toolkit.bench.run_tables import RunTables
 from tgi_toolkit.simulate.events import Sample, Simulator
@@ -163,4 +163,3 @@ class SimRun(RunTables):
         self._save({"requests": frame(rows, "requests"), "batch": frame(batch_rows, "batch"),
                     "server": frame(server_rows, "server"), "points": frame([point_row], "points")})
         return point_row
-

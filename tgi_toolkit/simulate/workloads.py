@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.phase import AUTO, resolve_ramp
 from tgi_toolkit.bench.scenarios import batch_point_id, concurrency_point_id, ingestion_point_id
 from tgi_toolkit.scenarios.kinds import BatchScenario, ConcurrencyScenario, IngestionScenario, RateScenario

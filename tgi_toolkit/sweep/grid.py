@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.bench.checks import LaunchLimits, check_options
 from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.config import ConfigError, LauncherConfig

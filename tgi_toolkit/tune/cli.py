@@ -107,7 +107,7 @@ def _workload(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from tgi_toolkit.bench import schema as S
+    from tgi_toolkit import schema as S
     from tgi_toolkit.config import ConfigError, LauncherConfig
     from tgi_toolkit.tune.search import tune
     from tgi_toolkit.tune.select import Objectives

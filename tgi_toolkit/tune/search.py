@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.sweep.spec import Sweep, Workload, as_base, make_config
 from tgi_toolkit.tune.select import MEETS, Objectives, TuneResult, choose, config_row, rank_configs
 from tgi_toolkit.tune.sizing import kv_sizing, plan_for, tuned_base, workload_demand

@@ -1,6 +1,6 @@
 """Choosing a configuration from measured points: objectives, goodput ranking, the Pareto set.
 
-Pure functions of the points table (tgi_toolkit.bench.schema.POINT_COLUMNS), so they apply to any
+Pure functions of the points table (tgi_toolkit.schema.POINT_COLUMNS), so they apply to any
 results folder, not only one the tuner made.
 
 A point *meets* the objectives when its TTFT and TPOT at the chosen percentile are within the
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 
 TUNE_FILE = "tune.json"
 OPERATING_POINT = (S.POINT_ID, S.USERS, S.BATCH_SIZE, S.RATE_RPS, S.PROMPT_TOKENS, S.MAX_NEW_TOKENS)

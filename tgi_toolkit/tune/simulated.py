@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from tgi_toolkit.bench import schema as S
+from tgi_toolkit import schema as S
 from tgi_toolkit.sweep.spec import Sweep, Workload, as_base, make_config
 from tgi_toolkit.tune.search import _entries, _label, _points
 from tgi_toolkit.tune.select import Objectives, TuneResult, choose, rank_configs
