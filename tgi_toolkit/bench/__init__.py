@@ -6,7 +6,7 @@ tables, happy_vllm's user-facing metrics, concurrency and rate sweeps, with resu
     results.points            # one row per point (tgi_toolkit.schema.POINT_COLUMNS)
     load_results("results/")  # the same tables back
 
-Names load lazily: `tgi_toolkit.schema` (imported by plots, sweeps and the app) stays cheap.
+Names load lazily: importing one submodule does not load the harness.
 """
 
 from __future__ import annotations
