@@ -95,7 +95,7 @@ table[["rank", "candidate", "cost_per_million_tokens", "cost_low", "cost_high", 
 
 # %%
 if not table.empty:
-    from tgi_toolkit.plots import pareto_front
+    from tgi_toolkit.pareto import pareto_front
 
     front = pareto_front(table, f"ttft_{p}_s", "cost_per_million_tokens", maximize_x=False)
     assert bool(front.iloc[0])  # the cheapest is in the Pareto set

@@ -12,6 +12,7 @@ import pytest
 
 from tgi_toolkit import plots as P
 from tgi_toolkit import schema as S
+from tgi_toolkit.pareto import pareto_front
 from tgi_toolkit.reference import load_reference
 
 SIZES, SEQS, REPEATS = (1, 2, 4, 8), (128, 256), 3
@@ -305,13 +306,13 @@ def brute_force_front(x, y):
 def test_pareto_front_small_cases():
     df = pd.DataFrame({"x": [10, 20, 30, 20, 5, 30, np.nan], "y": [1.0, 2.0, 3.0, 5.0, 1.0, 3.0, 0.1]})
     # (10,1) and (20,2) and both (30,3) survive; (20,5) is beaten by (20,2); (5,1) by (10,1); NaN never
-    assert P.pareto_front(df, "x", "y").tolist() == [True, True, True, False, False, True, False]
-    assert P.pareto_front(df, "x", "y", maximize_x=False, minimize_y=False).tolist() == \
+    assert pareto_front(df, "x", "y").tolist() == [True, True, True, False, False, True, False]
+    assert pareto_front(df, "x", "y", maximize_x=False, minimize_y=False).tolist() == \
         [False, False, False, True, True, False, False]
-    assert P.pareto_front(df.head(0), "x", "y").tolist() == []
-    assert P.pareto_front(df.head(1), "x", "y").tolist() == [True]
+    assert pareto_front(df.head(0), "x", "y").tolist() == []
+    assert pareto_front(df.head(1), "x", "y").tolist() == [True]
     with pytest.raises(ValueError, match="z"):
-        P.pareto_front(df, "x", "z")
+        pareto_front(df, "x", "z")
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -321,7 +322,7 @@ def test_pareto_front_matches_brute_force(seed):
     y = rng.integers(0, 12, 60).astype(float)
     x[rng.random(60) < 0.05] = np.nan
     df = pd.DataFrame({"x": x, "y": y}, index=rng.permutation(60) + 100)
-    front = P.pareto_front(df, "x", "y")
+    front = pareto_front(df, "x", "y")
     assert front.index.equals(df.index)
     assert front.tolist() == brute_force_front(x, y)
 
@@ -333,7 +334,7 @@ def test_pareto_plot_highlights_the_frontier_with_config_hover():
     fig = P.pareto_plot(table)
     assert_readable(fig)
     assert [t.name for t in fig.data] == ["max_batch_size=4", "max_batch_size=32", "Pareto frontier"]
-    front = P.pareto_front(table, S.OUTPUT_THROUGHPUT, TTFT["p50"])
+    front = pareto_front(table, S.OUTPUT_THROUGHPUT, TTFT["p50"])
     frontier = fig.data[-1]
     assert list(frontier.x) == sorted(table.loc[front, S.OUTPUT_THROUGHPUT])
     assert set(frontier.customdata[:, 0]) == set(table.loc[front, S.CONFIG_LABEL])

@@ -13,7 +13,7 @@ values (NaN, one point, no server samples) draw what there is and say on the fig
 | throughput / TTFT / speed vs users       | metrics_vs_users, throughput_vs_users, speed_and_ttft_vs_users | points |
 | ITL (or TTFT, ...) distributions         | itl_distribution, distribution             | requests |
 | prompt ingestion fit                     | ingestion_plot, fit_ingestion              | requests |
-| Pareto frontier                          | pareto_plot, pareto_front                  | points   |
+| Pareto frontier                          | pareto_plot (the selection: tgi_toolkit.pareto.pareto_front) | points |
 | queue and batch size over time           | server_timeline, kv_usage_timeline         | server (+ requests) |
 | result sets side by side                 | compare_batch, compare_points, label_sets  | batch, points |
 | TTFT by turn; first vs later of a group  | ttft_by_turn, shared_prefix_ttft, ttft_table | requests |
@@ -38,7 +38,7 @@ from tgi_toolkit.plots.compare import compare_batch, compare_points, label_sets
 from tgi_toolkit.plots.distributions import distribution, fit_ingestion, ingestion_plot, itl_distribution
 from tgi_toolkit.plots.labels import short_labels
 from tgi_toolkit.plots.load import metrics_vs_users, speed_and_ttft_vs_users, throughput_vs_users
-from tgi_toolkit.plots.pareto import pareto_front, pareto_plot
+from tgi_toolkit.plots.pareto import pareto_plot
 from tgi_toolkit.plots.prefix import (
     decode_stall,
     decode_stall_summary,
@@ -52,7 +52,7 @@ from tgi_toolkit.plots.server import kv_usage_timeline, server_timeline
 __all__ = [
     "AxisScale", "BATCH_STEPS", "axis_scale", "batch_heatmap",
     "batch_latency_throughput", "compare_batch", "cost_latency", "compare_points", "distribution", "fit_ingestion",
-    "ingestion_plot", "itl_distribution", "kv_usage_timeline", "label_sets", "metrics_vs_users", "pareto_front",
+    "ingestion_plot", "itl_distribution", "kv_usage_timeline", "label_sets", "metrics_vs_users",
     "pareto_plot", "server_timeline", "short_labels", "speed_and_ttft_vs_users", "throughput_vs_users",
     "decode_stall", "decode_stall_summary", "shared_prefix_ttft", "stall_gaps_table", "ttft_by_turn", "ttft_table",
 ]

@@ -11,8 +11,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from tgi_toolkit import schema as S
+from tgi_toolkit.pareto import pareto_front
 from tgi_toolkit.plots._common import color_map, layout, note, require_columns
-from tgi_toolkit.plots.pareto import pareto_front
 
 COST = "cost_per_million_tokens"
 

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tgi_toolkit import schema as S
+from tgi_toolkit.pareto import pareto_front
 
 TUNE_FILE = "tune.json"
 OPERATING_POINT = (S.POINT_ID, S.USERS, S.BATCH_SIZE, S.RATE_RPS, S.PROMPT_TOKENS, S.MAX_NEW_TOKENS)
@@ -172,8 +173,6 @@ def pareto_points(points: pd.DataFrame, objectives: Objectives, *, throughput: s
                   latency: str | None = None) -> pd.DataFrame:
     """The measured points no other point beats on both throughput (more) and latency (less),
     across configurations and loads, by throughput; `latency` defaults to TTFT at the percentile."""
-    from tgi_toolkit.plots.pareto import pareto_front
-
     latency = latency or S.stat_column("ttft", objectives.percentile)
     if points.empty:
         return points.iloc[0:0]
