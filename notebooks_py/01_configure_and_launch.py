@@ -130,7 +130,7 @@ if backend == "embedded":
     model_dir = converted_model_dir(source) if source.gguf_file else source.path
     plan = plan_embedded(model_dir, dtype=info.get("model_dtype"), max_input_tokens=info["max_input_tokens"],
                          max_total_tokens=info["max_total_tokens"], memory_fraction=config.cuda_memory_fraction)
-    print(f"planned: {plan.max_batch_total_tokens} tokens (error {compare(plan, reported):+.1%})")
+    print(f"planned: {plan.capacity.kv_capacity_tokens} tokens (error {compare(plan, reported):+.1%})")
     print(plan.explain())
 
 # %% [markdown]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import shutil
@@ -72,7 +73,7 @@ def test_mixture_of_experts_active_parameters():
 def test_kv_bytes_per_token(path, dtype, kv_dtype, expected):
     shape = ModelShape.from_config(path)
     assert kv_bytes_per_token(shape, dtype, kv_dtype) == expected
-    assert plan(path, "H100-80GB", dtype=dtype, kv_cache_dtype=kv_dtype).kv_bytes_per_token == expected
+    assert plan(path, "H100-80GB", dtype=dtype, kv_cache_dtype=kv_dtype).model.kv_bytes_per_token == expected
 
 
 def test_attention_kinds_are_read_from_each_configs_own_fields():
@@ -101,9 +102,9 @@ def test_model_config_as_dict_directory_and_transformers_config(tmp_path):
 # -- weights and quantization --------------------------------------------------------------------
 
 def test_quantized_weight_memory():
-    bf16 = plan(LLAMA2, "A100-80GB").weight_bytes
+    bf16 = plan(LLAMA2, "A100-80GB").model.weight_bytes
     assert bf16 == 6_738_415_616 * 2
-    ratios = {q: plan(LLAMA2, "A100-80GB", quantize=q).weight_bytes / bf16
+    ratios = {q: plan(LLAMA2, "A100-80GB", quantize=q).model.weight_bytes / bf16
               for q in ("eetq", "bitsandbytes", "fp8", "gptq", "awq", "bitsandbytes-nf4")}
     # 8-bit methods halve the linear weights; embeddings and lm_head (3.9% of Llama-2-7B) stay 2 B.
     for q in ("eetq", "bitsandbytes", "fp8"):
@@ -112,9 +113,9 @@ def test_quantized_weight_memory():
     for q in ("gptq", "awq", "bitsandbytes-nf4"):
         assert 0.28 < ratios[q] < 0.30, (q, ratios[q])
     # TheBloke/Llama-2-7B-GPTQ (4 bits, group 128): a 3.90 GB model.safetensors.
-    assert plan(LLAMA2, "A100-80GB", quantize="gptq").weight_bytes == pytest.approx(3.90e9, rel=0.01)
-    assert ratios["gptq"] > plan(LLAMA2, "A100-80GB", quantize="marlin").weight_bytes / bf16  # no zero points
-    assert plan(LLAMA2, "A100-80GB", dtype="float32").weight_bytes == 2 * bf16
+    assert plan(LLAMA2, "A100-80GB", quantize="gptq").model.weight_bytes == pytest.approx(3.90e9, rel=0.01)
+    assert ratios["gptq"] > plan(LLAMA2, "A100-80GB", quantize="marlin").model.weight_bytes / bf16  # no zero points
+    assert plan(LLAMA2, "A100-80GB", dtype="float32").model.weight_bytes == 2 * bf16
 
 
 def test_checkpoint_quantization_config_is_honoured_like_tgi_does():
@@ -122,13 +123,13 @@ def test_checkpoint_quantization_config_is_honoured_like_tgi_does():
     gptq8 = config(LLAMA2, quantization_config={"quant_method": "gptq", "bits": 8, "group_size": 128})
     # TGI's launcher takes the method from config.json when --quantize is not given.
     auto = plan(gptq4, "A10G")
-    assert auto.quantize == "gptq"
-    assert auto.weight_bytes == plan(LLAMA2, "A10G", quantize="gptq").weight_bytes
-    assert plan(gptq8, "A10G").weight_bytes > 1.7 * auto.weight_bytes
+    assert auto.model.quantize == "gptq"
+    assert auto.model.weight_bytes == plan(LLAMA2, "A10G", quantize="gptq").model.weight_bytes
+    assert plan(gptq8, "A10G").model.weight_bytes > 1.7 * auto.model.weight_bytes
     assert not any("already quantized" in w for w in auto.warnings)
     assert any("already quantized" in w for w in plan(LLAMA2, "A10G", quantize="awq").warnings)
-    assert auto.cuda_graphs  # GPTQ kernels run in CUDA graphs
-    assert plan(LLAMA2, "A100-80GB", quantize="bitsandbytes").cuda_graphs == []  # the launcher turns them off
+    assert auto.limits.cuda_graphs  # GPTQ kernels run in CUDA graphs
+    assert plan(LLAMA2, "A100-80GB", quantize="bitsandbytes").limits.cuda_graphs == ()  # the launcher turns them off
 
 
 # -- budget, sharding, sliding window, fitting ----------------------------------------------------
@@ -136,13 +137,14 @@ def test_checkpoint_quantization_config_is_honoured_like_tgi_does():
 def test_budget_arithmetic_is_tgis_warmup_formula():
     p = plan(LLAMA3, "A100-80GB", memory_fraction=0.8, overhead_bytes=GiB)
     usable = int(81_920 * 2**20 * 0.8 * 0.90)
-    assert p.usable_bytes == usable
-    assert p.kv_budget_bytes == usable - p.weight_bytes - GiB - p.activation_bytes
-    assert p.max_batch_total_tokens == p.kv_budget_bytes // 131_072
-    assert p.activation_bytes == p.max_batch_prefill_tokens * 2 * (4 * 4096 + 4096 + 2 * 1024 + 3 * 14336)
+    assert p.hardware.usable_bytes == usable
+    assert p.hardware.kv_budget_bytes == usable - p.model.weight_bytes - GiB - p.hardware.activation_bytes
+    assert p.capacity.kv_capacity_tokens == p.hardware.kv_budget_bytes // 131_072
+    assert p.hardware.activation_bytes == \
+        p.limits.max_batch_prefill_tokens * 2 * (4 * 4096 + 4096 + 2 * 1024 + 3 * 14336)
     # Paged attention allocates 16-token blocks.
     paged = plan(LLAMA3, "A100-80GB", memory_fraction=0.8, overhead_bytes=GiB, block_size=16)
-    assert paged.max_batch_total_tokens == p.max_batch_total_tokens // 16 * 16
+    assert paged.capacity.kv_capacity_tokens == p.capacity.kv_capacity_tokens // 16 * 16
 
 
 def test_kv_budget_is_tgis_warmup_formula_on_round_numbers():
@@ -154,15 +156,15 @@ def test_kv_budget_is_tgis_warmup_formula_on_round_numbers():
     # 54,865,690,624, 45,056 B left over), + 4096 warm-up blocks = 422,688 tokens.
     card = resolve_gpu(80_000_000_000)
     p = plan(LLAMA3, card, overhead_bytes=0, max_batch_prefill_tokens=4096)
-    assert p.max_batch_total_tokens == 422_688
+    assert p.capacity.kv_capacity_tokens == 422_688
     # Paged (16-token blocks): 2,097,152 B each, warm-up ceil(4096 / 16) = 256 blocks, the same bytes;
     # 54,865,735,680 / 2,097,152 = 26,162 blocks (x 2,097,152 = 54,865,690,624) + 256 = 26,418 x 16 = 422,688.
     assert plan(LLAMA3, card, overhead_bytes=0, max_batch_prefill_tokens=4096, block_size=16,
-                chunking=False).max_batch_total_tokens == 422_688
+                chunking=False).capacity.kv_capacity_tokens == 422_688
     # --cuda-memory-fraction 0.5: 62,865,735,680 - (1 - 0.45) x 80e9 = 18,865,735,680 B; / 131,072 = 143,934
     # blocks (x 131,072 = 18,865,717,248) + 4096 = 148,030 tokens.
     half = plan(LLAMA3, card, overhead_bytes=0, max_batch_prefill_tokens=4096, memory_fraction=0.5)
-    assert half.max_batch_total_tokens == 148_030
+    assert half.capacity.kv_capacity_tokens == 148_030
     assert "4,096 warm-up blocks" in half.explain()
 
 
@@ -170,32 +172,32 @@ def test_default_prefill_budget_is_the_launchers_flops_formula():
     llama31 = config(LLAMA3, max_position_embeddings=131_072)  # Llama-3.1-8B: Llama-3-8B's shape, 128k context
     # docs/tgi-rules.md L1: 32 x (2 x 4096 x 128 x (3 x 32 + 2 x 8) + 6 x 4096 x 14336) = 15,032,385,536 FLOPs
     # per token; 1 x H100: floor(900e12 / 15,032,385,536) = 59,870 (x 15,032,385,536 = 899,988,922,040,320).
-    assert plan(llama31, "H100-80GB").max_batch_prefill_tokens == 59_870
+    assert plan(llama31, "H100-80GB").limits.max_batch_prefill_tokens == 59_870
     # 2 shards: floor(1,800e12 / 15,032,385,536) = 119,741.
-    assert plan(llama31, "H100-80GB", num_shard=2).max_batch_prefill_tokens == 119_741
+    assert plan(llama31, "H100-80GB", num_shard=2).limits.max_batch_prefill_tokens == 119_741
     # H200 989e12: floor(989e12 / 15,032,385,536) = 65,791 (x 65,791 = 988,995,676,798,976 <= 989e12;
     # x 65,792 = 989,010,709,184,512 > 989e12).
-    assert plan(llama31, "H200").max_batch_prefill_tokens == 65_791
+    assert plan(llama31, "H200").limits.max_batch_prefill_tokens == 65_791
     # L4 121e12: floor(121e12 / 15,032,385,536) = 8049 (x = 120,995,671,179,264).
-    assert plan(llama31, "L4").max_batch_prefill_tokens == 8049
+    assert plan(llama31, "L4").limits.max_batch_prefill_tokens == 8049
     # T4, float16: compute_optimal floor(65e12 / 15,032,385,536) = 4323, but the launcher's VRAM estimate
     # (15,360 MiB x 0.95 - 14,449,770,496 B of weights) / 260,096 B per token = 3,272 caps it.
-    assert plan(llama31, "T4", dtype="float16").max_batch_prefill_tokens == 3272
+    assert plan(llama31, "T4", dtype="float16").limits.max_batch_prefill_tokens == 3272
     # A card outside the table: 4096; Llama-3-8B's 8192 positions cap the H100 figure.
-    assert plan(llama31, "A10").max_batch_prefill_tokens == 4096
-    assert plan(LLAMA3, "H100-80GB").max_batch_prefill_tokens == 8192
-    assert plan(llama31, "H100-80GB", max_batch_prefill_tokens=2048).max_batch_prefill_tokens == 2048  # as given
+    assert plan(llama31, "A10").limits.max_batch_prefill_tokens == 4096
+    assert plan(LLAMA3, "H100-80GB").limits.max_batch_prefill_tokens == 8192
+    assert plan(llama31, "H100-80GB", max_batch_prefill_tokens=2048).limits.max_batch_prefill_tokens == 2048  # as given
 
 
 def test_sharding_splits_weights_and_kv_heads():
     one = plan(LLAMA3, "A100-80GB")
     two = plan(LLAMA3, "A100-80GB", num_shard=2)
     eight = plan(LLAMA3, "A100-80GB", num_shard=8)
-    assert two.kv_bytes_per_token == 65_536 and eight.kv_bytes_per_token == 16_384
-    assert two.weight_bytes_per_shard == one.weight_bytes // 2
-    assert two.max_batch_total_tokens > 2 * one.max_batch_total_tokens  # half the KV per token, more room
+    assert two.model.kv_bytes_per_token == 65_536 and eight.model.kv_bytes_per_token == 16_384
+    assert two.model.weight_bytes_per_shard == one.model.weight_bytes // 2
+    assert two.capacity.kv_capacity_tokens > 2 * one.capacity.kv_capacity_tokens  # half the KV per token, more room
     # Multi-query: the single KV head is copied on every shard, so KV per token does not shrink.
-    assert plan(FALCON, "A100-80GB", num_shard=2).kv_bytes_per_token == 8_192
+    assert plan(FALCON, "A100-80GB", num_shard=2).model.kv_bytes_per_token == 8_192
     assert "--num-shard 2" in two.command_line()
     with pytest.raises(ValueError, match="exl2"):
         plan(LLAMA3, "A100-80GB", quantize="exl2", num_shard=2)
@@ -205,33 +207,33 @@ def test_sliding_window_caps_the_tokens_a_request_reserves():
     long_requests = dict(prompt_tokens=8000, output_tokens=1000)
     windowed = plan(MISTRAL, "A100-80GB", **long_requests)
     full = plan(config(MISTRAL, sliding_window=None), "A100-80GB", **long_requests)
-    assert windowed.sliding_window == 4096 and full.sliding_window is None
-    assert windowed.max_batch_total_tokens == full.max_batch_total_tokens
-    assert windowed.tokens_per_request == 4096 and full.tokens_per_request == 9000
-    assert windowed.concurrent_users == windowed.max_batch_total_tokens // 4096
-    assert windowed.concurrent_users > 2 * full.concurrent_users
+    assert windowed.model.sliding_window == 4096 and full.model.sliding_window is None
+    assert windowed.capacity.kv_capacity_tokens == full.capacity.kv_capacity_tokens
+    assert windowed.capacity.tokens_per_request == 4096 and full.capacity.tokens_per_request == 9000
+    assert windowed.capacity.concurrent_users == windowed.capacity.kv_capacity_tokens // 4096
+    assert windowed.capacity.concurrent_users > 2 * full.capacity.concurrent_users
     short = plan(MISTRAL, "A100-80GB", prompt_tokens=1000, output_tokens=500)
-    assert short.tokens_per_request == 1500  # below the window: no cap
+    assert short.capacity.tokens_per_request == 1500  # below the window: no cap
     # Qwen2-style configs carry a window they do not use.
     assert ModelShape.from_config(config(MISTRAL, use_sliding_window=False)).sliding_window is None
 
 
 def test_workload_sets_users_and_recommendations():
     p = plan(LLAMA3, "A100-80GB", prompt_tokens=1000, output_tokens=500)
-    assert (p.max_input_tokens, p.max_total_tokens) == (1000, 1500)
-    assert p.concurrent_users == p.max_batch_total_tokens // 1500 == p.max_batch_size
+    assert (p.limits.max_input_tokens, p.limits.max_total_tokens) == (1000, 1500)
+    assert p.capacity.concurrent_users == p.capacity.kv_capacity_tokens // 1500 == p.limits.max_batch_size
     # The launcher's default (docs/tgi-rules.md L1): floor(312e12 A100 FLOPS / 15,032,385,536 FLOPs per token)
     # = 20,755, capped at Llama-3-8B's 8192 positions (it was TGI 2's 4096 before TGI 3).
-    assert p.max_batch_prefill_tokens == 8192
-    assert p.cuda_graphs == [1, 2, 4, 8, 16, 32]
+    assert p.limits.max_batch_prefill_tokens == 8192
+    assert p.limits.cuda_graphs == (1, 2, 4, 8, 16, 32)
     assert p.fits and not p.suggestions
     # Without a workload: TGI 3's warm-up defaults (L3), min(KV capacity, max_position_embeddings) = 4096
     # for Llama-2 (25,090 KV tokens here), max_input_tokens = 4096 - 1.
     d = plan(LLAMA2, "L4", quantize="eetq")
-    assert (d.max_input_tokens, d.max_total_tokens) == (4095, 4096)
-    assert d.concurrent_users == d.max_batch_total_tokens // 4096
-    assert d.cuda_graphs == [g for g in (1, 2, 4, 8, 16, 32) if g <= d.concurrent_users]
-    assert plan(FALCON, "A100-80GB").max_total_tokens == 2048  # Falcon's context
+    assert (d.limits.max_input_tokens, d.limits.max_total_tokens) == (4095, 4096)
+    assert d.capacity.concurrent_users == d.capacity.kv_capacity_tokens // 4096
+    assert d.limits.cuda_graphs == tuple(g for g in (1, 2, 4, 8, 16, 32) if g <= d.capacity.concurrent_users)
+    assert plan(FALCON, "A100-80GB").limits.max_total_tokens == 2048  # Falcon's context
     with pytest.raises(ValueError, match="prompt_tokens and output_tokens"):
         plan(LLAMA3, "A100-80GB", prompt_tokens=100)
     with pytest.raises(ValueError, match="max_input_tokens"):
@@ -240,7 +242,7 @@ def test_workload_sets_users_and_recommendations():
 
 def test_weights_that_do_not_fit_are_flagged_with_alternatives():
     p = plan(MIXTRAL, "A100-80GB")  # 87 GiB of bf16 weights on one 80 GB card
-    assert not p.fits and p.max_batch_total_tokens == 0 and p.max_batch_size is None
+    assert not p.fits and p.capacity.kv_capacity_tokens == 0 and p.limits.max_batch_size is None
     assert any("do not fit" in w for w in p.warnings)
     assert any(s.startswith("--quantize") for s in p.suggestions)
     assert any(s.startswith("--num-shard 2") for s in p.suggestions)
@@ -251,6 +253,24 @@ def test_weights_that_do_not_fit_are_flagged_with_alternatives():
     assert any("lower max_total_tokens" in w or "do not fit" in w for w in t4.warnings)
     assert "### What would fit" in t4.explain()
     assert any("bfloat16" in w for w in plan(SMOLLM2, "T4").warnings)  # T4 has no native bf16
+
+
+def test_plan_is_complete_when_built_and_its_record_stays_flat():
+    p = plan(MIXTRAL, "A100-80GB")  # does not fit: its suggestions are in the plan returned, not added after
+    assert p.suggestions and isinstance(p.suggestions, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.capacity = None  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.limits.max_batch_size = 4  # type: ignore[misc]
+    # Four groups: the model and its memory, the hardware, the recommended limits, the capacity.
+    assert (p.model.name, p.model.architecture, p.hardware.gpu, p.hardware.server) == (
+        "mistralai/Mixtral-8x7B-v0.1", "mixtral", "A100-80GB", "tgi")
+    record = p.to_dict()  # `plan --json`: one flat record, the grouped fields under their own names
+    assert list(record)[:4] == ["model", "architecture", "gpu", "gpu_memory_bytes"]
+    assert len(record) == 38 and "max_batch_total_tokens" not in record
+    assert (record["model"], record["kv_capacity_tokens"], record["cuda_graphs"], record["suggestions"]) == (
+        p.model.name, p.capacity.kv_capacity_tokens, list(p.limits.cuda_graphs), list(p.suggestions))
+    json.dumps(record)  # plain JSON types only
 
 
 def test_explain_shows_the_arithmetic():
@@ -302,37 +322,38 @@ def test_embedded_engine_prediction_mirrors_its_code():
     assert DEFAULT_KV_CACHE_BYTES == 2 * GiB
     p = plan_embedded(SMOLLM2, dtype="float32")
     # 2 GiB = 2,147,483,648 B / 46,080 B = 46,603.4 -> 46,603 one-token blocks (flashinfer's block size 1).
-    assert p.kv_bytes_per_token == 46_080 and p.max_batch_total_tokens == 46_603
+    assert p.model.kv_bytes_per_token == 46_080 and p.capacity.kv_capacity_tokens == 46_603
     # TGI 3's warm-up defaults (docs/tgi-rules.md L3): min(46,603 KV, 8192 positions) = 8192, input 8191.
-    assert (p.max_total_tokens, p.max_input_tokens) == (8192, 8191)
+    assert (p.limits.max_total_tokens, p.limits.max_input_tokens) == (8192, 8191)
     # 1 GiB / 46,080 = 23,301.7 -> 23,301; TGI_TOOLKIT_KV_CACHE_GIB=4 x 0.5 = 2 GiB -> 46,603 again.
-    assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.5, env={}).max_batch_total_tokens == 23_301
+    assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.5, env={}).capacity.kv_capacity_tokens == 23_301
     assert plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.5,
-                         env={"TGI_TOOLKIT_KV_CACHE_GIB": "4"}).max_batch_total_tokens == 46_603
+                         env={"TGI_TOOLKIT_KV_CACHE_GIB": "4"}).capacity.kv_capacity_tokens == 46_603
     # flashdecoding's 256-token blocks: 46,080 x 256 = 11,796,480 B each; floor(2 GiB / that) = 182 blocks
     # (182 x 11,796,480 = 2,146,959,360) = 46,592 tokens.
-    assert plan_embedded(SMOLLM2, dtype="float32", env={"ATTENTION": "flashdecoding"}).max_batch_total_tokens == \
+    assert plan_embedded(SMOLLM2, dtype="float32", env={"ATTENTION": "flashdecoding"}).capacity.kv_capacity_tokens == \
         46_592
     # Less KV than one request: the engine refuses to start as TGI's router does (NotEnoughMemory):
     # 2 GiB x 0.01 = 21,474,836 B / 46,080 = 466 tokens < max_total_tokens 2048.
     with pytest.raises(ValueError, match="not enough KV memory"):
         plan_embedded(SMOLLM2, dtype="float32", memory_fraction=0.01, max_total_tokens=2048, max_input_tokens=2000,
                       env={})
-    assert p.cuda_graphs == [] and p.command_line().startswith("tgi-toolkit serve")
+    assert p.limits.cuda_graphs == () and p.command_line().startswith("tgi-toolkit serve")
     # float32 is the engine's default on CPUs without bf16, not a --dtype value.
     assert "--dtype" not in p.command_line() and any("float32" in w for w in p.warnings)
     assert "--dtype bfloat16" in plan_embedded(SMOLLM2, dtype="bfloat16").command_line()
     # The launcher's default without a known GPU (L1): 4096 (it was max_input_tokens + 50 before TGI 3).
-    assert p.max_batch_prefill_tokens == 4096
+    assert p.limits.max_batch_prefill_tokens == 4096
     # Without chunking the prompt limit must fit one prefill: the default budget is raised to it.
     off = {"PREFILL_CHUNKING": "0"}
     unchunked = plan_embedded(SMOLLM2, dtype="float32", max_input_tokens=6000, max_total_tokens=7000, env=off)
-    assert unchunked.max_batch_prefill_tokens == 6000
+    assert unchunked.limits.max_batch_prefill_tokens == 6000
     # Unchunked, max_total_tokens defaults to the warm-up prompt (one 6000-token request: 6000), which
     # is not above max_input_tokens 6000: TGI's router refuses that start-up too (L3, L4).
     with pytest.raises(ValueError, match=r"max-input-tokens \(6000\) must be < --max-total-tokens \(6000\)"):
         plan_embedded(SMOLLM2, dtype="float32", max_input_tokens=6000, env=off)
-    assert plan_embedded(SMOLLM2, dtype="float32", max_input_tokens=6000, env={}).max_batch_prefill_tokens == 4096
+    prefill = plan_embedded(SMOLLM2, dtype="float32", max_input_tokens=6000, env={}).limits.max_batch_prefill_tokens
+    assert prefill == 4096
     assert plan(SMOLLM2, "embedded", dtype="float32").to_dict() == p.to_dict()
     with pytest.raises(ValueError, match="num_shard"):
         plan(SMOLLM2, "cpu", num_shard=2)
@@ -345,10 +366,10 @@ def test_embedded_engine_reports_what_was_planned(engine):
     dtype = "bfloat16" if "torch.bfloat16" in log else "float16" if "torch.float16" in log else "float32"
     # The session engine runs with --max-input-tokens 1000 --max-total-tokens 1200 (tests/conftest.py).
     predicted = plan_embedded(SMOLLM2, dtype=dtype, max_input_tokens=1000, max_total_tokens=1200)
-    assert reported["max_batch_total_tokens"] == predicted.max_batch_total_tokens
+    assert reported["max_batch_total_tokens"] == predicted.capacity.kv_capacity_tokens
     assert compare(predicted, reported) == 0.0
     # The engine logs its weights in MiB with one decimal.
-    assert reported["weight_bytes"] == pytest.approx(predicted.weight_bytes, abs=0.05 * 2**20)
+    assert reported["weight_bytes"] == pytest.approx(predicted.model.weight_bytes, abs=0.05 * 2**20)
 
 
 def test_parse_tgi_log_lines():
@@ -394,9 +415,9 @@ def test_parse_vllm_log_lines():
 
 def test_compare_is_the_relative_error():
     p = plan(LLAMA3, "A100-80GB")
-    assert compare(p, p.max_batch_total_tokens) == 0.0
+    assert compare(p, p.capacity.kv_capacity_tokens) == 0.0
     assert compare(110, 100) == pytest.approx(0.10)
-    assert compare(p, {"max_batch_total_tokens": p.max_batch_total_tokens * 2}) == pytest.approx(-0.5)
+    assert compare(p, {"max_batch_total_tokens": p.capacity.kv_capacity_tokens * 2}) == pytest.approx(-0.5)
     with pytest.raises(ValueError, match="reported"):
         compare(p, {"num_blocks": 3})
 
@@ -428,7 +449,7 @@ def test_cli_prints_the_plan_and_the_launcher_command():
     expected = plan(LLAMA3, "A100-80GB", prompt_tokens=1000, output_tokens=500)
     assert rc == 0
     # TGI 3 ignores --max-batch-total-tokens (docs/tgi-rules.md L2 step 5): the plan shows the figure, not the flag.
-    assert f"max_batch_total_tokens {expected.max_batch_total_tokens:,}: what the server will infer" in out
+    assert f"max_batch_total_tokens {expected.capacity.kv_capacity_tokens:,}: what the server will infer" in out
     assert "--max-batch-total-tokens" not in expected.command_line()
     assert "text-generation-launcher --model-id meta-llama/Meta-Llama-3-8B" in out
     assert "131,072 B" in out
@@ -442,7 +463,7 @@ def test_cli_json_and_options(tmp_path):
     assert rc == 0 and data["kv_bytes_per_token"] == 11_520 and data["quantize"] == "eetq"
     assert data["memory_fraction"] == 0.5 and data["gpu_memory_bytes"] == 24 * GiB
     rc, out, _ = run_cli("--model", str(SMOLLM2), "--gpu", "embedded", "--dtype", "float32", "--json")
-    assert rc == 0 and json.loads(out)["max_batch_total_tokens"] == 46_603
+    assert rc == 0 and json.loads(out)["kv_capacity_tokens"] == 46_603
 
 
 def test_cli_errors_name_the_field():
@@ -464,9 +485,9 @@ def test_plan_to_launcher_config():
     assert isinstance(cfg, LauncherConfig)
     assert (cfg.model_id, cfg.max_input_tokens, cfg.max_total_tokens, cfg.max_batch_prefill_tokens,
             cfg.max_batch_total_tokens, cfg.max_batch_size, cfg.cuda_graphs, cfg.dtype, cfg.cuda_memory_fraction) == (
-        "meta-llama/Meta-Llama-3-8B", 1000, 1500, 8192, None, p.concurrent_users,  # TGI 3 infers the total
+        "meta-llama/Meta-Llama-3-8B", 1000, 1500, 8192, None, p.capacity.concurrent_users,  # TGI 3 infers the total
         [1, 2, 4, 8, 16, 32], "bfloat16", 0.9)
-    assert cfg.max_concurrent_requests == p.concurrent_users > 128
+    assert cfg.max_concurrent_requests == p.capacity.concurrent_users > 128
     cfg.check()
     assert "--max-batch-total-tokens" not in cfg.to_cli()
     # The launcher refuses --dtype with GPTQ; the plan leaves it out.
@@ -486,7 +507,7 @@ def test_default_lengths_agree_with_launcher_config_resolved(path, given):
 
     # Both follow TGI 3's warm-up defaults (docs/tgi-rules.md L3) given the same KV capacity.
     mpe = ModelShape.from_config(path).max_position_embeddings
-    kv = plan(path, "H200").max_batch_total_tokens
+    kv = plan(path, "H200").capacity.kv_capacity_tokens
     try:
         resolved = LauncherConfig(**given).resolved(mpe, kv_capacity_tokens=kv, env={})
     except ConfigError:
@@ -494,5 +515,6 @@ def test_default_lengths_agree_with_launcher_config_resolved(path, given):
             plan(path, "H200", **given)
         return
     p = plan(path, "H200", **given)
-    assert p.max_batch_total_tokens == kv
-    assert (p.max_input_tokens, p.max_total_tokens) == (resolved.max_input_tokens, resolved.max_total_tokens)
+    assert p.capacity.kv_capacity_tokens == kv
+    limits = (p.limits.max_input_tokens, p.limits.max_total_tokens)
+    assert limits == (resolved.max_input_tokens, resolved.max_total_tokens)

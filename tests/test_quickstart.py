@@ -25,7 +25,7 @@ def test_the_quickstart_sweep_is_small_and_valid() -> None:
 
     config = configs[0].config
     tokens = plan_embedded(model_config_path(config), memory_fraction=small, max_input_tokens=512,
-                           max_total_tokens=640, max_batch_prefill_tokens=512).max_batch_total_tokens
+                           max_total_tokens=640, max_batch_prefill_tokens=512).capacity.kv_capacity_tokens
     assert 640 <= tokens < 2 * 415
     # enough ingestion requests and lengths for the fit to be quoted (bench.stats' minimums: 5 and 3)
     ingestion = next(w for w in sweep.workloads if w.scenario == "ingestion").params

@@ -549,7 +549,7 @@ def test_cuda_memory_fraction_scales_the_kv_capacity():
     full = make_target(gpu).scheduler.max_batch_total_tokens
     half = make_target(gpu, {"cuda_memory_fraction": 0.5}).scheduler.max_batch_total_tokens
     assert half == roofline("A100-80GB", "tests/data/configs/llama-2-7b.json", memory_fraction=0.5).plan(
-    ).max_batch_total_tokens and half < full
+    ).capacity.kv_capacity_tokens and half < full
 
 
 @pytest.mark.slow

@@ -187,7 +187,8 @@ def test_the_planner_bounds_each_ladder_by_capacity_and_by_the_workload(tgi3_def
     demand = workload_demand(Workload("concurrency", users=[4], prompt_tokens=16, max_new_tokens=4))
     base = LauncherConfig(dtype="float32")
     plan = plan_for(base, "embedded", demand, model_config=SMOLLM2)
-    assert (plan.max_input_tokens, plan.max_total_tokens, plan.tokens_per_request) == (16, 20, 20)
+    assert (plan.limits.max_input_tokens, plan.limits.max_total_tokens) == (16, 20)
+    assert plan.capacity.tokens_per_request == 20
     kv = kv_sizing(base, "embedded", demand, plan, model_config=SMOLLM2)
     space = build_space(base, demand, plan, kv=kv)
     assert list(space) == ["max_batch_size", "cuda_memory_fraction", "max_batch_prefill_tokens"]
@@ -212,7 +213,7 @@ def test_the_planner_bounds_each_ladder_by_capacity_and_by_the_workload(tgi3_def
     tgi3_defaults.delenv("TGI_TOOLKIT_KV_CACHE_GIB")
     small = LauncherConfig(dtype="float32", cuda_memory_fraction=0.00129)
     plan = plan_for(small, "embedded", demand, model_config=SMOLLM2)
-    assert (plan.max_batch_total_tokens, plan.concurrent_users) == (60, 3)
+    assert (plan.capacity.kv_capacity_tokens, plan.capacity.concurrent_users) == (60, 3)
     kv = kv_sizing(small, "embedded", demand, plan, model_config=SMOLLM2)
     space = build_space(small, demand, plan, knobs=["max_batch_size", "cuda_memory_fraction"],
                         given={"max_batch_prefill_tokens": [64, 16]}, kv=kv)
@@ -226,7 +227,8 @@ def test_the_planner_bounds_each_ladder_by_capacity_and_by_the_workload(tgi3_def
         "dtype": "float32", "max_input_tokens": 16, "max_total_tokens": 20}
     with pytest.raises(ValueError, match="needs the GPU"):
         plan_for(base, "tgi", demand, model_config=SMOLLM2)
-    assert plan_for(LauncherConfig(), "tgi", demand, model_config=SMOLLM2, gpu="L4").max_batch_total_tokens > 10**5
+    on_l4 = plan_for(LauncherConfig(), "tgi", demand, model_config=SMOLLM2, gpu="L4")
+    assert on_l4.capacity.kv_capacity_tokens > 10**5
 
 
 def test_knobs_the_server_ignores_are_refused_in_one_line_naming_the_allowed_ones(tgi3_defaults):

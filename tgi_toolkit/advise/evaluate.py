@@ -127,7 +127,7 @@ def knob_candidates(shared: Any, kv: Any, plan: Any, demand: Any, cost: Any, bac
             continue
         made = make_config(shared, fixed, backend=backend)
         if made.valid and make_target(cost, config=made.config).scheduler.max_batch_total_tokens \
-                >= 2 * plan.tokens_per_request:
+                >= 2 * plan.capacity.tokens_per_request:
             out.append(fixed)
     return out[:budget]
 

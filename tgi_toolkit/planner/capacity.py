@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from tgi_toolkit.config.prefill_default import GPU_FP16_FLOPS, launcher_max_batch_prefill_tokens
@@ -33,16 +34,23 @@ from tgi_toolkit.config.scheduling import (
     warmup_blocks,
     warmup_requests,
 )
-from tgi_toolkit.planner.capacity_plan import TGI_DEFAULT_MAX_CONCURRENT_REQUESTS, Plan
+from tgi_toolkit.planner.capacity_plan import (
+    TGI_DEFAULT_MAX_CONCURRENT_REQUESTS,
+    Capacity,
+    Hardware,
+    Limits,
+    ModelMemory,
+    Plan,
+)
 from tgi_toolkit.planner.dtypes import canonical_dtype, kv_dtype_bytes, quant_scheme
 from tgi_toolkit.planner.gpus import GiB, Gpu, resolve_gpu
-from tgi_toolkit.planner.lengths import _check_positive, _known_lengths, _Lengths, _lengths, _prefill_budget
+from tgi_toolkit.planner.lengths import Lengths, check_positive, known_lengths, prefill_budget, request_limits
 from tgi_toolkit.planner.memory import (
-    _gib,
-    _n,
     activation_bytes_per_token,
+    gib,
     kv_bytes_per_token,
     kv_heads_per_shard,
+    num,
     weight_bytes,
 )
 from tgi_toolkit.planner.shape import ModelShape
@@ -59,78 +67,83 @@ def _padded(tokens: int, block: int) -> int:
     return -(-tokens // block) * block
 
 
-def _finish(shape: ModelShape, *, server: str, model: str, gpu: str, gpu_memory: int, dtype: str,
-            quantize: str | None, kv_cache_dtype: str | None, num_shard: int, memory_fraction: float,
-            wiggle_room: float, block_size: int, lengths: _Lengths, weights: int, weights_note: str,
-            usable: int, overhead: int, activation: int, budget: int, tokens: int, steps: list[str],
-            warnings: list[str], chunking: bool = True) -> Plan:
-    """Requests that fit in `tokens`, and the launcher settings that follow; shared by every plan."""
-    kv_heads = kv_heads_per_shard(shape, num_shard)
-    per_token = kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard)
+def model_memory(shape: ModelShape, name: str, *, dtype: str, quantize: str | None, kv_cache_dtype: str | None,
+                 num_shard: int) -> tuple[ModelMemory, str]:
+    """The model's counts and bytes on one shard, and the sentence that shows the weights' sum."""
+    weights, weights_note = weight_bytes(shape, dtype, quantize)
+    return ModelMemory(
+        name=name, architecture=shape.model_type, dtype=dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype,
+        parameters=shape.parameters(), active_parameters=shape.active_parameters(),
+        parameter_breakdown=shape.parameter_breakdown(), sliding_window=shape.sliding_window, weight_bytes=weights,
+        weight_bytes_per_shard=-(-weights // num_shard), kv_heads_per_shard=kv_heads_per_shard(shape, num_shard),
+        kv_bytes_per_token=kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard)), weights_note
+
+
+def _finish(shape: ModelShape, model: ModelMemory, hardware: Hardware, lengths: Lengths, kv_capacity_tokens: int, *,
+            steps: list[str], warnings: list[str], chunking: bool = True) -> Plan:
+    """Requests that fit in `kv_capacity_tokens`, and the launcher settings that follow; shared by every plan."""
+    tokens, server, block_size = kv_capacity_tokens, hardware.server, hardware.block_size
+    quantize, budget = model.quantize, hardware.kv_budget_bytes
     request = (lengths.prompt + lengths.output) if lengths.prompt is not None else lengths.max_total
     reserved = min(request, shape.sliding_window) if shape.sliding_window else request
     reserved = _padded(reserved, block_size)
     users = tokens // reserved if reserved else 0
-    what = (f"{_n(lengths.prompt)} prompt + {_n(lengths.output)} output = {_n(request)} tokens per request"
-            if lengths.prompt is not None else f"a request of max_total_tokens = {_n(request)} tokens (worst case)")
+    what = (f"{num(lengths.prompt)} prompt + {num(lengths.output)} output = {num(request)} tokens per "
+            "request" if lengths.prompt is not None
+            else f"a request of max_total_tokens = {num(request)} tokens (worst case)")
     if shape.sliding_window and request > shape.sliding_window:
-        what += f", capped at the sliding window {_n(shape.sliding_window)}"
+        what += f", capped at the sliding window {num(shape.sliding_window)}"
     if block_size > 1 and reserved != min(request, shape.sliding_window or request):
-        what += f", padded to whole {block_size}-token blocks = {_n(reserved)}"
-    steps.append(f"Concurrent users: {what}; floor({_n(tokens)} / {_n(reserved)}) = **{_n(users)}**")
+        what += f", padded to whole {block_size}-token blocks = {num(reserved)}"
+    steps.append(f"Concurrent users: {what}; floor({num(tokens)} / {num(reserved)}) = **{num(users)}**")
 
     weights_fit = budget > 0
     fits = weights_fit and users >= 1
     prefill = lengths.prefill
     if fits and tokens < prefill:
-        steps.append(f"max_batch_prefill_tokens {_n(prefill)} capped at max_batch_total_tokens {_n(tokens)}")
+        steps.append(f"max_batch_prefill_tokens {num(prefill)} capped at max_batch_total_tokens {num(tokens)}")
         # The router needs max_batch_prefill_tokens <= max_batch_total_tokens (and, unchunked, >= max_input_tokens).
         prefill = tokens if chunking else max(tokens, lengths.max_input)
     if fits and tokens < lengths.max_total and not shape.sliding_window:
         fits = False
-    graphs = []
+    graphs: tuple[int, ...] = ()
     if server == "tgi" and users >= 1 and (quantize or "") not in _NO_CUDA_GRAPHS:
-        graphs = [g for g in TGI_DEFAULT_CUDA_GRAPHS if g <= users]
+        graphs = tuple(g for g in TGI_DEFAULT_CUDA_GRAPHS if g <= users)
     if server == "tgi":
         why = ("off: TGI cannot capture this quantization's kernels" if (quantize or "") in _NO_CUDA_GRAPHS
-               else f"TGI's default {list(TGI_DEFAULT_CUDA_GRAPHS)} trimmed to sizes <= {_n(users)} users")
-        steps.append(f"CUDA graphs: {graphs or 'none'} ({why})")
+               else f"TGI's default {list(TGI_DEFAULT_CUDA_GRAPHS)} trimmed to sizes <= {num(users)} users")
+        steps.append(f"CUDA graphs: {list(graphs) or 'none'} ({why})")
 
     if not weights_fit:
-        warnings.append(f"the weights do not fit: {_gib(weights / num_shard)} per shard against "
-                        f"{_gib(usable - overhead - activation)} left after the reserve; quantize or add shards")
+        left = hardware.usable_bytes - hardware.overhead_bytes - hardware.activation_bytes
+        warnings.append(f"the weights do not fit: {gib(model.weight_bytes / hardware.num_shard)} per shard "
+                        f"against {gib(left)} left after the reserve; quantize or add shards")
     elif users < 1:
-        warnings.append(f"one request of {_n(reserved)} tokens needs {_gib(reserved * per_token)} of KV cache, "
-                        f"but only {_gib(max(budget, 0))} is left: lower max_total_tokens, quantize or add shards")
+        warnings.append(f"one request of {num(reserved)} tokens needs {gib(reserved * model.kv_bytes_per_token)} "
+                        f"of KV cache, but only {gib(max(budget, 0))} is left: lower max_total_tokens, quantize "
+                        "or add shards")
     elif tokens < lengths.max_total and not shape.sliding_window:
-        warnings.append(f"max_batch_total_tokens {_n(tokens)} is below max_total_tokens {_n(lengths.max_total)}: "
-                        "the launcher refuses that; lower max_total_tokens")
+        warnings.append(f"max_batch_total_tokens {num(tokens)} is below max_total_tokens "
+                        f"{num(lengths.max_total)}: the launcher refuses that; lower max_total_tokens")
     if users > TGI_DEFAULT_MAX_CONCURRENT_REQUESTS and server == "tgi":
-        warnings.append(f"{_n(users)} concurrent users exceed TGI's default --max-concurrent-requests "
+        warnings.append(f"{num(users)} concurrent users exceed TGI's default --max-concurrent-requests "
                         f"{TGI_DEFAULT_MAX_CONCURRENT_REQUESTS}; raise it too, or the extra clients get 429")
     warnings += [n.removeprefix("warning: ") for n in lengths.notes if n.startswith("warning: ")]
     warnings += list(shape.notes)
 
-    return Plan(
-        model=model, architecture=shape.model_type, gpu=gpu, gpu_memory_bytes=gpu_memory, dtype=dtype,
-        quantize=quantize, kv_cache_dtype=kv_cache_dtype, num_shard=num_shard, memory_fraction=memory_fraction,
-        wiggle_room=wiggle_room, block_size=block_size, parameters=shape.parameters(),
-        active_parameters=shape.active_parameters(), parameter_breakdown=shape.parameter_breakdown(),
-        weight_bytes=weights, weight_bytes_per_shard=-(-weights // num_shard), kv_heads_per_shard=kv_heads,
-        kv_bytes_per_token=per_token, usable_bytes=usable, overhead_bytes=overhead, activation_bytes=activation,
-        kv_budget_bytes=budget, max_batch_total_tokens=tokens, sliding_window=shape.sliding_window,
-        prompt_tokens=lengths.prompt, output_tokens=lengths.output, tokens_per_request=reserved,
-        concurrent_users=users, max_input_tokens=lengths.max_input, max_total_tokens=lengths.max_total,
-        max_batch_prefill_tokens=prefill, max_batch_size=users if users >= 1 else None, cuda_graphs=graphs,
-        fits=fits, steps=steps, warnings=warnings, server=server,
-    )
+    limits = Limits(max_input_tokens=lengths.max_input, max_total_tokens=lengths.max_total,
+                    max_batch_prefill_tokens=prefill, max_batch_size=users if users >= 1 else None, cuda_graphs=graphs)
+    capacity = Capacity(kv_capacity_tokens=tokens, prompt_tokens=lengths.prompt, output_tokens=lengths.output,
+                        tokens_per_request=reserved, concurrent_users=users, fits=fits)
+    return Plan(model=model, hardware=hardware, limits=limits, capacity=capacity, steps=tuple(steps),
+                warnings=tuple(warnings))
 
 
 def _parameter_step(shape: ModelShape) -> str:
     parts = {k: v for k, v in shape.parameter_breakdown().items() if v}
-    step = f"Parameters: {' + '.join(f'{k} {_n(v)}' for k, v in parts.items())} = **{_n(sum(parts.values()))}**"
+    step = f"Parameters: {' + '.join(f'{k} {num(v)}' for k, v in parts.items())} = **{num(sum(parts.values()))}**"
     if shape.num_experts:
-        step += f" ({_n(shape.active_parameters())} active per token)"
+        step += f" ({num(shape.active_parameters())} active per token)"
     return step
 
 
@@ -141,7 +154,7 @@ def _kv_step(shape: ModelShape, dtype: str, kv_cache_dtype: str | None, num_shar
         f"max(1, {shape.num_kv_heads} KV heads // {num_shard} shards) = {heads}"
     kv_name = kv_cache_dtype or canonical_dtype(dtype)
     return (f"KV cache per token: 2 (K, V) x {shape.num_layers} layers x {head_note} x {shape.head_dim} head dim "
-            f"x {nbytes} B ({kv_name}) = **{_n(kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard))} B**"
+            f"x {nbytes} B ({kv_name}) = **{num(kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard))} B**"
             + (" per shard" if num_shard > 1 else ""))
 
 
@@ -162,10 +175,10 @@ def check_arguments(gpu: str | int | Gpu, *, dtype: str | None = None, kv_cache_
     else:
         resolve_gpu(gpu)
         kv_dtype_bytes(kv_cache_dtype, canonical_dtype(dtype or "bfloat16"))  # validates both names
-        _check_positive("num_shard", num_shard)
+        check_positive("num_shard", num_shard)
     if isinstance(memory_fraction, bool) or not 0 < float(memory_fraction) <= 1:
         raise ValueError(f"memory_fraction must be in (0, 1]; got {memory_fraction!r}")
-    _known_lengths(prompt_tokens, output_tokens, max_input_tokens, max_total_tokens, max_batch_prefill_tokens)
+    known_lengths(prompt_tokens, output_tokens, max_input_tokens, max_total_tokens, max_batch_prefill_tokens)
 
 
 def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, quantize: str | None = None,
@@ -200,19 +213,19 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, q
     shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
     card = resolve_gpu(gpu)
     dtype = canonical_dtype(dtype or "bfloat16")
-    _check_positive("block_size", block_size)
+    check_positive("block_size", block_size)
     if not 0 < float(wiggle_room) <= 1:
         raise ValueError(f"wiggle_room must be in (0, 1]; got {wiggle_room!r}")
     scheme = quant_scheme(quantize, shape.quantization_config)
     quantize = scheme.name if scheme else None
     if quantize == "exl2" and num_shard > 1:
         raise ValueError("quantize 'exl2' does not support num_shard > 1 (TGI's launcher refuses it)")
-    known_input, known_total = _known_lengths(prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
+    known_input, known_total = known_lengths(prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
                                               max_batch_prefill_tokens)
     default_prefill, default_steps = launcher_max_batch_prefill_tokens(
         shape.config or None, gpu_fp16_flops=GPU_FP16_FLOPS.get(card.name), gpu_memory_bytes=card.memory_bytes,
         num_shard=num_shard, cuda_memory_fraction=float(memory_fraction))
-    prefill, prefill_notes = _prefill_budget(max_batch_prefill_tokens, default_prefill, default_steps, known_input,
+    prefill, prefill_notes = prefill_budget(max_batch_prefill_tokens, default_prefill, default_steps, known_input,
                                              chunking)
     model = model_id or shape.name
 
@@ -233,9 +246,10 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, q
                         "TGI will refuse this sharding")
 
     steps = [f"Model: {shape.describe()}", _parameter_step(shape)]
-    weights, weights_note = weight_bytes(shape, dtype, quantize)
-    per_shard = -(-weights // num_shard)
-    sharded = f"; per shard / {num_shard} = {_gib(per_shard)}" if num_shard > 1 else ""
+    memory, weights_note = model_memory(shape, model, dtype=dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype,
+                                        num_shard=num_shard)
+    per_shard = memory.weight_bytes_per_shard
+    sharded = f"; per shard / {num_shard} = {gib(per_shard)}" if num_shard > 1 else ""
     steps.append(f"Weights: {weights_note}{sharded}")
     steps.append(_kv_step(shape, dtype, kv_cache_dtype, num_shard))
     steps += prefill_notes
@@ -243,20 +257,19 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, q
     usable = int(card.memory_bytes * memory_fraction * wiggle_room)
     reserve = card.memory_bytes - usable
     steps.append(f"Left out of the KV cache by TGI's warm-up: (1 - {memory_fraction:g} memory fraction x "
-                 f"{wiggle_room:g} wiggle room) x {_gib(card.memory_bytes)} ({card.name}) = {_gib(reserve)}")
+                 f"{wiggle_room:g} wiggle room) x {gib(card.memory_bytes)} ({card.name}) = {gib(reserve)}")
     overhead = DEFAULT_OVERHEAD_BYTES if overhead_bytes is None else int(overhead_bytes)
     act_per_token = activation_bytes_per_token(shape, dtype, num_shard)
     activation = prefill * act_per_token
-    per_token = kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard)
-    per_block = per_token * block_size
+    per_block = memory.kv_bytes_per_token * block_size
     requests = warmup_requests(prefill, known_input, known_total)
     warm_blocks = warmup_blocks(requests, block_size)
     warm_bytes = warm_blocks * per_block
     free = card.memory_bytes - per_shard - overhead - activation - warm_bytes
-    steps.append(f"Free after weights and warm-up: {_gib(card.memory_bytes)} - {_gib(per_shard)} weights - "
-                 f"{_gib(overhead)} fixed (CUDA context, workspaces) - {_gib(activation)} prefill activations "
-                 f"({_n(prefill)} max_batch_prefill_tokens x {_n(act_per_token)} B) - {_gib(warm_bytes)} KV of the "
-                 f"warm-up batch ({len(requests)} request(s), {_n(warm_blocks)} blocks) = {_gib(free)}")
+    steps.append(f"Free after weights and warm-up: {gib(card.memory_bytes)} - {gib(per_shard)} weights - "
+                 f"{gib(overhead)} fixed (CUDA context, workspaces) - {gib(activation)} prefill activations "
+                 f"({num(prefill)} max_batch_prefill_tokens x {num(act_per_token)} B) - {gib(warm_bytes)} KV of the "
+                 f"warm-up batch ({len(requests)} request(s), {num(warm_blocks)} blocks) = {gib(free)}")
     budget = usable - per_shard - overhead - activation  # the KV space, warm-up blocks included
     kv_free = max(0, free - reserve)
     if budget >= warm_bytes:
@@ -264,31 +277,31 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, q
     else:  # TGI's warm-up itself runs out of memory here; count what fits, the plan will not
         tokens = max(budget, 0) // per_block * block_size
         if budget > 0:
-            warnings.append(f"the warm-up batch's KV ({_gib(warm_bytes)}) does not fit: TGI fails its warm-up; "
+            warnings.append(f"the warm-up batch's KV ({gib(warm_bytes)}) does not fit: TGI fails its warm-up; "
                             "lower max_batch_prefill_tokens")
-    steps.append(f"KV blocks: floor(max(0, {_gib(free)} - {_gib(reserve)}) / {_n(per_block)} B per "
-                 f"{block_size}-token block) + {_n(warm_blocks)} warm-up blocks; max_batch_total_tokens = blocks x "
-                 f"{block_size} = **{_n(tokens)}**" + (" (the weights do not fit)" if budget <= 0 else ""))
-    lengths = _lengths(shape, prompt_tokens, output_tokens, known_input, known_total, prefill, chunking=chunking,
-                       kv_tokens=tokens, warmup_prompt_tokens=sum(p for p, _ in requests), prefill_notes=[])
+    steps.append(f"KV blocks: floor(max(0, {gib(free)} - {gib(reserve)}) / {num(per_block)} B per "
+                 f"{block_size}-token block) + {num(warm_blocks)} warm-up blocks; max_batch_total_tokens = blocks x "
+                 f"{block_size} = **{num(tokens)}**" + (" (the weights do not fit)" if budget <= 0 else ""))
+    lengths = request_limits(shape, prompt_tokens, output_tokens, known_input, known_total, prefill, chunking=chunking,
+                       kv_capacity_tokens=tokens, warmup_prompt_tokens=sum(p for p, _ in requests), prefill_notes=[])
     steps += [n for n in lengths.notes if not n.startswith("warning: ")]
 
-    result = _finish(shape, server="tgi", model=model, gpu=card.name, gpu_memory=card.memory_bytes, dtype=dtype,
-                     quantize=quantize, kv_cache_dtype=kv_cache_dtype, num_shard=num_shard,
-                     memory_fraction=float(memory_fraction), wiggle_room=float(wiggle_room), block_size=block_size,
-                     lengths=lengths, weights=weights, weights_note=weights_note, usable=usable, overhead=overhead,
-                     activation=activation, budget=budget, tokens=tokens, steps=steps, warnings=warnings,
-                     chunking=chunking)
+    hardware = Hardware(server="tgi", gpu=card.name, gpu_memory_bytes=card.memory_bytes, num_shard=num_shard,
+                        memory_fraction=float(memory_fraction), wiggle_room=float(wiggle_room), block_size=block_size,
+                        usable_bytes=usable, overhead_bytes=overhead, activation_bytes=activation,
+                        kv_budget_bytes=budget)
+    result = _finish(shape, memory, hardware, lengths, tokens, steps=steps, warnings=warnings, chunking=chunking)
     if not result.fits and _suggest:
-        result.suggestions = _suggestions(shape, card, dtype=dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype,
-                                          num_shard=num_shard, memory_fraction=memory_fraction,
-                                          lengths=lengths, overhead_bytes=overhead_bytes, wiggle_room=wiggle_room,
-                                          block_size=block_size, chunking=chunking)
+        suggestions = _suggestions(shape, card, dtype=dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype,
+                                   num_shard=num_shard, memory_fraction=memory_fraction, lengths=lengths,
+                                   overhead_bytes=overhead_bytes, wiggle_room=wiggle_room, block_size=block_size,
+                                   chunking=chunking)
+        result = replace(result, suggestions=tuple(suggestions))  # a new plan: the one built stays as it was
     return result
 
 
-def _suggestions(shape: ModelShape, card: Gpu, *, quantize: str | None, num_shard: int, lengths: _Lengths,
-                 **kwargs: Any) -> list[str]:
+def _suggestions(shape: ModelShape, card: Gpu, *, quantize: str | None, num_shard: int, lengths: Lengths,
+                 **kwargs: object) -> list[str]:
     """Alternatives that fit: a quantization, or more shards (powers of two up to 8)."""
     common = dict(prompt_tokens=lengths.prompt, output_tokens=lengths.output,
                   max_input_tokens=lengths.max_input, max_total_tokens=lengths.max_total,
@@ -300,17 +313,18 @@ def _suggestions(shape: ModelShape, card: Gpu, *, quantize: str | None, num_shar
         alt = plan(shape, card, quantize=method, num_shard=num_shard, **common)
         if alt.fits:
             need = " (needs an AWQ checkpoint)" if method == "awq" else ""
-            out.append(f"--quantize {method}{need}: weights {_gib(alt.weight_bytes_per_shard)} per shard, "
-                       f"max_batch_total_tokens {_n(alt.max_batch_total_tokens)}, {_n(alt.concurrent_users)} users")
+            out.append(f"--quantize {method}{need}: weights {gib(alt.model.weight_bytes_per_shard)} per shard, "
+                       f"max_batch_total_tokens {num(alt.capacity.kv_capacity_tokens)}, "
+                       f"{num(alt.capacity.concurrent_users)} users")
             break
     for shards in (2, 4, 8):
         if shards <= num_shard or shape.num_heads % shards:
             continue
         alt = plan(shape, card, quantize=quantize, num_shard=shards, **common)
         if alt.fits:
-            out.append(f"--num-shard {shards} ({shards} x {card.name}): weights {_gib(alt.weight_bytes_per_shard)} "
-                       f"per shard, max_batch_total_tokens {_n(alt.max_batch_total_tokens)}, "
-                       f"{_n(alt.concurrent_users)} users")
+            out.append(f"--num-shard {shards} ({shards} x {card.name}): weights "
+                       f"{gib(alt.model.weight_bytes_per_shard)} per shard, max_batch_total_tokens "
+                       f"{num(alt.capacity.kv_capacity_tokens)}, {num(alt.capacity.concurrent_users)} users")
             break
     if not out:
         out.append("nothing tried fits (4-bit quantization, up to 8 shards); use a larger GPU or a smaller model")
@@ -343,50 +357,49 @@ def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str 
     scheme = quant_scheme(quantize, shape.quantization_config)
     quantize = scheme.name if scheme else None
     mode = resolve_mode(env, model_config=shape.config or None)
-    known_input, known_total = _known_lengths(prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
+    known_input, known_total = known_lengths(prompt_tokens, output_tokens, max_input_tokens, max_total_tokens,
                                               max_batch_prefill_tokens)
     default_prefill, default_steps = launcher_max_batch_prefill_tokens(shape.config or None, gpu_fp16_flops=None)
-    prefill, notes = _prefill_budget(max_batch_prefill_tokens, default_prefill, default_steps, known_input,
+    prefill, notes = prefill_budget(max_batch_prefill_tokens, default_prefill, default_steps, known_input,
                                      mode.chunking)
     warnings = []
     if dtype == "float32":
         warnings.append("the engine runs float32 by default on CPUs without native bfloat16; "
                         "its --dtype takes float16 or bfloat16 only")
     steps = [f"Model: {shape.describe()}", _parameter_step(shape)]
-    weights, weights_note = weight_bytes(shape, dtype, quantize)
+    memory, weights_note = model_memory(shape, model_id or shape.name, dtype=dtype, quantize=quantize,
+                                        kv_cache_dtype=None, num_shard=1)
     steps.append(f"Weights (in RAM, outside the KV space): {weights_note}")
     steps.append(_kv_step(shape, dtype, None, 1))
     steps.append(f"Scheduling: attention {mode.attention} (block size {mode.block_size}), prefix caching "
                  f"{'on' if mode.prefix_caching else 'off'}, prefill chunking {'on' if mode.chunking else 'off'}")
     steps += notes
     notes = []
-    per_token = kv_bytes_per_token(shape, dtype)
+    per_token = memory.kv_bytes_per_token
     budget = embedded_kv_bytes(env, float(memory_fraction))
     capacity = kv_capacity_tokens(budget, per_token * mode.block_size, mode.block_size)
     if max_batch_prefill_tokens is None and prefill > capacity:
         # The router refuses a prefill budget above the KV capacity (L4): the plan recommends one that fits.
         prefill = max(capacity, 1) if mode.chunking else max(capacity, known_input or 0)
-        steps.append(f"max_batch_prefill_tokens capped at the KV capacity {_n(capacity)} (TGI's router refuses "
+        steps.append(f"max_batch_prefill_tokens capped at the KV capacity {num(capacity)} (TGI's router refuses "
                      "a larger one)")
     limits = derive_limits(kv_bytes=budget, bytes_per_block=per_token * mode.block_size, block_size=mode.block_size,
                            chunking=mode.chunking, max_batch_prefill_tokens=prefill, max_input_tokens=known_input,
                            max_total_tokens=known_total, max_position_embeddings=shape.max_position_embeddings)
     tokens = limits.max_batch_total_tokens
     steps.append(f"KV space: TGI_TOOLKIT_KV_CACHE_GIB {budget / memory_fraction / GiB:g} GiB x {memory_fraction:g} "
-                 f"cuda_memory_fraction = {_n(budget)} B")
-    steps.append(f"max_batch_total_tokens = floor({_n(budget)} B / {_n(per_token * mode.block_size)} B per "
-                 f"{mode.block_size}-token block) x {mode.block_size} = **{_n(tokens)}**")
+                 f"cuda_memory_fraction = {num(budget)} B")
+    steps.append(f"max_batch_total_tokens = floor({num(budget)} B / {num(per_token * mode.block_size)} B per "
+                 f"{mode.block_size}-token block) x {mode.block_size} = **{num(tokens)}**")
     if prompt_tokens is not None:
-        notes.append(f"max_total_tokens {_n(limits.max_total_tokens)} and max_input_tokens "
-                     f"{_n(limits.max_input_tokens)} from the workload")
+        notes.append(f"max_total_tokens {num(limits.max_total_tokens)} and max_input_tokens "
+                     f"{num(limits.max_input_tokens)} from the workload")
     else:
-        notes.append(f"max_total_tokens {_n(limits.max_total_tokens)}, max_input_tokens {_n(limits.max_input_tokens)}"
+        notes.append(f"max_total_tokens {num(limits.max_total_tokens)}, max_input_tokens {num(limits.max_input_tokens)}"
                      + (" (TGI 3's warm-up defaults)" if known_total is None else ""))
-    lengths = _Lengths(limits.max_input_tokens, limits.max_total_tokens, prefill, prompt_tokens, output_tokens, notes)
+    lengths = Lengths(limits.max_input_tokens, limits.max_total_tokens, prefill, prompt_tokens, output_tokens, notes)
     steps += notes
-    return _finish(shape, server="embedded", model=model_id or shape.name, gpu="embedded CPU engine",
-                   gpu_memory=budget, dtype=dtype, quantize=quantize, kv_cache_dtype=None,
-                   num_shard=1, memory_fraction=float(memory_fraction), wiggle_room=1.0, block_size=mode.block_size,
-                   lengths=lengths, weights=weights, weights_note=weights_note, usable=budget, overhead=0,
-                   activation=0, budget=budget, tokens=tokens, steps=steps, warnings=warnings,
-                   chunking=mode.chunking)
+    hardware = Hardware(server="embedded", gpu="embedded CPU engine", gpu_memory_bytes=budget, num_shard=1,
+                        memory_fraction=float(memory_fraction), wiggle_room=1.0, block_size=mode.block_size,
+                        usable_bytes=budget, overhead_bytes=0, activation_bytes=0, kv_budget_bytes=budget)
+    return _finish(shape, memory, hardware, lengths, tokens, steps=steps, warnings=warnings, chunking=mode.chunking)

@@ -14,11 +14,13 @@ from tgi_toolkit.planner.gpus import GiB
 from tgi_toolkit.planner.shape import ModelShape
 
 
-def _n(value: float) -> str:
+def num(value: float) -> str:
+    """A count as the plan's steps print it: whole, with thousands separators."""
     return f"{int(value):,}"
 
 
-def _gib(value: float) -> str:
+def gib(value: float) -> str:
+    """Bytes as the plan's steps print them: GiB with two decimals."""
     return f"{value / GiB:,.2f} GiB"
 
 
@@ -29,13 +31,13 @@ def weight_bytes(shape: ModelShape, dtype: str, quantize: str | None = None) -> 
     total = sum(parts.values())
     act = dtype_bytes(dtype)
     if scheme is None:
-        return total * act, f"{_n(total)} parameters x {act} B ({canonical_dtype(dtype)}) = {_gib(total * act)}"
+        return total * act, f"{num(total)} parameters x {act} B ({canonical_dtype(dtype)}) = {gib(total * act)}"
     packed = parts["attention"] + parts["mlp"]
     rest = total - packed
     bits = scheme.bits_per_weight(shape.hidden_size)
     nbytes = math.ceil(packed * bits / 8) + rest * act
-    return nbytes, (f"{_n(packed)} linear weights x {bits:.3f} bits ({scheme.name}: {scheme.note}) "
-                    f"+ {_n(rest)} embeddings/norms/biases x {act} B = {_gib(nbytes)}")
+    return nbytes, (f"{num(packed)} linear weights x {bits:.3f} bits ({scheme.name}: {scheme.note}) "
+                    f"+ {num(rest)} embeddings/norms/biases x {act} B = {gib(nbytes)}")
 
 
 def kv_heads_per_shard(shape: ModelShape, num_shard: int) -> int:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from tgi_toolkit.planner.capacity_plan import Plan
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NUM = r"(\d[\d,_]*)"
 _PATTERNS: dict[str, re.Pattern[str]] = {
@@ -87,6 +89,8 @@ def _tokens(value: Any, what: str) -> int:
             if value.get(key) is not None:
                 return int(value[key])
         raise ValueError(f"{what} has no tokens, max_batch_total_tokens or kv_cache_tokens")
+    if isinstance(value, Plan):
+        return value.capacity.kv_capacity_tokens
     for attr in ("max_batch_total_tokens", "kv_cache_tokens"):
         if getattr(value, attr, None) is not None:
             return int(getattr(value, attr))

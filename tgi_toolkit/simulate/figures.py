@@ -142,7 +142,7 @@ def batch_cap(figure: Figure, cost: Any) -> float:
                                                   else math.inf))
     plan = getattr(cost, "plan", None)
     if callable(plan):
-        cap = min(cap, plan().max_batch_total_tokens / (figure.input_tokens + figure.output_tokens))
+        cap = min(cap, plan().capacity.kv_capacity_tokens / (figure.input_tokens + figure.output_tokens))
     return max(1.0, cap)
 
 

@@ -203,7 +203,7 @@ class RooflineCostModel:
         from tgi_toolkit.config.prefill_default import GPU_FP16_FLOPS, launcher_max_batch_prefill_tokens
         from tgi_toolkit.config.scheduling import default_max_input_tokens, default_max_total_tokens
 
-        capacity = int(self.plan().max_batch_total_tokens)
+        capacity = int(self.plan().capacity.kv_capacity_tokens)
         prefill, _ = launcher_max_batch_prefill_tokens(
             self.model, gpu_fp16_flops=GPU_FP16_FLOPS.get(self.gpu),
             gpu_memory_bytes=KNOWN_GPUS[self.gpu].memory_bytes, num_shard=self.num_shard,

@@ -182,7 +182,7 @@ def vllm_kv_capacity(cost: RooflineCostModel, batched_tokens: int | None = None)
 
     return plan(cost.model, cost.gpu, dtype=cost.dtype, quantize=cost.quantize, num_shard=cost.num_shard,
                 memory_fraction=0.9, wiggle_room=1.0, block_size=16, max_batch_prefill_tokens=batched_tokens,
-                _suggest=False).max_batch_total_tokens
+                _suggest=False).capacity.kv_capacity_tokens
 
 
 def published(card: Card) -> dict[str, float]:

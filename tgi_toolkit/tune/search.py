@@ -174,8 +174,8 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
     folder = Path(output).resolve()
 
     # The coarse round starts from what the planner would launch for this workload.
-    recommended = {"max_batch_size": plan.max_batch_size, KV_KNOB: kv.top,
-                   "max_batch_prefill_tokens": plan.max_batch_prefill_tokens}
+    recommended = {"max_batch_size": plan.limits.max_batch_size, KV_KNOB: kv.top,
+                   "max_batch_prefill_tokens": plan.limits.max_batch_prefill_tokens}
     seed = {}
     for name, knob in knob_space.items():
         value = recommended.get(name)
@@ -237,10 +237,10 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
     result.backend = backend
     result.workload = searched.to_dict()
     result.space = {n: k.to_dict() for n, k in knob_space.items()}
-    result.plan = {k: getattr(plan, k) for k in ("model", "gpu", "dtype", "quantize", "max_batch_total_tokens",
-                                                 "concurrent_users", "tokens_per_request", "max_input_tokens",
-                                                 "max_total_tokens", "max_batch_prefill_tokens", "max_batch_size")}
-    result.plan["steps"] = list(plan.steps)
+    record = plan.to_dict()
+    result.plan = {k: record[k] for k in ("model", "gpu", "dtype", "quantize", "kv_capacity_tokens", "concurrent_users",
+                                          "tokens_per_request", "max_input_tokens", "max_total_tokens",
+                                          "max_batch_prefill_tokens", "max_batch_size", "steps")}
     result.rounds = history
     result.save(folder)
     return result

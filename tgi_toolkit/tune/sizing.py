@@ -206,7 +206,7 @@ def kv_sizing(base: LauncherConfig, backend: str, demand: Demand, plan: Plan, *,
     env = dict(os.environ if env is None else env)
     chunking = _chunking(base, backend, env)
     if backend == "embedded":
-        per_block, block = plan.kv_bytes_per_token * plan.block_size, plan.block_size
+        per_block, block = plan.model.kv_bytes_per_token * plan.hardware.block_size, plan.hardware.block_size
         prefill = launcher_max_batch_prefill_tokens(config, gpu_fp16_flops=None)[0]
         return KvSizing(backend, float(base.cuda_memory_fraction), chunking,
                         lambda f, _p: kv_capacity_tokens(embedded_kv_bytes(env, f), per_block, block),
@@ -226,7 +226,7 @@ def kv_sizing(base: LauncherConfig, backend: str, demand: Demand, plan: Plan, *,
     def capacity(fraction: float, prefill: int | None) -> int:
         given = {"max_batch_prefill_tokens": prefill} if prefill is not None else {}
         return _gpu_plan(model, gpu, base, backend, common, memory_fraction=fraction, _suggest=False,
-                         **given).max_batch_total_tokens
+                         **given).capacity.kv_capacity_tokens
 
     def default_prefill(fraction: float) -> int | None:
         if backend == "vllm":
@@ -245,7 +245,7 @@ def tuned_base(base: LauncherConfig, plan: Plan) -> LauncherConfig:
     """The base with the request limits the plan derived from the workload (where the base sets none)."""
     update: dict[str, Any] = {}
     if base.max_input_tokens is None and base.max_input_length is None:
-        update["max_input_tokens"] = plan.max_input_tokens
+        update["max_input_tokens"] = plan.limits.max_input_tokens
     if base.max_total_tokens is None:
-        update["max_total_tokens"] = plan.max_total_tokens
+        update["max_total_tokens"] = plan.limits.max_total_tokens
     return type(base)(**{**base.model_dump(exclude_unset=True), **update})

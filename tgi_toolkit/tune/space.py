@@ -86,13 +86,13 @@ def build_space(base: LauncherConfig, demand: Demand, plan: Plan, knobs: Sequenc
     given = {k: list(v) for k, v in (given or {}).items()}
     for name in [*knobs, *given]:
         check_knob(name, kv)
-    users = max(1, min(demand.concurrency, plan.concurrent_users))
+    users = max(1, min(demand.concurrency, plan.capacity.concurrent_users))
+    fit = plan.capacity.concurrent_users
     why_users = (f"the workload's {demand.concurrency} requests in flight"
-                 + (f", capped at the {plan.concurrent_users} that fit" if plan.concurrent_users < demand.concurrency
-                    else ""))
-    per_request = plan.tokens_per_request
-    total_high = max(plan.max_total_tokens, min(plan.max_batch_total_tokens, users * per_request))
-    prefill_low = plan.max_input_tokens
+                 + (f", capped at the {fit} that fit" if fit < demand.concurrency else ""))
+    per_request = plan.capacity.tokens_per_request
+    total_high = max(plan.limits.max_total_tokens, min(plan.capacity.kv_capacity_tokens, users * per_request))
+    prefill_low = plan.limits.max_input_tokens
     derived: dict[str, tuple[list[Any], str]] = {
         "max_batch_size": (_doubling(1, 1, users), f"1 to {users}: {why_users}"),
         "max_batch_prefill_tokens": (
@@ -103,13 +103,13 @@ def build_space(base: LauncherConfig, demand: Demand, plan: Plan, knobs: Sequenc
             f"at most {total_high}"),
     }
     if kv is not None:
-        tokens = _doubling(per_request, plan.max_total_tokens, total_high)
+        tokens = _doubling(per_request, plan.limits.max_total_tokens, total_high)
         fractions = [kv.fraction_for(t) for t in tokens]
         pairs = ", ".join(f"{f:g} -> {kv.tokens(f):,}" for f in dict.fromkeys(fractions))
         derived[KV_KNOB] = (sorted(set(fractions)), (
             f"KV capacities {tokens[0]} (one request: max_total_tokens) to {total_high} = min(KV capacity "
-            f"{plan.max_batch_total_tokens}, {users} x {per_request} tokens per request), as the smallest fraction "
-            f"giving each (capacity = {kv.rule}): {pairs} tokens"))
+            f"{plan.capacity.kv_capacity_tokens}, {users} x {per_request} tokens per request), as the smallest "
+            f"fraction giving each (capacity = {kv.rule}): {pairs} tokens"))
     space: dict[str, Knob] = {}
     for name in [*knobs, *(k for k in given if k not in knobs)]:
         if name in given:
