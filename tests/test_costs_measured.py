@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.hardware import achievable
 from tgi_toolkit.costs.kernel_tables import Curve, KernelTables, database_root, nearest_version
 from tgi_toolkit.costs.measured import MeasuredCostModel, gpu_cost_model
-from tgi_toolkit.simulate.hardware import achievable
 
 # hidden 128, 4 heads of 32 (2 KV heads), MLP 256 gated, vocab 512, 2 layers:
 # QKV n = (4 + 2 x 2) x 32 = 256, k = 128; O n = 128, k = 128; gate/up n = 512, k = 128; down n = 128, k = 256;
@@ -95,6 +95,35 @@ def test_a_chunk_after_a_cached_prefix_is_priced_by_its_query_key_pairs(tiny: Me
     assert isl == pytest.approx(44.934, abs=1e-3)
     attention = 2e-6 * (isl / 16) ** 2
     assert tiny.seconds(chunk) == pytest.approx(2 * (9e-6 + attention + elementwise_s(16)) + 4e-6, rel=1e-6)
+
+
+def test_the_engine_attends_each_prompt_chunk_alone_and_runs_its_elementwise_ops_unfused(tmp_path: Path) -> None:
+    # A context table where one call over 4 prompts costs less than 4 calls (3 us against 2 us each at 16 tokens):
+    # TGI's varlen kernel takes the 4 prompts in one call, the engine's attention._chunk one SDPA call each.
+    tables = write_tables(tmp_path)
+    context = pd.read_parquet(tables / "context_attention_perf.parquet")
+    context["latency"] = [{(1, 16): 0.002, (4, 16): 0.003, (1, 256): 0.512, (4, 256): 1.024}[(b, n)]
+                          for b, n in zip(context.batch_size, context.isl, strict=True)]
+    context.to_parquet(tables / "context_attention_perf.parquet")
+    fused = MeasuredCostModel("H100", TINY, server="vllm-v1", kernel_times=str(tables), **NO_HOST)
+    engine = gpu_cost_model("H100", TINY, cost_model="measured", kernel_times=tables, server="vllm-v1", engine=True,
+                            **NO_HOST)
+    assert engine.engine and "embedded engine" in engine.name and "embedded engine" not in fused.name
+    assert MeasuredCostModel.from_dict(engine.to_dict()).engine
+    bandwidth = achievable("H100-80GB").bandwidth_gbs * 1e9
+    # the engine's elementwise bytes a token and layer, from its code (engine_elementwise_bytes' list): H = Q = 128,
+    # K = 2 x 32 = 64, I = 256: 30 x 128 + 14 x 128 + 22 x 64 + 5 x 256 = 8,320 bf16 elements, 16,640 bytes
+    engine_elementwise = 16640 / bandwidth
+    # 4 prompts of 16 tokens: 544 pairs, 136 a prompt, isl 16; GEMMs at 64 tokens 36 us a layer, the LM head at
+    # 4 rows 4 us
+    prefill = Shape(rows=4, tokens=64, context=64, pairs=4 * 136, prefilling=True)
+    assert fused.seconds(prefill) == pytest.approx(2 * (36e-6 + 3e-6 + elementwise_s(64)) + 4e-6, rel=1e-6)
+    assert engine.seconds(prefill) == pytest.approx(2 * (36e-6 + 4 * 2e-6 + 64 * engine_elementwise) + 4e-6,
+                                                    rel=1e-6)
+    # a decode step has no prompt chunk: only its elementwise bytes differ (one row: 9 us of GEMMs, 4 us of
+    # generation attention at KV 64, the LM head 4 us)
+    decode = Shape(rows=1, tokens=1, context=64, pairs=64, prefilling=False)
+    assert engine.seconds(decode) == pytest.approx(2 * (9e-6 + 4e-6 + engine_elementwise) + 4e-6, rel=1e-9)
 
 
 def test_provenance_names_the_tables_and_what_the_roofline_priced(tiny: MeasuredCostModel) -> None:

@@ -252,9 +252,9 @@ def test_traced_forwards_pin_what_timed_requests_cannot_and_the_requests_still_p
     # two numbers for four unknowns. The engine's trace adds three forwards: 1 row at 100 positions (100
     # pairs) 50 + 1 + 0.1 = 51.1 ms; 8 such rows 50 + 8 + 0.8 = 58.8 ms; a 1,000-token prompt (500,500
     # pairs) 50 + 1000 + 500.5 = 1,550.5 ms.
-    from tgi_toolkit.simulate.fit import Sample, fit_samples, forward_samples, prefill_forwards
+    from tgi_toolkit.simulate.fit import Measurement, fit_samples, forward_samples, prefill_forwards
 
-    ttfts = [Sample("ttft", prefill_forwards(n, None), 1.0, t, {"prompt_tokens": n})
+    ttfts = [Measurement("ttft", prefill_forwards(n, None), 1.0, t, {"prompt_tokens": n})
              for n, t in ((16, 0.071136), (64, 0.12108))]
     traced = forward_samples([(Shape(1, 1, 100, 100.0, False), 0.0511), (Shape(8, 8, 800, 800.0, False), 0.0588),
                               (Shape(1, 1000, 1000, 500_500.0, True), 1.5505), (Shape(1, 1, 5, 5.0, False), 0.0)])
@@ -272,9 +272,9 @@ def test_with_traced_forwards_a_prefilling_forwards_own_cost_is_no_longer_taken_
     # the prefill term and the overhead fits them. The trace's forwards carry no overhead: decode steps of 1 and
     # 8 rows 51 and 58 ms, prompts of 32 and 1,000 tokens 100 and 1,068 ms.
     from tgi_toolkit.costs.linear import TERMS
-    from tgi_toolkit.simulate.fit import Sample, fit_samples, forward_samples, prefill_forwards
+    from tgi_toolkit.simulate.fit import Measurement, fit_samples, forward_samples, prefill_forwards
 
-    ttfts = [Sample("ttft", prefill_forwards(n, None), 1.0, t, {"prompt_tokens": n})
+    ttfts = [Measurement("ttft", prefill_forwards(n, None), 1.0, t, {"prompt_tokens": n})
              for n, t in ((16, 0.0875), (64, 0.1355))]
     traced = forward_samples([(Shape(1, 1, 100, 0.0, False), 0.051), (Shape(8, 8, 800, 0.0, False), 0.058),
                               (Shape(1, 32, 32, 0.0, True), 0.100), (Shape(1, 1000, 1000, 0.0, True), 1.068)])

@@ -21,7 +21,7 @@ _FIGURE_WIDTH, _FIGURE_HEIGHT = 1000, 550
 
 # -- figures ----------------------------------------------------------------------------------------------
 @dataclass
-class Figure:
+class CardFigure:
     """A figure of the card: its name (file stem), section, caption and plotly figure."""
 
     name: str
@@ -114,7 +114,7 @@ def png_renderer_available() -> bool:
         return False
 
 
-def _write_pngs(figures: Sequence[Figure], folder: Path) -> bool:
+def _write_pngs(figures: Sequence[CardFigure], folder: Path) -> bool:
     """All figures as PNG in one browser session; False (nothing kept) if the renderer fails."""
     import plotly.io as pio
 
@@ -131,7 +131,7 @@ def _write_pngs(figures: Sequence[Figure], folder: Path) -> bool:
     return all(p.exists() for p in paths)
 
 
-def _write_htmls(figures: Sequence[Figure], folder: Path) -> None:
+def _write_htmls(figures: Sequence[CardFigure], folder: Path) -> None:
     # plotly.js once in the figures folder, each figure pointing at it: offline, 4 MB once, not per figure
     from plotly.offline import get_plotlyjs
 

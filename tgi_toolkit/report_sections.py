@@ -22,7 +22,7 @@ from tgi_toolkit.bench.main_metrics import (
     split_by_config,
 )
 from tgi_toolkit.bench.results import as_results
-from tgi_toolkit.report_figures import Figure
+from tgi_toolkit.report_figures import CardFigure
 
 # The main metrics' column headers when configurations are rows; the legend above the table gives each
 # happy_vllm's full row name.
@@ -94,11 +94,12 @@ class _Section:
     title: str
     paragraphs: list[str] = field(default_factory=list)
     tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
+    figures: list[CardFigure] = field(default_factory=list)
     preformatted: str = ""
 
 
-def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame, figures: Sequence[Figure]) -> list[_Section]:
+def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame,
+              figures: Sequence[CardFigure]) -> list[_Section]:
     from tgi_toolkit.plots.labels import short_labels  # plotly comes with plots: imported when a card is written
 
     configs = list(dict.fromkeys(metrics["config_label"]))

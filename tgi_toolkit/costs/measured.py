@@ -11,10 +11,15 @@ The kernel times come from NVIDIA's AIConfigurator operator database, or from a 
 interpolates them). Nothing here is fitted to published figures: the tables are the card's, the host terms the
 server profile's.
 
-What the tables lack is priced by the roofline (tgi_toolkit.simulate.gpu): a card or framework the database has
+What the tables lack is priced by the roofline (tgi_toolkit.costs.roofline): a card or framework the database has
 not measured, int4 weights, a server that runs its forwards eagerly (the tables are CUDA-graph kernels), and
 the elementwise ops (norms, rotary, activation, residual adds: memory-bound, a few per cent of a forward).
 `priced_by()` says which source priced which operation, and every prediction carries it.
+
+`engine=True` prices the toolkit's own embedded engine (tgi_toolkit.engine) instead of a serving framework's
+fused kernels: its prompt path runs one SDPA call per prompt chunk (engine/attention.py `_chunk`), not one
+varlen kernel over all of them, and its elementwise ops unfused (`engine_elementwise_bytes`). Its host time is
+not priced differently: what its eager Python calls cost is the GPU probe's to measure (docs/gpu-probe.md).
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from tgi_toolkit.costs.kernel_tables import (
     comm_curve,
     nearest_value,
 )
-from tgi_toolkit.simulate.gpu import EFFICIENCY_HELP, RooflineCostModel, gpu_spec
-from tgi_toolkit.simulate.servers import server_profile
+from tgi_toolkit.costs.roofline import EFFICIENCY_HELP, RooflineCostModel, gpu_spec
+from tgi_toolkit.costs.server_profiles import server_profile
 
 # The planner's card names -> the database's system folders (what aiconfigurator-core measured; the A100-40GB
 # and the PCIe boards have other memory and clocks, so they are not stood in for by the SXM tables).
@@ -52,6 +57,27 @@ GRAPH_TOKENS = 512  # vLLM captures forwards of up to 512 tokens in CUDA graphs:
 ELEMENTWISE_PASSES = 10  # hidden-sized reads and writes a layer's fused norms, rotary and residual adds make a token
 
 
+def engine_elementwise_bytes(shape: Any) -> float:
+    """Bytes a token's elementwise ops read and write in one layer of the embedded engine, which runs them unfused
+    (engine/decode_step.py layer_in/layer_out, engine/attention.py attend), counted from its code for bf16
+    activations with H hidden, Q = heads x head_dim, K = KV heads x head_dim, I intermediate, in bf16 elements
+    read plus written (2 bytes each; a float32 value counts 2):
+    - each of the two RMSNorms: to float32 (read H, write 2H), rms_norm (2H, 2H), back (2H, H), times the weight
+      (H, H): 12H, 24H in the two;
+    - RoPE on the queries and keys (R = Q + K wide): x cos (2R), the negated half (R), the cat (2R), x sin (2R),
+      the sum (3R): 10R; the grouped queries made contiguous: 2Q;
+    - the keys and values into the sequence's cache row (2 x 2K), and into the prefix cache's pool (a gather
+      then a scatter, 2 x 4K): 12K; the chunk's attention output copied into the forward's buffer: 2Q (SDPA's
+      output transposed back is a view);
+    - the two residual adds (3H each): 6H; SwiGLU: silu (2I) and the product (3I): 5I (an ungated MLP's
+      activation 2I).
+    In all 30H + 14Q + 22K + 5I: 67H for Llama-3.1-8B, against the 10H (ELEMENTWISE_PASSES) of fused kernels."""
+    h, q = shape.hidden_size, shape.num_heads * shape.head_dim
+    k = shape.num_kv_heads * shape.head_dim
+    rows = 30 * h + 14 * q + 22 * k + (5 if shape.gated_mlp else 2) * shape.intermediate_size
+    return 2.0 * rows
+
+
 @dataclass
 class MeasuredCostModel(RooflineCostModel):
     """A forward's seconds from measured kernel times (module docstring). `tables` None reads the operator
@@ -62,6 +88,7 @@ class MeasuredCostModel(RooflineCostModel):
     tables: KernelTables | None = None
     server_version: str | None = None
     kernel_times: str | None = None  # a folder profile-gpu wrote, read when `tables` is None
+    engine: bool = False  # the embedded engine's forward: SDPA per prompt chunk, unfused elementwise ops
     priced: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -88,7 +115,8 @@ class MeasuredCostModel(RooflineCostModel):
         tables = "measured kernels" if self.priced_by()["measured"] else "roofline (no measured kernels)"
         model = self.shape.name.rsplit("/", 1)[-1] or self.shape.model_type
         shards = f" x{self.num_shard}" if self.num_shard > 1 else ""
-        self.name = f"{tables}: {model} on {self.gpu}{shards}, {self.profile.label}"
+        engine = " (the embedded engine's forward)" if self.engine else ""
+        self.name = f"{tables}{engine}: {model} on {self.gpu}{shards}, {self.profile.label}"
 
     # -- building the model's curves once ---------------------------------------------------------
     def _build(self) -> None:
@@ -211,9 +239,14 @@ class MeasuredCostModel(RooflineCostModel):
             # a chunk after a cached prefix computes pairs = L x start + L (L + 1) / 2: priced as the prompt
             # length n whose causal pairs n (n + 1) / 2 are the same, which is what the flash kernel's work grows with
             isl = (math.sqrt(1 + 8 * pairs / prefill_rows) - 1) / 2
-            t += self.context(prefill_rows, isl) if self.context else \
-                self._attention_roofline(s.context - decode_context, pairs)
-        t += self._op_roofline(0.0, ELEMENTWISE_PASSES * tokens * shape.hidden_size * 2)
+            if self.context is None:
+                t += self._attention_roofline(s.context - decode_context, pairs)
+            elif self.engine:  # one SDPA call per prompt chunk, one after the other (engine/attention.py)
+                t += prefill_rows * self.context(1, isl)
+            else:
+                t += self.context(prefill_rows, isl)
+        elementwise = engine_elementwise_bytes(shape) if self.engine else ELEMENTWISE_PASSES * shape.hidden_size * 2
+        t += self._op_roofline(0.0, elementwise * tokens)
         if self.num_shard > 1:
             t += 2 * self._allreduce(tokens)
         t *= layers
@@ -280,7 +313,7 @@ class MeasuredCostModel(RooflineCostModel):
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         out.update({"kind": "measured", "name": self.name, "server_version": self.server_version,
-                    "kernel_times": self.kernel_times,
+                    "kernel_times": self.kernel_times, "engine": self.engine,
                     "priced_by": self.priced_by(), "provenance": self.provenance()})
         out["source"] = {"kernel_times": self.provenance(),
                          "host_terms": f"{self.profile.label}'s profile priors ({self.server}), not fitted"
@@ -297,7 +330,7 @@ class MeasuredCostModel(RooflineCostModel):
     def from_dict(cls, data: Mapping[str, Any]) -> MeasuredCostModel:
         keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "server", *EFFICIENCY_HELP)
         return cls(**{k: data[k] for k in keys if k in data}, server_version=data.get("server_version"),
-                   kernel_times=data.get("kernel_times"))
+                   kernel_times=data.get("kernel_times"), engine=bool(data.get("engine", False)))
 
 
 def covered(gpu: str, server: str) -> bool:
@@ -310,12 +343,14 @@ COST_MODELS = ("auto", "measured", "roofline")
 
 
 def gpu_cost_model(gpu: str, model: Any, *, cost_model: str = "auto", kernel_times: str | Path | None = None,
-                   server_version: str | None = None, **roof: Any) -> RooflineCostModel:
+                   server_version: str | None = None, engine: bool = False, **roof: Any) -> RooflineCostModel:
     """The GPU cost model of `model` on `gpu` (the roofline's arguments, `roof`): `measured` prices from kernel
     times (the operator database, or `kernel_times`, a folder `profile-gpu` wrote), `roofline` from the
     datasheet, `auto` (the default) measured where the database covers the card and the server's framework,
-    else the roofline. A ValueError names the field when the choice cannot be met."""
-    from tgi_toolkit.simulate.gpu import roofline
+    else the roofline; `engine` prices the embedded engine's own forward from measured kernels (module docstring;
+    the roofline has no such variant). A ValueError names
+    the field when the choice cannot be met."""
+    from tgi_toolkit.costs.roofline import roofline
 
     if cost_model not in COST_MODELS:
         raise ValueError(f"cost_model: {cost_model!r} is not one of {', '.join(COST_MODELS)}")
@@ -336,4 +371,5 @@ def gpu_cost_model(gpu: str, model: Any, *, cost_model: str = "auto", kernel_tim
     keys = ("num_shard", "dtype", "quantize", "memory_fraction", "server")
     return MeasuredCostModel(base.gpu, base.model, **{k: getattr(base, k) for k in keys},
                              **{k: v for k, v in roof.items() if k not in keys},
-                             kernel_times=str(kernel_times) if kernel_times else None, server_version=server_version)
+                             kernel_times=str(kernel_times) if kernel_times else None, server_version=server_version,
+                             engine=engine)

@@ -52,7 +52,7 @@ class OneTokenRows:
 
 
 @dataclass
-class Plan:
+class AttentionPlan:
     """What a forward's attention reads and writes, the same for every layer."""
 
     tokens: int
@@ -64,7 +64,7 @@ class Plan:
 
 def plan(spans: Sequence[tuple[int, int, int]], window: int | None,
          store: Sequence[Sequence[int] | None] | None = None, pool: KVPool | None = None,
-         device: torch.device | str = "cpu") -> Plan:
+         device: torch.device | str = "cpu") -> AttentionPlan:
     """The plan of a forward whose rows are `spans`, each (cache row, first position, tokens), in the forward's
     token order; `store[i]`, where given, the pool slots of row i's tokens. Its tensors are on `device` (the
     cache's), built from host lists once per forward."""
@@ -107,10 +107,10 @@ def plan(spans: Sequence[tuple[int, int, int]], window: int | None,
         pairs = [(firsts[i] + j, slot) for i, slots in enumerate(store) if slots is not None
                  for j, slot in enumerate(slots)]
         stored = (tensor([p[0] for p in pairs]), pool.index([p[1] for p in pairs]))
-    return Plan(at, pos, chunks, one_token, stored)
+    return AttentionPlan(at, pos, chunks, one_token, stored)
 
 
-def attend(plan: Plan, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+def attend(plan: AttentionPlan, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
            k_cache: torch.Tensor, v_cache: torch.Tensor, pool: KVPool | None) -> torch.Tensor:
     """One layer's attention for a planned forward: writes the tokens' keys and values (their cache rows, and
     the pool slots the plan stores) and returns `[tokens, heads * head_dim]`. `q` is grouped

@@ -90,7 +90,7 @@ class ModelBackend:
             return new[len(prefix):]
         return ""
 
-    # -- scheduler Backend protocol ------------------------------------------------------
+    # -- scheduler ModelSide protocol ------------------------------------------------------
     def forward(self, forward: Forward) -> None:
         """Run one forward of the scheduler's batch: prompt chunks and decoding rows together."""
         if self.pace is not None:

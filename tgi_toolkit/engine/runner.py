@@ -261,7 +261,7 @@ class LlamaRunner:
             seq.length += n
         return out_logits
 
-    def _layers(self, plan: attention.Plan, tokens: list[int], step: bool) -> torch.Tensor:
+    def _layers(self, plan: attention.AttentionPlan, tokens: list[int], step: bool) -> torch.Tensor:
         """The decoder layers over the forward's tokens: the hidden states after the last."""
         h = self.embed[torch.tensor(tokens, dtype=torch.long, device=self.device)]
         cos, sin = self.cos[plan.positions].unsqueeze(1), self.sin[plan.positions].unsqueeze(1)

@@ -1,4 +1,4 @@
-"""What the router asks of the world around it: the model side (`Backend`), time (`Clock`) and whoever
+"""What the router asks of the world around it: the model side (`ModelSide`), time (`Clock`) and whoever
 watches it (`Observer`). The engine passes its model and `time.perf_counter`; tests pass stand-ins; the
 simulator passes a cost model and a virtual clock."""
 
@@ -23,7 +23,7 @@ WALL = MonotonicClock()
 
 
 
-class Backend(Protocol):
+class ModelSide(Protocol):
     """What the scheduler asks of the model side."""
 
     def forward(self, forward: Forward) -> None:

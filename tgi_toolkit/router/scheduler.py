@@ -29,7 +29,7 @@ Without chunking (`PREFILL_CHUNKING=0`, paged attention, speculation: TGI's olde
 `max_size = max_batch_size - running`; a new group is prefilled alone while the running batch
 waits, then joins it for the Decode (`tgi_batch_concat` reason `backpressure` or `wait_exceeded`).
 
-The model side is behind `Backend` and time behind `Clock` (router/hooks.py).
+The model side is behind `ModelSide` and time behind `Clock` (router/hooks.py).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 from tgi_toolkit.router.batch import SEGMENT_TOKENS, Entry, Forward, Row
 from tgi_toolkit.router.config import SchedulerConfig
-from tgi_toolkit.router.hooks import Backend, Clock, Observer, record_forward
+from tgi_toolkit.router.hooks import Clock, ModelSide, Observer, record_forward
 from tgi_toolkit.router.queue import Queue
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 class Scheduler:
     """The batching loop. `step()` does one iteration of TGI's loop; `run()` loops until `stop()`."""
 
-    def __init__(self, config: SchedulerConfig, backend: Backend, *, observer: Observer | None = None,
+    def __init__(self, config: SchedulerConfig, backend: ModelSide, *, observer: Observer | None = None,
                  clock: Clock | None = None,
                  on_failure: Callable[[list[Entry], BaseException], None] | None = None) -> None:
         self.config = config

@@ -23,7 +23,7 @@ K = KV blocks, P = preemption, C = prefix cache). Nothing of vLLM's code is repr
   evicted first.
 
 tests/test_router_vllm_v1.py replays random workloads through this and through vLLM's own Scheduler class
-(tools/vllm_v1_replay.py): every step and every preemption agree. The model side is the router's `Backend`
+(tools/vllm_v1_replay.py): every step and every preemption agree. The model side is the router's `ModelSide`
 and time its `Clock` (router/hooks.py), as for TGI's `Scheduler`.
 """
 
@@ -34,7 +34,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from tgi_toolkit.router.batch import Entry, Forward, Row
-from tgi_toolkit.router.hooks import WALL, Backend, Clock, Observer, record_forward
+from tgi_toolkit.router.hooks import WALL, Clock, ModelSide, Observer, record_forward
 
 # `vllm serve`'s defaults (vllm/engine/arg_utils.py get_batch_defaults, config/cache.py).
 DEFAULT_BLOCK_SIZE = 16
@@ -176,7 +176,7 @@ class Waiting:
 class VllmScheduler:
     """vLLM V1's engine loop: `step()` schedules one step and runs it as one forward."""
 
-    def __init__(self, config: VllmConfig, backend: Backend, *, observer: Observer | None = None,
+    def __init__(self, config: VllmConfig, backend: ModelSide, *, observer: Observer | None = None,
                  clock: Clock | None = None) -> None:
         self.config, self.backend = config, backend
         self.observer = observer or Observer()

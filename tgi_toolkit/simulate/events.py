@@ -50,7 +50,7 @@ class VirtualClock:
 
 
 class SimBackend:
-    """The engine's Backend with a cost model instead of a model: `forward` advances the clock."""
+    """The router's ModelSide with a cost model instead of a model: `forward` advances the clock."""
 
     def __init__(self, clock: VirtualClock, cost: CostModel, on_finish: Callable[[SimRequest, float], None],
                  on_forward: Callable[[Any, float], None] | None = None, seed: int = 0) -> None:

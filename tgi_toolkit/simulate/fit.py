@@ -41,7 +41,7 @@ TOKENS = TERMS.index("token_s")
 
 
 @dataclass
-class Sample:
+class Measurement:
     """One measured time and the forwards it spans (their features at no knee, one row each, divided by
     `per`: a decode latency is the mean of its steps), plus the request overheads it includes."""
 
@@ -59,9 +59,9 @@ class Sample:
         return f.sum(axis=0) / self.per
 
 
-def forward_samples(forwards: Sequence[tuple[Shape, float]]) -> list[Sample]:
+def forward_samples(forwards: Sequence[tuple[Shape, float]]) -> list[Measurement]:
     """Traced forwards (`read_trace`) as fit samples: one forward each, no request overhead."""
-    return [Sample("forward", np.array([shape.vector()]), 0.0, seconds, {}) for shape, seconds in forwards
+    return [Measurement("forward", np.array([shape.vector()]), 0.0, seconds, {}) for shape, seconds in forwards
             if seconds > 0]
 
 
@@ -71,15 +71,15 @@ def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[S
                 frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES) -> LinearCostModel:
     """The linear model from (prompt length, TTFT) and (decode forward shape, seconds) samples; the
     request overhead is fitted with it (it appears in every TTFT and in no decode step)."""
-    samples = [Sample("ttft", prefill_forwards(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
+    samples = [Measurement("ttft", prefill_forwards(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
                for length, ttft in ingestion]
-    samples += [Sample("decode", np.array([shape.vector()]), 0.0, seconds,
+    samples += [Measurement("decode", np.array([shape.vector()]), 0.0, seconds,
                        {"rows": shape.rows, "context": shape.context}) for shape, seconds in decode]
     return fit_samples(samples, terms=terms, name=name, source=source, free_tokens=free_tokens,
                        frontend_s=frontend_s, token_tiles=token_tiles)
 
 
-def fit_samples(samples: Sequence[Sample], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
+def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
                 source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
                 frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES) -> LinearCostModel:
     """Non-negative coefficients of `terms` and the request overhead minimising relative error, at the knee
@@ -122,7 +122,7 @@ def fit_samples(samples: Sequence[Sample], *, terms: Sequence[str] = PROFILE_TER
 
 
 def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], *, repeats: int,
-                warmups: int = 1) -> list[Sample]:
+                warmups: int = 1) -> list[Measurement]:
     """Every measured time of the profile (`ingestion`: bench's ingestion Results; `batches`: run_batch
     Results, one per prompt length, each of `repeats` runs after `warmups`) with the features of the
     forwards it spans when the same scenarios run on the simulator priced by `model` (whose
@@ -184,7 +184,7 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
     for pid, index, length, ttft in zip(req[S.POINT_ID], req[S.REQUEST_INDEX], req[S.PROMPT_TOKENS], req[S.TTFT_S],
                                         strict=True):
         if (pid, int(index)) in simulated_ttft and ttft == ttft and ttft > 0:
-            samples.append(Sample("ttft", simulated_ttft[(pid, int(index))], 1.0, float(ttft),
+            samples.append(Measurement("ttft", simulated_ttft[(pid, int(index))], 1.0, float(ttft),
                                   {"prompt_tokens": int(length)}))
     for res in batches:
         b = res.batch[~res.batch[S.WARMUP]]
@@ -196,9 +196,9 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
                 continue
             pre, steps, per = simulated_batch[key]
             if prefill == prefill and prefill > 0:
-                samples.append(Sample("prefill", pre, 1.0, float(prefill),
+                samples.append(Measurement("prefill", pre, 1.0, float(prefill),
                                       {"rows": int(size), "prompt_tokens": int(ctx)}))
             if latency == latency and latency > 0:
-                samples.append(Sample("decode", steps, 0.0, float(latency),
+                samples.append(Measurement("decode", steps, 0.0, float(latency),
                                       {"rows": int(size), "context": int(size) * (int(ctx) + int(d) // 2)}, per))
     return samples
