@@ -20,14 +20,22 @@ from tgi_toolkit.engine.events import Event, Finish, GenerationError
 from tgi_toolkit.engine.infer import Engine
 from tgi_toolkit.engine.metrics import Metrics
 from tgi_toolkit.engine.middleware import BearerAuth, PayloadLimit
-from tgi_toolkit.engine.render import _OPENAI_FINISH, _details, _one, _openai_logprob, _timing_headers, _token, sse
+from tgi_toolkit.engine.render import (
+    OPENAI_FINISH,
+    details_json,
+    openai_logprob,
+    single_event,
+    sse,
+    timing_headers,
+    token_json,
+)
 from tgi_toolkit.engine.schemas import (
     ChatRequest,
     CompatGenerateRequest,
     CompletionRequest,
     GenerateRequest,
+    OpenAIRequest,
     TokenizeRequest,
-    _OpenAIBase,
 )
 from tgi_toolkit.engine.validation import (
     GenerateParameters,
@@ -132,8 +140,8 @@ class Api:
             self._release()
         payload: dict[str, Any] = {"generated_text": finish.generated_text}
         if valid.details:
-            payload["details"] = _details(finish, others)
-        return JSONResponse(payload, headers=_timing_headers(finish, started, validated))
+            payload["details"] = details_json(finish, others)
+        return JSONResponse(payload, headers=timing_headers(finish, started, validated))
 
     async def _best_of(self, valid: ValidRequest, started: float) -> tuple[Finish, list[Finish]]:
         runs = await asyncio.gather(*(self._generate(valid, started) for _ in range(valid.best_of)))
@@ -163,7 +171,7 @@ class Api:
             valid, started = self._open_stream(body.inputs, body.parameters)
         except ApiError as err:
             # TGI answers a stream with 200 and an error event, whatever went wrong.
-            return StreamingResponse(_one(sse(err.body())), media_type="text/event-stream")
+            return StreamingResponse(single_event(sse(err.body())), media_type="text/event-stream")
 
         async def events() -> AsyncIterator[bytes]:
             try:
@@ -178,9 +186,9 @@ class Api:
 
     @staticmethod
     def _stream_payload(valid: ValidRequest, event: Event) -> dict[str, Any]:
-        payload: dict[str, Any] = {"index": event.index, "token": _token(event.token)}
+        payload: dict[str, Any] = {"index": event.index, "token": token_json(event.token)}
         if event.top_tokens:
-            payload["top_tokens"] = [_token(t) for t in event.top_tokens]
+            payload["top_tokens"] = [token_json(t) for t in event.top_tokens]
         payload["generated_text"] = None
         payload["details"] = None
         if event.finish is not None:
@@ -207,7 +215,7 @@ class Api:
         return response
 
     # -- OpenAI routes ----------------------------------------------------------------------
-    def _openai_params(self, body: _OpenAIBase) -> GenerateParameters:
+    def _openai_params(self, body: OpenAIRequest) -> GenerateParameters:
         if body.n is not None and body.n != 1:
             raise ApiError(422, "Input validation error: `n` != 1 is not supported", "validation")
         # TGI: greedy only when temperature is exactly 0, otherwise sampling.
@@ -253,7 +261,7 @@ class Api:
                 raise ApiError(422, "Streaming is not supported with multiple prompts", "validation")
         return await self._openai(body, prompts, self._openai_params(body), chat=False)
 
-    async def _openai(self, body: _OpenAIBase, prompt: str | list[str], params: GenerateParameters,
+    async def _openai(self, body: OpenAIRequest, prompt: str | list[str], params: GenerateParameters,
                       *, chat: bool) -> Response:
         model = self.info.model_id
         created = int(time.time())
@@ -276,11 +284,11 @@ class Api:
             self._release()
         choices = []
         for i, f in enumerate(finishes):
-            choice: dict[str, Any] = {"index": i, "logprobs": None, "finish_reason": _OPENAI_FINISH[f.reason]}
+            choice: dict[str, Any] = {"index": i, "logprobs": None, "finish_reason": OPENAI_FINISH[f.reason]}
             if chat:
                 choice["message"] = {"role": "assistant", "content": f.generated_text}
                 if params.top_n_tokens:
-                    choice["logprobs"] = {"content": [_openai_logprob(t, top) for t, top in
+                    choice["logprobs"] = {"content": [openai_logprob(t, top) for t, top in
                                                       zip(f.tokens, f.top_tokens, strict=True)]}
             else:
                 choice["text"] = f.generated_text
@@ -294,7 +302,7 @@ class Api:
                       "total_tokens": prompt_tokens + completion_tokens},
         })
 
-    async def _openai_stream(self, valid: ValidRequest, started: float, body: _OpenAIBase, ident: str,
+    async def _openai_stream(self, valid: ValidRequest, started: float, body: OpenAIRequest, ident: str,
                              created: int, model: str, chat: bool) -> AsyncIterator[bytes]:
         obj = "chat.completion.chunk" if chat else "text_completion"
         fingerprint = f"{TGI_API_VERSION}-native"
@@ -302,7 +310,7 @@ class Api:
         try:
             async for event in self._stream_events(valid, started):
                 finish = event.finish
-                reason = _OPENAI_FINISH[finish.reason] if finish else None
+                reason = OPENAI_FINISH[finish.reason] if finish else None
                 text = "" if event.token.special else event.token.text
                 if chat:
                     choice: dict[str, Any] = {"index": 0, "delta": {"role": "assistant", "content": text},

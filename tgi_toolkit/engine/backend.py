@@ -20,7 +20,7 @@ from tgi_toolkit.router import Entry, Forward, Row
 
 
 @dataclass
-class _State:
+class RequestState:
     """Per-request generation state owned by the batcher thread."""
 
     request: ValidRequest
@@ -77,7 +77,7 @@ class ModelBackend:
             text = self._token_text[token_id] = self._decode([token_id])
         return text
 
-    def _incremental_text(self, state: _State) -> str:
+    def _incremental_text(self, state: RequestState) -> str:
         # TGI's decode_token: text of the new tokens, held back while they end in an
         # incomplete UTF-8 sequence, so streamed texts concatenate to the final text.
         ids = state.generated
@@ -164,7 +164,7 @@ class ModelBackend:
         return allocation.slots[row.start:row.start + row.length]
 
     def release(self, entry: Entry) -> None:
-        state: _State = entry.request
+        state: RequestState = entry.request
         if state.entry is entry:
             if state.seq is not None and state.seq.row >= 0:
                 self.runner.release(state.seq)
@@ -180,7 +180,7 @@ class ModelBackend:
 
     # -- tokens ------------------------------------------------------------------------
     def _advance(self, entries: list[Entry], logits: torch.Tensor) -> None:
-        states: list[_State] = [e.request for e in entries]
+        states: list[RequestState] = [e.request for e in entries]
         choices = choose_batch(logits, [s.chooser for s in states],
                                lambda i: states[i].request.input_ids + states[i].generated)
         now = time.perf_counter()
@@ -207,7 +207,7 @@ class ModelBackend:
         self._hold()  # a paced forward's tokens leave at its deadline, as the simulator stamps them
         self.deliver(events)
 
-    def _stop_reason(self, state: _State, token_id: int) -> str | None:
+    def _stop_reason(self, state: RequestState, token_id: int) -> str | None:
         request = state.request
         if len(state.generated) >= request.max_new_tokens:
             return "length"
@@ -219,7 +219,7 @@ class ModelBackend:
                 return "stop_sequence"
         return None
 
-    def _finish(self, entry: Entry, state: _State, reason: str, now: float) -> Finish:
+    def _finish(self, entry: Entry, state: RequestState, reason: str, now: float) -> Finish:
         text = self._decode(state.generated, skip_special=True)
         if state.request.return_full_text:
             text = state.request.inputs + text

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from tgi_toolkit.engine.backend import ModelBackend, _State
+from tgi_toolkit.engine.backend import ModelBackend, RequestState
 from tgi_toolkit.engine.events import Event, Finish, GenerationError
 from tgi_toolkit.engine.sampling import TokenChooser
 from tgi_toolkit.engine.validation import ValidRequest
@@ -122,7 +122,7 @@ class Engine:
     def submit(self, request: ValidRequest, emit: Callable[[Any], None]) -> Entry:
         if self.failure is not None:
             raise GenerationError(f"the engine's compute side died: {self.failure}")
-        state = _State(request=request, chooser=TokenChooser(request.sampling), emit=emit)
+        state = RequestState(request=request, chooser=TokenChooser(request.sampling), emit=emit)
         entry = segment(request.input_ids, request.max_new_tokens, request=state,
                         lookup=request.prefix_cache and not request.decoder_input_details)
         self.queue.append(entry)

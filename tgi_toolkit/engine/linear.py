@@ -33,12 +33,12 @@ class SkinnyLinear(torch.nn.Linear):
             return packed_linear(x, self.packed, self.bias)
         return linear(x, self.weight, self.bias)
 
-
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Linear:
-    linear = SkinnyLinear(weight.shape[1], weight.shape[0], bias=bias is not None,
-                             dtype=weight.dtype, device="meta")
-    linear.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
-    if bias is not None:
-        linear.bias = torch.nn.Parameter(bias.contiguous(), requires_grad=False)
-    linear.packed = pack(linear.weight)
-    return linear
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> SkinnyLinear:
+        """A layer holding these tensors (no copy where they are contiguous), packed where it can be."""
+        layer = cls(weight.shape[1], weight.shape[0], bias=bias is not None, dtype=weight.dtype, device="meta")
+        layer.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
+        if bias is not None:
+            layer.bias = torch.nn.Parameter(bias.contiguous(), requires_grad=False)
+        layer.packed = pack(layer.weight)
+        return layer

@@ -13,32 +13,32 @@ from tgi_toolkit.engine.events import Finish, Token
 
 
 # -- response rendering ---------------------------------------------------------------------------
-def _token(t: Token) -> dict[str, Any]:
+def token_json(t: Token) -> dict[str, Any]:
     return {"id": t.id, "text": t.text, "logprob": t.logprob, "special": t.special}
 
 
-def _details(finish: Finish, best_of: list[Finish] | None = None) -> dict[str, Any]:
+def details_json(finish: Finish, best_of: list[Finish] | None = None) -> dict[str, Any]:
     details: dict[str, Any] = {
         "finish_reason": finish.reason,
         "generated_tokens": finish.generated_tokens,
         "seed": finish.seed,
         "prefill": [{"id": t.id, "text": t.text, "logprob": t.logprob} for t in finish.prefill],
-        "tokens": [_token(t) for t in finish.tokens],
+        "tokens": [token_json(t) for t in finish.tokens],
     }
     if any(finish.top_tokens):
-        details["top_tokens"] = [[_token(t) for t in top] for top in finish.top_tokens]
+        details["top_tokens"] = [[token_json(t) for t in top] for top in finish.top_tokens]
     if best_of:
         details["best_of_sequences"] = [
             {"generated_text": f.generated_text, "finish_reason": f.reason,
              "generated_tokens": f.generated_tokens, "seed": f.seed,
              "prefill": [{"id": t.id, "text": t.text, "logprob": t.logprob} for t in f.prefill],
-             "tokens": [_token(t) for t in f.tokens]}
+             "tokens": [token_json(t) for t in f.tokens]}
             for f in best_of
         ]
     return details
 
 
-def _timing_headers(finish: Finish, started: float, validated: float) -> dict[str, str]:
+def timing_headers(finish: Finish, started: float, validated: float) -> dict[str, str]:
     total = time.perf_counter() - started
     per_token = finish.inference / max(finish.generated_tokens, 1)
     return {
@@ -60,13 +60,14 @@ def sse(data: Any) -> bytes:
     return b"data:" + orjson.dumps(data) + b"\n\n"
 
 
-_OPENAI_FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
+OPENAI_FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
 
 
-def _openai_logprob(token: Token, top: list[Token]) -> dict[str, Any]:
+def openai_logprob(token: Token, top: list[Token]) -> dict[str, Any]:
     return {"token": token.text, "logprob": token.logprob,
             "top_logprobs": [{"token": t.text, "logprob": t.logprob} for t in top]}
 
 
-async def _one(chunk: bytes) -> AsyncIterator[bytes]:
+async def single_event(chunk: bytes) -> AsyncIterator[bytes]:
+    """A stream of one SSE event (an error met before the first token)."""
     yield chunk

@@ -50,7 +50,7 @@ from tgi_toolkit.engine.decode_step import (
 )
 from tgi_toolkit.engine.graphs import GraphDecode
 from tgi_toolkit.engine.kv_cache import KVPool, Seq, SlotCache
-from tgi_toolkit.engine.linear import _linear
+from tgi_toolkit.engine.linear import SkinnyLinear
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
 
@@ -105,7 +105,7 @@ class LlamaRunner:
         self.device = self.embed.device  # every tensor the runner makes lives beside the weights
         self.norm = inner.norm.weight
         self.lm_head = model.lm_head.weight
-        self.head = _linear(self.lm_head)  # the LM head as a layer's linear: packed where it can be
+        self.head = SkinnyLinear.from_weight(self.lm_head)  # the LM head as a layer's linear: packed where it can be
         self.layers = [self._fuse(layer) for layer in inner.layers]
         # RoPE table from the model's own rotary module, so every rope scaling variant is honoured.
         positions = torch.arange(max_positions, device=self.device).unsqueeze(0)
@@ -133,8 +133,9 @@ class LlamaRunner:
         if attn.q_proj.bias is not None:
             bias = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
         gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        return _Layer(layer.input_layernorm.weight, _linear(qkv, bias), _linear(attn.o_proj.weight),
-                      layer.post_attention_layernorm.weight, _linear(gate_up), _linear(mlp.down_proj.weight))
+        layer_of = SkinnyLinear.from_weight
+        return _Layer(layer.input_layernorm.weight, layer_of(qkv, bias), layer_of(attn.o_proj.weight),
+                      layer.post_attention_layernorm.weight, layer_of(gate_up), layer_of(mlp.down_proj.weight))
 
     def weight_bytes(self) -> int:
         """Bytes of every weight the forward pass reads (embeddings and lm_head counted once if tied)."""

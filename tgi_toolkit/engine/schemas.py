@@ -29,7 +29,9 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class _OpenAIBase(BaseModel):
+class OpenAIRequest(BaseModel):
+    """What /v1/chat/completions and /v1/completions requests share."""
+
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # as GenerateParameters
     model: str | None = None
     max_tokens: U32 | None = None
@@ -59,11 +61,11 @@ class ChatMessage(BaseModel):
     content: str | list[ContentPart] | None = None
 
 
-class ChatRequest(_OpenAIBase):
+class ChatRequest(OpenAIRequest):
     messages: list[ChatMessage]
     logprobs: bool | None = False
     top_logprobs: U32 | None = None
 
 
-class CompletionRequest(_OpenAIBase):
+class CompletionRequest(OpenAIRequest):
     prompt: str | list[str]
