@@ -8,6 +8,11 @@
 2. GPU to GPU (issue 41, item 5): every point of the second card's batch table and concurrency, predicted from the
    first card's measured point scaled by the two datasheets' roofline ratio for that point (the same carry
    `simulate --measured-on` makes), against what the second card measured; and the other way round.
+3. The engine's prefill forwards (issue 41's prefill miss): each batch point's prompt forwards as the engine's
+   /metrics counted them (server.parquet: tgi_batch_forward_duration{method="prefill"}, sampled every 0.25 s),
+   against the measured-kernel model's price for the same forwards, as the probe predicted them at first
+   (the fused kernels of the TGI 3 profile) and as it predicts them now (`engine`: an SDPA call per prompt chunk,
+   unfused elementwise ops); what is left is host time the model does not price (docs/gpu-probe.md).
 Prints the figures; no target, nothing written.
 """
 
@@ -17,6 +22,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -100,6 +106,73 @@ def carried(first: Path, second: Path) -> list[float]:
     return errors
 
 
+def _counter(server: Any, metric: str, label: str, start: float, end: float) -> float:
+    """A /metrics counter's increase from the last sample at or before `start` to the first at or after `end`."""
+    rows = server[(server.metric == metric) & (server.labels == label)].sort_values("t_s")
+    before = rows[rows.t_s <= start]
+    return float(rows[rows.t_s >= end].value.iloc[0]) - (float(before.value.iloc[-1]) if len(before) else 0.0)
+
+
+def _alone(server: Any, start: float, end: float) -> list[float]:
+    """The seconds of each prompt forward that had a 0.25 s sample interval to itself between `start` and `end`:
+    the first and the second forward of a run apart, where the samples happened to fall between them."""
+    kept = {}
+    for metric in ("tgi_batch_forward_duration_count", "tgi_batch_forward_duration_sum"):
+        rows = server[(server.metric == metric) & (server.labels == "method=prefill")].sort_values("t_s")
+        kept[metric] = rows[(rows.t_s >= start) & (rows.t_s <= end)].value.diff().iloc[1:].tolist()
+    return [sec for n, sec in zip(kept["tgi_batch_forward_duration_count"], kept["tgi_batch_forward_duration_sum"],
+                                  strict=True) if n == 1]
+
+
+def prefill_forwards(folder: Path) -> None:
+    """Each batch point's measured prompt forwards against the measured-kernel model's price for them.
+
+    Each run of B prompts sent at once is two prompt forwards in the engine as in the simulator (TGI 3's rule B8:
+    the idle loop takes the first arrival alone, then the other B - 1 join it): the first request's prompt, then
+    the other B - 1 prompts beside its first decode row. The counters are read from just before the first measured
+    run (the warm-up's forwards are over by then) to the last first token, and their count checked against that."""
+    import pandas as pd
+
+    from tgi_toolkit.costs.features import Shape
+    from tgi_toolkit.costs.measured import gpu_cost_model
+
+    summary = json.loads((folder / "summary.json").read_text())
+    card, plan = summary["provenance"]["device"], summary["plan"]
+    s = plan["sequence_length"]
+    models = {label: gpu_cost_model(card, str(folder / "model" / "config.json"), cost_model="measured",
+                                    kernel_times=str(folder / "kernels"), server="tgi-3", engine=engine)
+              for label, engine in (("fused", False), ("engine", True))}
+    requests = pd.read_parquet(folder / "measured" / "batch" / "requests.parquet")
+    server = pd.read_parquet(folder / "measured" / "batch" / "server.parquet")
+    requests = requests[~requests.warmup]
+    print(f"\n{card_of(folder)}: the engine's prompt forwards a run (ms), measured (/metrics) and priced by the "
+          "measured-kernel model:")
+    print(f"  {'batch':>5} {'forwards':>8} {'measured':>9} {'fused':>7} {'engine':>7} {'of which host':>13} "
+          f"{'left':>6} {'latency':>8}  forwards seen alone")
+    for size, runs in requests.groupby("batch_size"):
+        size = int(size)
+        start, end = runs.sent_s.min(), (runs.sent_s + runs.ttft_s).max()
+        n_runs = runs.repeat.nunique()
+        count = _counter(server, "tgi_batch_forward_duration_count", "method=prefill", start, end) / n_runs
+        seconds = _counter(server, "tgi_batch_forward_duration_sum", "method=prefill", start, end) / n_runs
+        first = Shape(1, s, s, s * (s + 1) / 2, True)
+        rest = Shape(size, (size - 1) * s + 1, (size - 1) * s + s + 1, (size - 1) * s * (s + 1) / 2 + s + 1, True,
+                     1, s + 1) if size > 1 else None
+        priced = {label: sum(m.seconds(f) for f in (first, rest) if f is not None) for label, m in models.items()}
+        host = sum(models["engine"].host_seconds(f) for f in (first, rest) if f is not None)
+        before = server[server.t_s <= start].t_s.max()
+        alone = _alone(server, before if before == before else start, end + 0.3)
+        latency = float(runs.groupby("repeat").apply(lambda r: (r.sent_s + r.ttft_s).max() - r.sent_s.min(),
+                                                    include_groups=False).median())
+        print(f"  {size:5d} {count:8.1f} {seconds * 1e3:9.1f} {priced['fused'] * 1e3:7.1f} "
+              f"{priced['engine'] * 1e3:7.1f} {host * 1e3:13.1f} {(seconds - priced['engine']) * 1e3:6.1f} "
+              f"{latency * 1e3:8.1f}  {' '.join(f'{a * 1e3:.0f}' for a in alone)}")
+    print("  (forwards: prompt forwards a run, 2 expected past batch 1; fused: as first predicted, TGI 3's kernels; "
+          "engine: the engine's own; of which host: the TGI 3 profile's prior in it; left: measured - engine; "
+          "latency: bench's prefill latency, the median run; forwards seen alone: those a sample interval held "
+          "alone, in order: at batch 32 and 64 they alternate the first prompt's forward and the other B - 1's)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     if len(args) != 2:
@@ -108,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     first, second = Path(args[0]), Path(args[1])
     for folder in (first, second):
         kernels_against_database(folder)
+    for folder in (first, second):
+        prefill_forwards(folder)
     carried(first, second)
     carried(second, first)
     return 0
