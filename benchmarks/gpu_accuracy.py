@@ -52,8 +52,8 @@ TEST_FIGURES, TEST_MODELS = "gpu_figures_heldout.csv", "gpu_models_heldout.json"
 
 def speed_check() -> float:
     """Seconds of wall time for 1,000 simulated requests of 32 users on an H100 roofline."""
+    from tgi_toolkit.costs.roofline import roofline
     from tgi_toolkit.simulate.api import run_concurrency
-    from tgi_toolkit.simulate.gpu import roofline
 
     start = time.perf_counter()
     run_concurrency(roofline("H100", "codellama/CodeLlama-7b-Instruct-hf"), users=[32], prompt_tokens=512,
@@ -138,9 +138,9 @@ def heldout_test(fitted: dict) -> tuple[dict, list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tgi_toolkit.costs.uncertainty import FIT_FILE
     from tgi_toolkit.simulate import gpu_fit as G
     from tgi_toolkit.simulate.corpus import FIGURES_FILE, corpus_dir, corpus_sha256, load_figures, load_models
-    from tgi_toolkit.simulate.uncertainty import FIT_FILE
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-write", action="store_true", help=f"do not write data/reference/{FIT_FILE}")

@@ -5,7 +5,7 @@ data/measured/gpu/<card>-<date>/):
 
 1. `profile-gpu`: the card's kernel times for the model's shapes (kernels/, tgi_toolkit.costs.profile);
 2. predictions, before anything is served: bench's batch table and closed-loop users simulated from the card's
-   datasheet (the roofline, tgi_toolkit.simulate.gpu) and from the kernel times just measured
+   datasheet (the roofline, tgi_toolkit.costs.roofline) and from the kernel times just measured
    (tgi_toolkit.costs.measured), each as bench's Results (predicted/roofline/, predicted/measured/);
 3. the engine served over HTTP (`tgi-toolkit serve --random-weights`, Llama-3.1-8B's shape; CUDA graphs at the
    batch sizes measured) and measured with the toolkit's own bench: the batch table (batch 1-64) and 1, 8 and 32

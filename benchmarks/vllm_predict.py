@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from tgi_toolkit import schema as S  # noqa: E402
 from tgi_toolkit.bench import api as bench  # noqa: E402
 from tgi_toolkit.config import LauncherConfig  # noqa: E402
+from tgi_toolkit.costs.load import load_cost_model  # noqa: E402
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, converted_model_dir, resolve_model  # noqa: E402
 from tgi_toolkit.scenarios.kinds import ConcurrencyScenario, RateScenario  # noqa: E402
 from tgi_toolkit.scenarios.plans import SharedPrefix  # noqa: E402
@@ -40,7 +41,6 @@ from tgi_toolkit.server import Server  # noqa: E402
 from tgi_toolkit.server.vllm import ARGS_VARIABLE, EXECUTABLE_VARIABLE  # noqa: E402
 from tgi_toolkit.simulate import api as sim  # noqa: E402
 from tgi_toolkit.simulate import profile  # noqa: E402
-from tgi_toolkit.simulate.costs import load_cost_model  # noqa: E402
 
 # -- declared before any run -----------------------------------------------------------------------------------------
 MAX_NUM_SEQS, MAX_MODEL_LEN, BLOCK_SIZE, NUM_GPU_BLOCKS = 8, 1024, 32, 80

@@ -54,12 +54,12 @@ sys.path.insert(0, str(ROOT))
 
 from tgi_toolkit.bench.prometheus import parse_prometheus  # noqa: E402
 from tgi_toolkit.config import LauncherConfig  # noqa: E402
+from tgi_toolkit.costs.load import load_cost_model  # noqa: E402
 from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, converted_model_dir, resolve_model  # noqa: E402
 from tgi_toolkit.router.vllm_v1 import VllmConfig  # noqa: E402
 from tgi_toolkit.server import Server  # noqa: E402
 from tgi_toolkit.server.vllm import ARGS_VARIABLE, EXECUTABLE_VARIABLE  # noqa: E402
 from tgi_toolkit.simulate import profile  # noqa: E402
-from tgi_toolkit.simulate.costs import load_cost_model  # noqa: E402
 from tgi_toolkit.simulate.drivers import OpenLoop, SimRequest  # noqa: E402
 from tgi_toolkit.simulate.events import Simulator  # noqa: E402
 

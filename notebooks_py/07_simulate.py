@@ -142,7 +142,7 @@ pd.concat([measured.points.assign(gpu="this machine (measured)")[["gpu", "users"
 # the same table (`model`).
 
 # %%
-from tgi_toolkit.simulate.uncertainty import accuracy_table
+from tgi_toolkit.costs.uncertainty import accuracy_table
 
 accuracy = accuracy_table()
 accuracy

@@ -17,7 +17,7 @@
 #    published figures it was not fitted to); candidates whose cost the error bars cannot order are **tied**.
 
 # %% tags=["parameters"]
-model = "codellama/CodeLlama-7b-Instruct-hf"  # a config.json path, a model directory, or a name in simulate.gpu.PUBLISHED_MODELS
+model = "codellama/CodeLlama-7b-Instruct-hf"  # a config.json path, a model directory, or a name in costs.roofline.PUBLISHED_MODELS
 rate = 10.0  # requests per second (Poisson); or set users instead and rate = None
 users = None  # parallel users (closed loop)
 prompt_tokens = 512

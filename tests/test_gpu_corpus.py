@@ -8,6 +8,9 @@ from collections import Counter
 
 import pytest
 
+from tgi_toolkit.costs.roofline import KERNEL_BOUNDS, roofline
+from tgi_toolkit.costs.server_profiles import HOST_BOUNDS
+from tgi_toolkit.costs.uncertainty import REGIMES, Uncertainty, load_fit, regime_of, uncertainty
 from tgi_toolkit.simulate.corpus import (
     FIGURES_FILE,
     corpus_dir,
@@ -16,9 +19,6 @@ from tgi_toolkit.simulate.corpus import (
     load_figures,
     load_models,
 )
-from tgi_toolkit.simulate.gpu import KERNEL_BOUNDS, roofline
-from tgi_toolkit.simulate.servers import HOST_BOUNDS
-from tgi_toolkit.simulate.uncertainty import REGIMES, Uncertainty, load_fit, regime_of, uncertainty
 
 LLAMA3_8B = "tests/data/configs/llama-3-8b.json"
 

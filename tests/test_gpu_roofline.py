@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.roofline import roofline
+from tgi_toolkit.costs.server_profiles import server_of
 from tgi_toolkit.simulate.corpus import Figure
 from tgi_toolkit.simulate.figures import simulated, steady
-from tgi_toolkit.simulate.gpu import roofline
-from tgi_toolkit.simulate.servers import server_of
 
 # A tiny Llama: per layer 4 x 1024^2 attention weights + 3 x 1024 x 4096 MLP weights + 2 x 1024 norm weights
 # = 16,779,264; two layers and the final norm 33,559,552; embeddings and an untied lm_head 1,024,000 each.
@@ -82,7 +82,7 @@ def test_an_mi300x_prefills_slower_than_an_h100_as_measured_though_its_datasheet
 
 
 def test_a_card_no_microbenchmark_measured_gets_the_typical_fraction_of_its_datasheet():
-    from tgi_toolkit.simulate.hardware import achievable
+    from tgi_toolkit.costs.hardware import achievable
 
     l4 = achievable("L4")
     # GEMM: the median of H100 794.5/989 = 0.80334 (twice: H200 is H100's) and A100 271.2/312 = 0.86923 (twice:
@@ -201,7 +201,7 @@ def test_a_chunking_server_pays_only_the_prompts_own_tokens_in_a_mixed_forward()
 
 def test_a_profile_carried_to_another_card_keeps_its_host_time_and_scales_its_kernels():
     from tgi_toolkit.costs.linear import LinearCostModel
-    from tgi_toolkit.simulate.transfer import transfer
+    from tgi_toolkit.costs.transfer import transfer
 
     measured = LinearCostModel(forward_s=0.004, context_token_s=1e-8, request_overhead_s=0.02)
     moved = transfer(measured, measured_on="A100-80GB", gpu="H100-80GB", model=TINY)

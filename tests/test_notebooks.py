@@ -402,7 +402,7 @@ def test_07_simulate(tmp_path) -> None:
     out = text(nb)
     assert "t = " in out  # the profile's formula
     # section 4: the GPU roofline's held-out errors, as gpu_fit.json holds them
-    from tgi_toolkit.simulate.uncertainty import load_fit
+    from tgi_toolkit.costs.uncertainty import load_fit
 
     loso = load_fit()["cross_validated"]["all"]
     assert f"Leave one source out: {loso['within_30']:.0%} of " in out and "the test set: " in out

@@ -62,7 +62,7 @@ def test_an_installed_wheel_reads_its_own_data(tmp_path: Path) -> None:
         print(load_reference("tgi-benchmark-mt0-xxl").batch["batch_size"].tolist())
         print(example_results_dir())
         print(len(load_results(example_results_dir()).points))
-        from tgi_toolkit.simulate.gpu import fitted_factors
+        from tgi_toolkit.costs.roofline import fitted_factors
         from tgi_toolkit.simulate.corpus import load_figures
         print(round(fitted_factors()["bandwidth_efficiency"], 6), len(load_figures()))
         from tgi_toolkit.config.shipped_models import shipped_config, shipped_models_dir

@@ -18,9 +18,9 @@ from tgi_toolkit import schema as S
 from tgi_toolkit.bench import load_results
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.linear import uniform_shape
+from tgi_toolkit.costs.load import load_cost_model
 from tgi_toolkit.router import SchedulerConfig
 from tgi_toolkit.simulate import LinearCostModel, fit_linear, roofline, run_concurrency
-from tgi_toolkit.simulate.costs import load_cost_model
 from tgi_toolkit.simulate.drivers import ClosedLoop, OpenLoop, SimRequest
 from tgi_toolkit.simulate.events import Simulator
 from tgi_toolkit.simulate.fit import fit_profile
@@ -404,7 +404,7 @@ def test_roofline_decode_is_memory_bound_as_worked_by_hand():
 
 def test_roofline_host_time_per_token_as_worked_by_hand():
     # Llama-2-7B prefill of 512 tokens on an H100 (measured: 794.5 TFLOP/s BF16 matmul, 2,970 GB/s copy; see
-    # simulate.hardware), all efficiencies 0.5:
+    # costs.hardware), all efficiencies 0.5:
     #   weights: 2 x (6,476,271,616 x 512 + 131,072,000) = 6,631,964,278,784 FLOPs -> / 397.25e12 = 16.6947 ms;
     #   attention: 512 x 513 / 2 = 131,328 pairs x 524,288 FLOPs = 68,853,694,464 -> / 397.25e12 = 0.1733 ms;
     #   memory: 13,476,831,232 B / 1,485e9 = 9.0753 ms, below the 16.8680 ms of compute;

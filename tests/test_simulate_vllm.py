@@ -132,9 +132,9 @@ def test_published_vllm_v1_figures_are_simulated_with_vllms_settings():
     # length limits (which a vLLM server refuses), and predicts within the corpus's usual spread.
     import math
 
+    from tgi_toolkit.costs.roofline import RooflineCostModel
     from tgi_toolkit.simulate.corpus import load_figures, load_models
     from tgi_toolkit.simulate.figures import simulated
-    from tgi_toolkit.simulate.gpu import RooflineCostModel
 
     figure = next(f for f in load_figures() if f.id == "n-dl-a100-q2-7b-burst10-1024-1024-tpot")
     cost = RooflineCostModel(figure.gpu, load_models()[figure.model_id], server="vllm-v1")
@@ -158,7 +158,7 @@ def test_a_calibrated_cost_model_brings_the_capacity_its_server_reported():
 
 
 def test_a_profile_carried_to_another_card_sizes_vllms_pool_on_that_card(l4_vllm):
-    from tgi_toolkit.simulate.transfer import transfer
+    from tgi_toolkit.costs.transfer import transfer
 
     carried = transfer(roofline("A100-80GB", LLAMA3, server="vllm-v1"), measured_on="A100-80GB", gpu="L4",
                        model=LLAMA3, server="vllm-v1")

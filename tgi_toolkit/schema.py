@@ -132,7 +132,7 @@ STALL_P99_GAP_S = "stall_p99_gap_s"  # p99 of those gaps, pooled
 STALL_BASELINE_GAP_S = "stall_baseline_gap_s"  # median gap of the same streams before the long prompt was sent
 LONG_PROMPT_TTFT_S = "long_prompt_ttft_s"  # the long prompt's TTFT, median over repeats
 # Simulated on a GPU roofline: how far such predictions fell from published figures they were not fitted to
-# (80th percentile of |predicted / published - 1|, leave-one-source-out; tgi_toolkit.simulate.uncertainty).
+# (80th percentile of |predicted / published - 1|, leave-one-source-out; tgi_toolkit.costs.uncertainty).
 # NaN for measured points and for cost models without a published corpus (a calibrated profile).
 PREDICTION_ERRORS = {"ttft": "ttft_prediction_error", "tpot": "tpot_prediction_error",
                      OUTPUT_THROUGHPUT: "throughput_prediction_error"}

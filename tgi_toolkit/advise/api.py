@@ -39,7 +39,7 @@ def advise(model: Any, *, rate: float | None = None, users: int | None = None, p
            output: str | Path | None = None, progress: bool = True, seed: int = 0,
            cost_model: str = "auto") -> Advice:
     """Rank deployments of `model` (config.json path, model directory, dict, or a name in
-    simulate.gpu.PUBLISHED_MODELS) for the traffic and objectives.
+    costs.roofline.PUBLISHED_MODELS) for the traffic and objectives.
 
     rate (requests/s, Poisson) or users (closed loop); prompt_tokens / max_new_tokens, or dataset (a file of
     prompt/output lengths); ttft / tpot: limits in seconds at `percentile`; gpus x shards x quantize: the
@@ -48,9 +48,9 @@ def advise(model: Any, *, rate: float | None = None, users: int | None = None, p
     configuration per candidate and advise.json; cost_model: how a GPU is priced, measured (kernel times from
     NVIDIA's operator database), roofline (the datasheet) or auto (measured where the database covers the card).
     """
+    from tgi_toolkit.costs.roofline import PUBLISHED_MODELS
     from tgi_toolkit.planner.shape import load_config
     from tgi_toolkit.progress import progress_bar
-    from tgi_toolkit.simulate.gpu import PUBLISHED_MODELS
 
     began = time.perf_counter()
     if ttft is None and tpot is None:

@@ -2,7 +2,7 @@
 the capacity planner before anything is simulated; those that cannot run are kept with the reason.
 
 A candidate is refused when
-- the card has no datasheet figures for the roofline (simulate.gpu.GPU_SPECS);
+- the card has no datasheet figures for the roofline (costs.roofline.GPU_SPECS);
 - it cannot run the quantization: fp8 needs FP8 tensor cores (Ada, Hopper), which the roofline's fp8 peak assumes;
 - the attention heads do not split over the shards (TGI refuses the sharding at start-up);
 - the planner says it does not fit (the weights, or one request's KV cache, or max_total_tokens).
@@ -68,8 +68,8 @@ def quantizations(values: Sequence[str | None]) -> list[str | None]:
 
 def gpu_kinds(values: Sequence[str]) -> list[str]:
     """Card names resolved as the planner resolves them; ValueError naming the cards with datasheet figures."""
+    from tgi_toolkit.costs.roofline import GPU_SPECS
     from tgi_toolkit.planner.gpus import resolve_gpu
-    from tgi_toolkit.simulate.gpu import GPU_SPECS
 
     out = []
     for value in values:

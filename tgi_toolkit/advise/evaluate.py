@@ -154,7 +154,7 @@ def _tune(evaluation: Evaluation, shared: Any, kv: Any, plan: Any, demand: Any, 
 
 
 def _uncertainties(cost: Any, rows: int) -> tuple[Any, Any]:
-    from tgi_toolkit.simulate.uncertainty import Uncertainty, uncertainty
+    from tgi_toolkit.costs.uncertainty import Uncertainty, uncertainty
 
     if hasattr(cost, "kernel_seconds"):  # the roofline: its regime's cross-validated error
         return uncertainty(cost, "ttft", rows=rows), uncertainty(cost, "tpot", rows=rows)

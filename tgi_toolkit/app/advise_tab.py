@@ -13,7 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from tgi_toolkit.simulate.gpu import GPU_SPECS, PUBLISHED_MODELS
+from tgi_toolkit.costs.roofline import GPU_SPECS, PUBLISHED_MODELS
 
 APP_MODEL = "SmolLM2-135M-Instruct (the app's model)"
 MODELS = (*PUBLISHED_MODELS, APP_MODEL)  # config.json fields the app has without a download

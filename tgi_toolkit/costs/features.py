@@ -1,5 +1,5 @@
 """The features one forward is priced from, below every cost model (tgi_toolkit.costs.linear's calibrated model,
-tgi_toolkit.simulate.gpu's roofline); the engine's forward trace (tgi_toolkit.engine.metrics) writes the same
+tgi_toolkit.costs.roofline's roofline); the engine's forward trace (tgi_toolkit.engine.metrics) writes the same
 features beside each forward's measured seconds."""
 
 from __future__ import annotations

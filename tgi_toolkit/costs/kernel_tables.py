@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tgi_toolkit.simulate.servers import version_tuple
+from tgi_toolkit.costs.server_profiles import version_tuple
 
 TABLES = {"gemm": ("gemm", "gemm_perf"), "context_attention": ("attention", "context_attention_perf"),
           "generation_attention": ("attention", "generation_attention_perf"),

@@ -152,7 +152,7 @@ def read_cost_json(path_or_dict: str | Path | Mapping[str, Any]) -> dict[str, An
 
 def load_linear(path_or_dict: str | Path | Mapping[str, Any]) -> LinearCostModel:
     """The calibrated model from its JSON file (or dict), each field checked; a ValueError names a wrong one.
-    (tgi_toolkit.simulate.costs.load_cost_model reads a roofline too.)"""
+    (tgi_toolkit.costs.load.load_cost_model reads a roofline too.)"""
     data = read_cost_json(path_or_dict)
     kind = data.get("kind", "linear")
     if kind != "linear":

@@ -9,10 +9,9 @@
     res = run_concurrency(h100, users=[10], prompt_tokens=1024, max_new_tokens=128, output="results/sim")
 
 Modules: events (virtual clock, SimBackend, the event loop), workloads (bench's scenarios as simulated
-clients), costs (reads a cost model of any kind), gpu (the roofline cost model of a GPU; the measured-kernel one is
-tgi_toolkit.costs.measured),
-calibrate (profiling a running server for the calibrated model), target (scheduler settings), record (results folders),
-api (run_* functions), cli (`tgi-toolkit simulate`).
+clients), calibrate (profiling a running server for the calibrated model), target (scheduler settings),
+record (results folders), api (run_* functions), cli (`tgi-toolkit simulate`). The cost models it runs (linear,
+roofline, measured kernels) are tgi_toolkit.costs'; it re-exports the ones a simulation starts from.
 """
 
 from __future__ import annotations
@@ -26,8 +25,9 @@ _LAZY = {
     "run_scenario": ".api", "kv_capacity": ".api", "SCENARIO_FUNCTIONS": ".api", "run_shared_prefix": ".api",
     "run_multi_turn": ".api", "run_decode_stall": ".api", "play_scenario": ".api",
     "LinearCostModel": "tgi_toolkit.costs.linear", "fit_linear": "tgi_toolkit.costs.linear",
-    "shape_of": "tgi_toolkit.costs.features", "Shape": "tgi_toolkit.costs.features", "load_cost_model": ".costs",
-    "RooflineCostModel": ".gpu", "roofline": ".gpu",
+    "shape_of": "tgi_toolkit.costs.features", "Shape": "tgi_toolkit.costs.features",
+    "load_cost_model": "tgi_toolkit.costs.load",
+    "RooflineCostModel": "tgi_toolkit.costs.roofline", "roofline": "tgi_toolkit.costs.roofline",
     "MeasuredCostModel": "tgi_toolkit.costs.measured", "gpu_cost_model": "tgi_toolkit.costs.measured",
     "profile": ".calibrate", "SimTarget": ".target", "make_target": ".target",
     "Simulator": ".events", "SimRequest": ".drivers", "VirtualClock": ".events",
@@ -36,7 +36,9 @@ _LAZY = {
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.costs.features import Shape, shape_of
     from tgi_toolkit.costs.linear import LinearCostModel, fit_linear
+    from tgi_toolkit.costs.load import load_cost_model
     from tgi_toolkit.costs.measured import MeasuredCostModel, gpu_cost_model
+    from tgi_toolkit.costs.roofline import RooflineCostModel, roofline
     from tgi_toolkit.simulate.api import (
         SCENARIO_FUNCTIONS,
         kv_capacity,
@@ -51,10 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
         run_shared_prefix,
     )
     from tgi_toolkit.simulate.calibrate import profile
-    from tgi_toolkit.simulate.costs import load_cost_model
     from tgi_toolkit.simulate.drivers import SimRequest
     from tgi_toolkit.simulate.events import Simulator, VirtualClock
-    from tgi_toolkit.simulate.gpu import RooflineCostModel, roofline
     from tgi_toolkit.simulate.target import SimTarget, make_target
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

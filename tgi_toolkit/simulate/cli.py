@@ -11,7 +11,7 @@ with bench's flags for it (`tgi-toolkit bench SCENARIO --help`); the server is a
 `--cost-model cost.json` (calibrated by `simulate profile`, or a saved roofline) or `--gpu NAME --model
 CONFIG_JSON [--num-shard N] [--quantize Q] [--server tgi-3]` (the roofline model, fitted to published figures;
 each prediction's cross-validated error is printed with it), or both: `--cost-model cost.json --measured-on A100
---gpu H100 --model CONFIG_JSON`, a profile measured on one card carried to another (tgi_toolkit.simulate.transfer).
+--gpu H100 --model CONFIG_JSON`, a profile measured on one card carried to another (tgi_toolkit.costs.transfer).
 Launcher flags after `--` set the
 scheduler (max_batch_prefill_tokens, max_batch_size, ...); ATTENTION, PREFIX_CACHING and PREFILL_CHUNKING
 are read from the environment as TGI reads them, or given with --attention / --[no-]prefix-caching /
@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tgi_toolkit.simulate.servers import DEFAULT_SERVER, SERVERS
+from tgi_toolkit.costs.server_profiles import DEFAULT_SERVER, SERVERS
 
 SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")
 
@@ -106,7 +106,7 @@ def _cost_model(ns: argparse.Namespace) -> Any:
             raise BenchError("--cost-model/--gpu", "a profile carried to another card needs the card it was "
                              "measured on, the card to predict and the model", "--cost-model COST_JSON "
                              "--measured-on GPU --gpu GPU --model CONFIG_JSON, or --cost-model alone")
-        from tgi_toolkit.simulate.transfer import transfer
+        from tgi_toolkit.costs.transfer import transfer
 
         try:
             return transfer(ns.cost_model, measured_on=ns.measured_on, gpu=ns.gpu, model=ns.model, **roof)
@@ -116,7 +116,7 @@ def _cost_model(ns: argparse.Namespace) -> Any:
         raise BenchError("--measured-on", "only with --cost-model and --gpu", "--cost-model COST_JSON "
                          "--measured-on GPU --gpu GPU --model CONFIG_JSON")
     if ns.cost_model:
-        from tgi_toolkit.simulate.costs import load_cost_model
+        from tgi_toolkit.costs.load import load_cost_model
 
         try:
             return load_cost_model(ns.cost_model)
@@ -199,7 +199,7 @@ def simulate_main(scenario: str, rest: list[str]) -> int:
 
 def uncertainty_lines(cost: Any, results: Any) -> list[str]:
     """How far to trust a GPU prediction: each metric's cross-validated error on published figures."""
-    from tgi_toolkit.simulate.uncertainty import uncertainty
+    from tgi_toolkit.costs.uncertainty import uncertainty
 
     if not hasattr(cost, "kernel_seconds"):
         return []

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tgi_toolkit.simulate.servers import server_of
+from tgi_toolkit.costs.server_profiles import server_of
 
 FIGURES_FILE = "gpu_figures.csv"
 MODELS_FILE = "gpu_models.json"
@@ -36,7 +36,7 @@ class Figure:
     model_id: str
     gpu: str
     num_gpus: int
-    server: str  # a servers.SERVERS profile
+    server: str  # a server_profiles.SERVERS profile
     dtype: str
     quantize: str | None
     batch_size: int | None

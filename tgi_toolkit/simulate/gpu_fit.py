@@ -1,7 +1,7 @@
 """Fitting the roofline to published figures, and measuring its error on figures it was not fitted to.
 
-The parameters are the kernel factors every GPU and server shares (gpu.KERNEL_BOUNDS) and each server
-generation's host terms (servers.HOST_BOUNDS), in log space within those bounds. The fit minimises the squared
+The parameters are the kernel factors every GPU and server shares (roofline.KERNEL_BOUNDS) and each server
+generation's host terms (server_profiles.HOST_BOUNDS), in log space within those bounds. The fit minimises the squared
 log ratio of predicted to published (the closed form of figures.steady), each figure weighted by one over the
 square root of its source's count so that one long table does not outvote eight blog posts, plus a prior that
 pulls each parameter towards its starting point (a factor of 1.5 for a kernel factor, of 3 for a host term is
@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from tgi_toolkit.costs.roofline import KERNEL_BOUNDS, KERNEL_PRIOR, RooflineCostModel, roofline
+from tgi_toolkit.costs.server_profiles import HOST_BOUNDS, HOST_TERMS, SERVERS
 from tgi_toolkit.simulate.corpus import Figure
 from tgi_toolkit.simulate.figures import simulated, steady
-from tgi_toolkit.simulate.gpu import KERNEL_BOUNDS, KERNEL_PRIOR, RooflineCostModel, roofline
-from tgi_toolkit.simulate.servers import HOST_BOUNDS, HOST_TERMS, SERVERS
 
 KERNEL_SIGMA = math.log(1.5)
 HOST_SIGMA = math.log(3.0)

@@ -50,7 +50,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tgi_toolkit.simulate.gpu import RooflineCostModel, roofline
+from tgi_toolkit.costs.roofline import RooflineCostModel, roofline
 
 SEED_000 = ("seed 000 (mt0-xxl-mt, TP 4) not simulated: an encoder-decoder model on TGI's padded Seq2SeqLM path, "
             "which the simulator does not drive, on GPUs the seed does not name")

@@ -40,7 +40,7 @@ def prediction_errors(cost: Any, workload: dict[str, Any]) -> dict[str, float]:
     out = dict.fromkeys(S.PREDICTION_ERRORS.values(), float("nan"))
     if not hasattr(cost, "kernel_seconds"):  # only the roofline is judged against published figures
         return out
-    from tgi_toolkit.simulate.uncertainty import uncertainty
+    from tgi_toolkit.costs.uncertainty import uncertainty
 
     rows = int(workload.get(S.USERS) or workload.get(S.BATCH_SIZE) or 2)  # a rate's batch is more than one
     for metric, column in S.PREDICTION_ERRORS.items():

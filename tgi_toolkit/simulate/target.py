@@ -31,10 +31,10 @@ from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.config.errors import ConfigError
 from tgi_toolkit.config.scheduling_mode import BLOCK_SIZES, resolve_mode
 from tgi_toolkit.costs.linear import CostModel
+from tgi_toolkit.costs.load import load_cost_model
+from tgi_toolkit.costs.server_profiles import DEFAULT_SERVER, SERVERS
 from tgi_toolkit.router import SchedulerConfig
 from tgi_toolkit.router.vllm_v1 import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, VllmConfig, serve_defaults
-from tgi_toolkit.simulate.costs import load_cost_model
-from tgi_toolkit.simulate.servers import DEFAULT_SERVER, SERVERS
 
 DEFAULT_PREFILL_TOKENS = 4096  # the launcher's default_optimal when its FLOPs formula cannot run (L1)
 
@@ -130,7 +130,8 @@ def make_target(cost_model: Any, config: Any = None, *, attention: str | None = 
                 prefix_caching: bool | None = None, chunking: bool | None = None,
                 environ: Mapping[str, str] | None = None, server: str | None = None) -> SimTarget:
     """A SimTarget from a cost model (object, JSON path or dict) and launcher settings (module docstring);
-    `server` (a servers.SERVERS profile) picks the scheduling rules, by default the roofline model's server's."""
+    `server` (a server_profiles.SERVERS profile) picks the scheduling rules, by default the roofline model's
+    server's."""
     if isinstance(cost_model, SimTarget):
         return cost_model
     cost = cost_model if hasattr(cost_model, "seconds") else load_cost_model(cost_model)

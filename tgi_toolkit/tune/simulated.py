@@ -62,8 +62,8 @@ def _spearman(a: Sequence[float], b: Sequence[float]) -> float:
 def simulate_configs(shared: Any, candidates: Sequence[dict[str, Any]], workload: Workload, cost_model: Any,
                      objectives: Objectives, *, backend: str = "embedded") -> pd.DataFrame:
     """Every candidate's points on the simulator, ranked by rank_configs (their real config ids and labels)."""
+    from tgi_toolkit.costs.load import load_cost_model
     from tgi_toolkit.simulate.api import _IGNORED, _RUN_OPTIONS, SCENARIO_FUNCTIONS
-    from tgi_toolkit.simulate.costs import load_cost_model
 
     cost = cost_model if hasattr(cost_model, "seconds") else load_cost_model(cost_model)
     function = SCENARIO_FUNCTIONS[workload.scenario]

@@ -19,7 +19,7 @@ from typing import Any
 
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.linear import CostModel
-from tgi_toolkit.simulate.gpu import RooflineCostModel
+from tgi_toolkit.costs.roofline import RooflineCostModel
 
 
 @dataclass
@@ -52,7 +52,7 @@ class TransferredCostModel:
         return {"kind": "transferred", "name": self.name, "measured_on": self.source.gpu, "gpu": self.target.gpu,
                 "server": self.target.server, "num_shard": self.target.num_shard,
                 "request_overhead_s": self.request_overhead_s, "measured": self.measured.describe(),
-                "source": {"rule": "host kept, kernels scaled by the datasheet ratio (tgi_toolkit.simulate.transfer)",
+                "source": {"rule": "host kept, kernels scaled by the datasheet ratio (tgi_toolkit.costs.transfer)",
                            "hardware": self.target.hardware()}}
 
 
@@ -60,9 +60,9 @@ def transfer(measured: Any, *, measured_on: str, gpu: str, model: Any, server: s
              num_shard: int = 1, dtype: str = "bfloat16", quantize: str | None = None) -> TransferredCostModel:
     """`measured` (a cost model, or its JSON path) carried from card `measured_on` to card `gpu` for `model`
     (config.json path or dict) served by `server` (default: the profile's, else tgi-3)."""
-    from tgi_toolkit.simulate.costs import load_cost_model
-    from tgi_toolkit.simulate.gpu import roofline
-    from tgi_toolkit.simulate.servers import DEFAULT_SERVER
+    from tgi_toolkit.costs.load import load_cost_model
+    from tgi_toolkit.costs.roofline import roofline
+    from tgi_toolkit.costs.server_profiles import DEFAULT_SERVER
 
     base = measured if hasattr(measured, "seconds") else load_cost_model(measured)
     server = server or DEFAULT_SERVER

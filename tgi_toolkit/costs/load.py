@@ -1,5 +1,5 @@
 """The cost models a simulation runs, read from their JSON by kind: the calibrated linear model
-(tgi_toolkit.costs.linear, which the engine's pacing reads too), a GPU's roofline (tgi_toolkit.simulate.gpu) or
+(tgi_toolkit.costs.linear, which the engine's pacing reads too), a GPU's roofline (tgi_toolkit.costs.roofline) or
 its measured kernel times (tgi_toolkit.costs.measured)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def load_cost_model(path_or_dict: str | Path | Mapping[str, Any]) -> CostModel:
 
         return MeasuredCostModel.from_dict(data)
     if kind == "roofline":
-        from tgi_toolkit.simulate.gpu import RooflineCostModel
+        from tgi_toolkit.costs.roofline import RooflineCostModel
 
         return RooflineCostModel.from_dict(data)
     if kind != "linear":

@@ -14,12 +14,12 @@
 - with `num_shard` N, compute and memory are divided by N and each layer adds two all-reduces of
   tokens x hidden activations: 2 x layers x (allreduce_latency_s + 2 (N-1)/N x bytes / (link x link_efficiency));
 - host = forward_overhead_s + row_overhead_s x rows + host_token_s x tokens: the server's own loop (a
-  `servers.ServerProfile`), serial with the GPU, neither scaled by the datasheet nor divided by N.
+  `server_profiles.ServerProfile`), serial with the GPU, neither scaled by the datasheet nor divided by N.
 
 The kernel factors are shared by every GPU and server; the host terms belong to the server generation. Both are
 fitted to published figures by benchmarks/gpu_accuracy.py, leaving one publication out at a time to measure
-the error (tgi_toolkit.simulate.uncertainty); the fit over all figures is data/reference/gpu_fit.json, read here.
-The datasheets and the microbenchmarks, with their sources, are in tgi_toolkit.simulate.hardware.
+the error (tgi_toolkit.costs.uncertainty); the fit over all figures is data/reference/gpu_fit.json, read here.
+The datasheets and the microbenchmarks, with their sources, are in tgi_toolkit.costs.hardware.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.hardware import GPU_SPECS, GpuSpec, achievable
+from tgi_toolkit.costs.server_profiles import DEFAULT_SERVER, HOST_HELP, server_profile
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, resolve_gpu
 from tgi_toolkit.planner.shape import ModelShape
-from tgi_toolkit.simulate.hardware import GPU_SPECS, GpuSpec, achievable
-from tgi_toolkit.simulate.servers import DEFAULT_SERVER, HOST_HELP, server_profile
 
 # Kernel factors, as fractions of what the card reaches in a microbenchmark (hardware.achievable), and their
 # physical range: no serving kernel beats a tuned GEMM or a copy loop, and none that a serving stack ships falls
@@ -58,14 +58,14 @@ INT4 = ("awq", "gptq", "marlin", "compressed-tensors")
 
 def fitted_factors() -> dict[str, float]:
     """The kernel factors of the fit over every published figure (gpu_fit.json), else the prior."""
-    from tgi_toolkit.simulate.uncertainty import load_fit
+    from tgi_toolkit.costs.uncertainty import load_fit
 
     return {**KERNEL_PRIOR, **(load_fit().get("factors") or {})}
 
 
 def fitted_host(server: str) -> dict[str, float]:
     """The server's fitted host terms (gpu_fit.json), else its profile's prior."""
-    from tgi_toolkit.simulate.uncertainty import load_fit
+    from tgi_toolkit.costs.uncertainty import load_fit
 
     profile = server_profile(server)
     return {**profile.host(), **((load_fit().get("servers") or {}).get(server) or {})}
@@ -88,7 +88,7 @@ PUBLISHED_MODELS: dict[str, dict[str, Any]] = {
 
 
 def fit_provenance() -> str:
-    from tgi_toolkit.simulate.uncertainty import FIT_FILE, load_fit
+    from tgi_toolkit.costs.uncertainty import FIT_FILE, load_fit
 
     fit = load_fit()
     if not fit:
@@ -262,7 +262,7 @@ class RooflineCostModel:
 def roofline(gpu: str, model: Any, *, num_shard: int = 1, dtype: str = "bfloat16", quantize: str | None = None,
              memory_fraction: float = 1.0, server: str = DEFAULT_SERVER, **efficiency: float) -> RooflineCostModel:
     """The roofline cost model of `model` (config.json path, model directory, dict, or a name in
-    PUBLISHED_MODELS) on `num_shard` x `gpu` served by `server` (a servers.SERVERS profile); `efficiency`
+    PUBLISHED_MODELS) on `num_shard` x `gpu` served by `server` (a server_profiles.SERVERS profile); `efficiency`
     overrides a fitted factor by name."""
     from tgi_toolkit.planner.shape import load_config
 
