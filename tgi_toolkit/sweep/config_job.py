@@ -42,7 +42,8 @@ def resources_for(config: LauncherConfig, backend: str, num_cpus: float = 1.0) -
     return {"num_cpus": float(num_cpus), "num_gpus": gpus}
 
 
-def _describe(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """An exception as a manifest's error: its type, then its message where it has one."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -123,9 +124,9 @@ def run_config(job: ConfigJob, folder: str | os.PathLike[str], entry: dict[str, 
                 save(entry)
                 break
             except Exception as exc:  # a sweep goes on: the next configuration may be fine
-                current.update(status="failed", error=_describe(exc), traceback=traceback.format_exc(limit=5))
+                current.update(status="failed", error=error_text(exc), traceback=traceback.format_exc(limit=5))
                 if not server.running:
-                    entry.update(error=f"server stopped during {workload.label}: {_describe(exc)}",
+                    entry.update(error=f"server stopped during {workload.label}: {error_text(exc)}",
                                  log_tail=server.logs(), resumable=True)
                     save(entry)
                     break

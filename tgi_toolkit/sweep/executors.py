@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tgi_toolkit.sweep.config_job import GPU_BACKENDS, ConfigJob, _describe, resources_for, run_config
+from tgi_toolkit.sweep.config_job import GPU_BACKENDS, ConfigJob, error_text, resources_for, run_config
 from tgi_toolkit.sweep.grid import SweepError
 from tgi_toolkit.sweep.manifest import Manifest, utc_now
 
@@ -228,7 +228,7 @@ class RayExecutor:
                 try:
                     out = ray.get(done[0])
                 except Exception as exc:  # the task itself failed (worker lost, unpicklable result)
-                    entry.update(status="failed", error=f"Ray task failed: {_describe(exc)}"[:4000],
+                    entry.update(status="failed", error=f"Ray task failed: {error_text(exc)}"[:4000],
                                  finished_at=utc_now())
                 else:
                     entry = out["entry"]

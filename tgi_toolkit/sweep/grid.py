@@ -44,7 +44,7 @@ class SweepError(ValueError):
     """
 
 
-def _stable(value: Any) -> Any:
+def json_shaped(value: Any) -> Any:
     """JSON-shaped copy (tuples and ranges become lists) so keys and manifests do not depend on spelling."""
     return json.loads(json.dumps(value, default=lambda v: list(v) if isinstance(v, (tuple, range, set)) else str(v)))
 
@@ -84,7 +84,7 @@ class Workload:
                                  f"{suggest(key, list(allowed))} (allowed: {', '.join(allowed)})")
         self.scenario = scenario
         self.name = name
-        self.params: dict[str, Any] = _stable(params)
+        self.params: dict[str, Any] = json_shaped(params)
         self.check()
 
     def check(self, limits: LaunchLimits | None = None) -> None:
@@ -190,7 +190,8 @@ def make_config(base: LauncherConfig, overrides: Mapping[str, Any], index: int =
     try:
         config = type(base)(**values)
     except ConfigError as exc:
-        ident = "x" + _short_hash({"base": base.to_dict(non_default_only=True), "overrides": _stable(overrides)})[:9]
+        asked = {"base": base.to_dict(non_default_only=True), "overrides": json_shaped(overrides)}
+        ident = "x" + _short_hash(asked)[:9]
         return SweepConfig(index, overrides, None, _problems(exc), ident, "")
     problems = [{"fields": list(p.fields), "rule": str(p)} for p in config.problems(env, backend=backend)]
     return SweepConfig(index, overrides, config, problems, provenance.config_id(config),

@@ -30,10 +30,9 @@ from tgi_toolkit.sweep.grid import (  # noqa: F401
     SweepError,
     SweepPlan,
     Workload,
-    _short_hash,
-    _stable,
     as_base,
     field_name,
+    json_shaped,
     make_config,
 )
 
@@ -76,13 +75,13 @@ class Sweep:
             values = list(values) if isinstance(values, (list, tuple, range)) else [values]
             if not values:
                 raise SweepError(f"grid: {key!r} has no values")
-            self.grid[field_name(key)] = _stable(values)
+            self.grid[field_name(key)] = json_shaped(values)
         self.extra_configs = [{field_name(k): v for k, v in dict(c).items()} for c in configs]
         self.workloads = [Workload.from_dict(w) for w in workloads]
         if not self.workloads:
             raise SweepError("workloads: a sweep needs at least one workload, e.g. "
                              "Workload('concurrency', users=[1, 4], prompt_tokens=64, max_new_tokens=16)")
-        self.options = _stable(dict(options or {}))
+        self.options = json_shaped(dict(options or {}))
         for key in self.options:
             if key in RESERVED_OPTIONS or key not in BENCH_OPTIONS:
                 raise SweepError(f"options: {key!r} is not a bench option for every workload"
@@ -144,7 +143,7 @@ class Sweep:
                                "server": {k: v for k, v in self.server.items() if k != "env"},
                                "output": str(self.output) if self.output is not None else None,
                                "executor": self.executor, "ray": self.ray}
-        return _stable(out)
+        return json_shaped(out)
 
     def to_yaml(self) -> str:
         import yaml
