@@ -10,7 +10,11 @@ data/measured/gpu/<card>-<date>/):
 3. the engine served over HTTP (`tgi-toolkit serve --random-weights`, Llama-3.1-8B's shape; CUDA graphs at the
    batch sizes measured) and measured with the toolkit's own bench: the batch table (batch 1-64) and 1, 8 and 32
    users (measured/);
-4. summary.json and summary.md: every point predicted beside measured, the decode step at batch 1 against the
+4. the engine's forwards alone (engine_forwards.json): the runner built in this process after the server has
+   gone, its prompt forwards of the batch table (one prompt; B - 1 prompts beside a decode row) and a one-row
+   decode step run eagerly, each timed (wall, with the card synchronised), profiled (the card's busy time per
+   operator) and counted (torch calls from Python): what a forward costs without HTTP, against its price;
+5. summary.json and summary.md: every point predicted beside measured, the decode step at batch 1 against the
    weights' read time at the measured copy bandwidth, and the provenance (card, driver, torch, CUDA).
 
 `--device cpu --tiny` runs the same steps on a toy random model in about a minute (CI:
@@ -21,6 +25,7 @@ that card's datasheet (the summary says so). docs/gpu-probe.md says how to run i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import math
@@ -111,7 +116,7 @@ def prepare_model(out: Path, config: dict[str, Any], tokenizer: Path | None) -> 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     if tokenizer is None:
-        from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model
+        from tgi_toolkit.models.files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model
 
         tokenizer = converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
@@ -150,7 +155,10 @@ def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str
     if kind == "roofline":
         cost = gpu_cost_model(card, config, cost_model="roofline", server=SERVER_PROFILE)
     else:
-        cost = gpu_cost_model(card, config, cost_model="measured", kernel_times=str(kernels), server=SERVER_PROFILE)
+        # the engine's own forward (costs.measured's `engine`): its prompt chunks attend one SDPA call each and its
+        # elementwise ops run unfused, unlike the fused kernels a TGI the profile stands for would run
+        cost = gpu_cost_model(card, config, cost_model="measured", kernel_times=str(kernels), server=SERVER_PROFILE,
+                              engine=True)
     if plan.get("kv_tokens"):
         cost = CappedKV(cost, plan["kv_tokens"])
     batch = simulate.run_batch(cost, batch_sizes=plan["batch_sizes"], sequence_length=plan["sequence_length"],
@@ -193,7 +201,10 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
     from tgi_toolkit.server import Server
 
     config = LauncherConfig.from_cli(["--model-id", str(model_dir), *flags])
-    env = {"TGI_TOOLKIT_DEVICE": device, "TGI_TOOLKIT_RANDOM_WEIGHTS": "1", "TGI_TOOLKIT_KV_CACHE_GIB": "0.25"}
+    # the forward trace: every forward's shape and seconds (the batch table's two prompt forwards a run apart, and
+    # the first of them while the front end takes in the others), which /metrics only sums every 0.25 s
+    env = {"TGI_TOOLKIT_DEVICE": device, "TGI_TOOLKIT_RANDOM_WEIGHTS": "1", "TGI_TOOLKIT_KV_CACHE_GIB": "0.25",
+           "TGI_TOOLKIT_FORWARD_TRACE": str(out / "forwards.jsonl")}
     started = time.perf_counter()
     with Server(config, log_path=out / "engine.log", env=env, health_timeout=health_timeout,
                 startup_progress=False) as server:
@@ -208,6 +219,119 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
                  for n in plan["users"]]
     return {"seconds_to_ready": round(ready_s, 1), "info": info, "batch": batch_rows(batch),
             "concurrency": [r for res in users for r in user_rows(res)]}
+
+
+def forward_shapes(plan: dict[str, Any]) -> list[tuple[str, int, bool]]:
+    """The forwards `engine_forwards` times: (label, prompts, with a decode row). A batch point of B prompts sent at
+    once is two prompt forwards (the first arrival alone, then the other B - 1 beside its first decode row: TGI 3's
+    rule B8, which the engine and the simulator follow); and the one-row decode step, eager."""
+    largest = max(plan["batch_sizes"])
+    shapes = [("prompt x1", 1, False)]
+    shapes += [(f"prompt x{b - 1} + decode row", b - 1, True) for b in sorted({min(8, largest), largest}) if b > 1]
+    return [*shapes, ("decode row", 0, True)]
+
+
+def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: Any | None,
+                    repeats: int = 3) -> list[dict[str, Any]]:
+    """The engine's forwards (`forward_shapes`) on its runner alone, built here on `device` from the random model:
+    each one's median wall time (the card synchronised), the card's busy time per operator (torch.profiler), the
+    torch calls made from Python (a TorchFunctionMode count: the host's share of an eager forward), and the cost
+    model's price for it (`cost`, or none). The prompt rows store their keys in the prefix pool, as the server's do."""
+    import statistics
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    from tgi_toolkit.costs.features import Shape, row_pairs
+    from tgi_toolkit.engine.model import load_random
+    from tgi_toolkit.engine.runner import LlamaRunner
+
+    class Calls(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    s = plan["sequence_length"]
+    loaded = load_random(str(model_dir), device=device)
+    rows = max(plan["batch_sizes"])
+    runner = LlamaRunner(loaded.model, max_rows=rows, max_positions=s + 2)
+    runner.enable_pool(rows * s)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    vocab = loaded.config.vocab_size
+
+    def once(prompts: int, decode: bool, mode: Any = None) -> float:
+        """One forward of this shape from empty rows; its wall seconds."""
+        seqs, inputs, store = [], [], []
+        if decode:  # a sequence with the prompt in its cache, decoding its next token
+            seq = runner.new_seq()
+            runner.forward([(seq, [(7 * j) % vocab for j in range(s)])])
+            seqs.append(seq)
+            inputs.append((seq, [1]))
+            store.append(None)
+        for i in range(prompts):
+            seq = runner.new_seq()
+            seqs.append(seq)
+            inputs.append((seq, [(i * s + j) % vocab for j in range(s)]))
+            store.append(list(range(i * s, (i + 1) * s)))
+        sync()
+        began = time.perf_counter()
+        with mode if mode is not None else contextlib.nullcontext():
+            runner.forward(inputs, None, store if prompts else None, [True] * len(inputs))
+            sync()
+        seconds = time.perf_counter() - began
+        for seq in reversed(seqs):
+            runner.release(seq)
+        return seconds
+
+    results = []
+    with torch.inference_mode():
+        for label, prompts, decode in forward_shapes(plan):
+            once(prompts, decode)  # warm: cuBLAS' and SDPA's first call at a shape
+            wall = statistics.median(once(prompts, decode) for _ in range(repeats))
+            calls = Calls()
+            once(prompts, decode, calls)
+            tokens = prompts * s + int(decode)
+            shape = Shape(prompts + int(decode), tokens, prompts * s + (s + 1) * int(decode),
+                          prompts * row_pairs(0, s) + (s + 1) * int(decode), prompts > 0, int(decode),
+                          (s + 1) * int(decode))
+            row: dict[str, Any] = {"forward": label, "prompts": prompts, "decode_rows": int(decode),
+                                   "tokens": tokens, "wall_ms": round(wall * 1e3, 3), "torch_calls": calls.n}
+            if cost is not None:
+                row["priced_ms"] = round(cost.seconds(shape) * 1e3, 3)
+                row["priced_kernels_ms"] = round(cost.kernel_seconds(shape) * 1e3, 3)
+            row.update(_profiled(lambda p=prompts, d=decode, m=None: once(p, d, m), device))
+            results.append(row)
+    runner = loaded = None  # the card's memory back before the summary is written
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return results
+
+
+def _profiled(run: Any, device: str) -> dict[str, Any]:
+    """One run under torch.profiler: the card's busy time (the operators' own device time summed), the host's
+    (their own CPU time) and the ten operators the card spent longest in; {} with the reason where it fails."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    try:
+        with profile(activities=activities) as prof:
+            run()
+        ops = prof.key_averages()
+        device_us = [(getattr(o, "self_device_time_total", 0.0) or 0.0) for o in ops]
+        top = sorted(zip(ops, device_us, strict=True), key=lambda pair: pair[1], reverse=True)[:10]
+        return {"device_busy_ms": round(sum(device_us) / 1e3, 3),
+                "host_ops_ms": round(sum(o.self_cpu_time_total for o in ops) / 1e3, 3),
+                "top_device_ops": [{"op": o.key, "calls": int(o.count), "device_ms": round(us / 1e3, 3)}
+                                   for o, us in top if us > 0]}
+    except Exception as exc:  # a profiler the machine lacks (CUPTI) must not cost the lease the timings
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return {"profiler_error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def ratios(predicted: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
@@ -257,6 +381,13 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
                              {})
                 cells += [str(ratio.get(m, "-")) for m in metrics]
             lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    forwards = summary.get("engine_forwards") or []
+    if forwards:
+        columns = ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "priced_ms", "priced_kernels_ms")
+        lines += ["## the engine's forwards alone (no HTTP)", "", "| " + " | ".join(columns) + " |",
+                  "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in forwards]
         lines.append("")
     for kind, reason in (summary.get("skipped") or {}).items():
         lines.append(f"- {kind}: {reason}")
@@ -338,7 +469,22 @@ def main(argv: list[str] | None = None) -> int:
     for kind, predicted in summary["predicted"].items():
         summary["ratios"][kind] = ratios(predicted, summary["measured"])
 
-    # 4. the decode step at batch 1 against the weights' read time
+    # 4. the engine's forwards alone, once the server (and its KV cache) has left the card
+    try:
+        cost = None
+        if "measured" in summary["predicted"]:
+            from tgi_toolkit.costs.measured import gpu_cost_model
+
+            cost = gpu_cost_model(card, str(model_dir / "config.json"), cost_model="measured",
+                                  kernel_times=str(kernels), server=SERVER_PROFILE, engine=True)
+        summary["engine_forwards"] = engine_forwards(model_dir, device, plan, cost)
+        (out / "engine_forwards.json").write_text(json.dumps(summary["engine_forwards"], indent=2) + "\n")
+        print(f"gpu_probe: the engine's forwards alone {summary['engine_forwards']}", flush=True)
+    except Exception as exc:  # the served measurements are in; this step must not cost them
+        summary["skipped"]["engine_forwards"] = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+
+    # 5. the decode step at batch 1 against the weights' read time
     bandwidth = copy_bandwidth(kernels)
     one = next((row for row in summary["measured"]["batch"] if row["batch_size"] == 1), None)
     if bandwidth and one:
@@ -372,7 +518,7 @@ def predict_again(out: Path, card: str | None) -> int:
 def _llama_8b() -> dict[str, Any]:
     """Llama-3.1-8B's shape: the shipped one (data/models/), its RoPE fields (which it leaves out) from the copy
     above."""
-    from tgi_toolkit.config.shipped_models import shipped_config
+    from tgi_toolkit.models.shipped import shipped_config
 
     shipped = shipped_config(MODEL) or {}
     return {**LLAMA_31_8B, **{k: v for k, v in shipped.items() if not k.startswith("_") and v is not None}}

@@ -38,6 +38,11 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
         assert [row["users"] for row in summary["ratios"][kind]["concurrency"]] == [1, 8]
     assert summary["weight_read"]["weight_bytes"] > 0 and "Decode step at batch 1" in (out / "summary.md").read_text()
     assert "Traceback" not in (out / "measured" / "engine.log").read_text()
+    # every forward the engine ran is traced, and its forwards were timed alone once the server had gone
+    assert (out / "measured" / "forwards.jsonl").stat().st_size > 0
+    assert [row["forward"] for row in summary["engine_forwards"]] == ["prompt x1", "prompt x7 + decode row",
+                                                                      "prompt x15 + decode row", "decode row"]
+    assert all(row["wall_ms"] > 0 and "priced_ms" in row for row in summary["engine_forwards"])
     # a folder brought back is predicted again here, from its own kernel times, plan and flags
     again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_probe.py"), "--predict-again", str(out)],
                            capture_output=True, text=True, timeout=300)
@@ -45,3 +50,28 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     redone = json.loads((out / "summary.json").read_text())
     assert "predicted_again" in redone and redone["measured"] == summary["measured"]
     assert [row["batch_size"] for row in redone["ratios"]["measured"]["batch"]] == [1, 4, 16]
+
+
+def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs_them(tmp_path):
+    """The probe's step 4 on a CPU: the batch table's two prompt forwards (the first prompt alone; B - 1 prompts
+    beside its first decode row) and a one-row decode step, each timed, counted and priced."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_probe
+
+    from tgi_toolkit.costs.features import Shape
+    from tgi_toolkit.costs.measured import gpu_cost_model
+
+    (tmp_path / "config.json").write_text(json.dumps(gpu_probe.TINY))
+    plan = {"batch_sizes": [1, 4], "sequence_length": 8}
+    cost = gpu_cost_model("H100", str(tmp_path / "config.json"), cost_model="measured", server="tgi-3", engine=True)
+    rows = gpu_probe.engine_forwards(tmp_path, "cpu", plan, cost, repeats=1)
+    assert [(r["forward"], r["prompts"], r["decode_rows"], r["tokens"]) for r in rows] == [
+        ("prompt x1", 1, 0, 8), ("prompt x3 + decode row", 3, 1, 25), ("decode row", 0, 1, 1)]
+    assert all(r["wall_ms"] > 0 for r in rows)
+    # 3 prompts of 8 tokens (36 causal pairs each) beside a row decoding at position 8 (context 9): 33 tokens of
+    # context, 3 x 36 + 9 = 117 pairs
+    mixed = Shape(4, 25, 33, 117.0, True, 1, 9)
+    assert rows[1]["priced_ms"] == round(cost.seconds(mixed) * 1e3, 3)
+    # the engine's Python calls grow with each prompt chunk it attends alone: more for 3 prompts than for 1
+    assert rows[1]["torch_calls"] > rows[0]["torch_calls"] > rows[2]["torch_calls"] > 0
+    assert "device_busy_ms" in rows[0] or "profiler_error" in rows[0]
