@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from tgi_toolkit.bench.prometheus import parse_prometheus  # noqa: E402
 from tgi_toolkit.config import LauncherConfig  # noqa: E402
 from tgi_toolkit.costs.load import load_cost_model  # noqa: E402
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, converted_model_dir, resolve_model  # noqa: E402
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model  # noqa: E402
 from tgi_toolkit.router.vllm_v1 import VllmConfig  # noqa: E402
 from tgi_toolkit.server import Server  # noqa: E402
 from tgi_toolkit.server.vllm import ARGS_VARIABLE, EXECUTABLE_VARIABLE  # noqa: E402
@@ -65,11 +65,9 @@ from tgi_toolkit.simulate.events import Simulator  # noqa: E402
 
 # -- the set-up and the trace, declared before any run -------------------------------------------------------------
 MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, MAX_MODEL_LEN, BLOCK_SIZE, NUM_GPU_BLOCKS = 4, 64, 256, 32, 11
-# (send time s, prompt tokens, max_tokens): one long prompt first (4 steps of chunks, while the others reach the
-# engine), five short requests, then four long ones that cannot all decode in 10 blocks.
-TRACE = [(0.00, 224, 16),
-         (0.01, 40, 48), (0.02, 48, 40), (0.03, 32, 56), (0.04, 40, 48), (0.05, 56, 32),
-         (0.06, 128, 96), (0.07, 112, 112), (0.08, 144, 80), (0.09, 120, 104)]
+# (prompt tokens, max_tokens), in the order they queue: one long prompt first (4 steps of chunks), five short
+# requests, then four long ones that cannot all decode in 10 blocks.
+TRACE = [(224, 16), (40, 48), (48, 40), (32, 56), (40, 48), (56, 32), (128, 96), (112, 112), (144, 80), (120, 104)]
 SEED = 40
 SCRAPE_S = 0.1
 PREEMPTION_FACTOR = 1.5
@@ -87,7 +85,7 @@ def prompts() -> list[list[int]]:
     """Each request's prompt as token ids: distinct random ids of the vocabulary's ordinary range (no prompt
     shares a block with another, so the prefix cache serves only a preempted request's own blocks)."""
     rng = random.Random(SEED)
-    return [[rng.randrange(1000, 40000) for _ in range(p)] for _, p, _ in TRACE]
+    return [[rng.randrange(1000, 40000) for _ in range(p)] for p, _ in TRACE]
 
 
 @dataclass
@@ -118,45 +116,54 @@ def scrape(client: httpx.Client, t0: float) -> State:
                  int(values.get("vllm:prompt_tokens_total", 0)))
 
 
-def play_real(server: Server, ids: list[list[int]]) -> tuple[list[State], list[dict], float]:
+def play_real(server: Server, ids: list[list[int]],
+              added: threading.Semaphore) -> tuple[list[State], list[dict], float]:
+    """TRACE on the real server: queued in order while its scheduler is paused, then released at t = 0."""
     model = server.info()["served_model_name"]
-    base = scrape(httpx.Client(base_url=server.url, timeout=30), 0.0)  # counters from before (the profile's)
+    control = httpx.Client(base_url=server.url, timeout=60)
+    base = scrape(control, 0.0)  # counters from before (the profile's)
     states: list[State] = []
     done = threading.Event()
     answers: list[dict] = [{} for _ in TRACE]
+    origin: list[float] = []
 
-    def scraper(t0: float) -> None:
+    def scraper() -> None:
         with httpx.Client(base_url=server.url, timeout=30) as client:
             while not done.is_set():
-                s = scrape(client, t0)
+                s = scrape(client, origin[0])
                 states.append(State(s.t, s.generated - base.generated, s.running, s.waiting,
                                     s.preemptions - base.preemptions, s.kv_blocks,
                                     s.prompt_tokens - base.prompt_tokens))
-                time.sleep(max(0.0, SCRAPE_S - (time.monotonic() - t0 - s.t)))
+                time.sleep(max(0.0, SCRAPE_S - (time.monotonic() - origin[0] - s.t)))
 
-    def send(i: int, t0: float) -> None:
-        delay = t0 + TRACE[i][0] - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        sent = time.monotonic() - t0
+    def send(i: int) -> None:
         with httpx.Client(base_url=server.url, timeout=600) as client:
-            r = client.post("/v1/completions", json={"model": model, "prompt": ids[i], "max_tokens": TRACE[i][2],
+            r = client.post("/v1/completions", json={"model": model, "prompt": ids[i], "max_tokens": TRACE[i][1],
                                                      "ignore_eos": True, "temperature": 0})
         r.raise_for_status()
         usage = r.json()["usage"]
-        answers[i] = {"sent": sent, "end": time.monotonic() - t0, "prompt_tokens": usage["prompt_tokens"],
+        answers[i] = {"end_s": round(time.monotonic() - origin[0], 3), "prompt_tokens": usage["prompt_tokens"],
                       "completion_tokens": usage["completion_tokens"]}
 
-    t0 = time.monotonic()
-    watcher = threading.Thread(target=scraper, args=(t0,), daemon=True)
-    watcher.start()
+    # keep: the scheduler schedules nothing and new requests wait in its queue, in the order they reach it
+    control.post("/pause", params={"mode": "keep"}).raise_for_status()
     with ThreadPoolExecutor(len(TRACE)) as pool:
-        for f in [pool.submit(send, i, t0) for i in range(len(TRACE))]:
+        futures = []
+        for i in range(len(TRACE)):
+            futures.append(pool.submit(send, i))
+            if not added.acquire(timeout=120):  # vLLM's "Added request" line: it is in the engine's queue
+                raise RuntimeError(f"request {i} was not added to vLLM's engine within 120 s")
+        origin.append(time.monotonic())
+        watcher = threading.Thread(target=scraper, daemon=True)
+        watcher.start()
+        control.post("/resume").raise_for_status()
+        for f in futures:
             f.result()
-    duration = time.monotonic() - t0
+    duration = time.monotonic() - origin[0]
     time.sleep(2 * SCRAPE_S)  # the last step's state
     done.set()
     watcher.join()
+    control.close()
     return states, answers, duration
 
 
@@ -165,7 +172,7 @@ def play_sim(cost, ids: list[list[int]]) -> tuple[list[State], float]:
     config = VllmConfig(num_gpu_blocks=NUM_GPU_BLOCKS, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
                         max_num_seqs=MAX_NUM_SEQS, max_model_len=MAX_MODEL_LEN, block_size=BLOCK_SIZE)
     sim = Simulator(config, cost, scrape_interval=SCRAPE_S, seed=SEED)
-    requests = [SimRequest(list(p), out) for p, (_, _, out) in zip(ids, TRACE, strict=True)]
+    requests = [SimRequest(list(p), out) for p, (_, out) in zip(ids, TRACE, strict=True)]
     states = [State(0.0, 0, 0, 0, 0, 0)]
     tokens = {"generated": 0, "prompt": 0, "preemptions": 0}
     # vLLM counts a preemption (vllm:num_preemptions) from the PREEMPTED event its request carries, and a request
@@ -196,7 +203,8 @@ def play_sim(cost, ids: list[list[int]]) -> tuple[list[State], float]:
     sim.backend.on_forward = on_forward
     sim.observer.batch_state = batch_state
     sim.observer.preempted = on_preempted
-    end = sim.run(OpenLoop(requests, [t for t, _, _ in TRACE]), requests)
+    # sent before the clock starts (as vLLM's were, while it was paused): at the first step all wait, in order
+    end = sim.run(OpenLoop(requests, [-1.0] * len(requests)), requests)
     return states, end
 
 
@@ -208,7 +216,7 @@ def by_progress(real: list[State], sim: list[State]) -> tuple[int, int, list[str
     compared = matched = 0
     misses = []
     for r in real:
-        if r.generated == 0 or r.generated >= sum(out for _, _, out in TRACE):
+        if r.generated == 0 or r.generated >= sum(out for _, out in TRACE):
             continue  # before the first token (arrivals) and after the last (nothing left to schedule)
         compared += 1
         keys = {s.key() for s in at.get(r.generated, [])}
@@ -239,15 +247,23 @@ def main() -> int:
     config = LauncherConfig(model_id=str(model_dir), max_total_tokens=MAX_MODEL_LEN,
                             max_batch_size=MAX_NUM_SEQS, max_batch_prefill_tokens=MAX_NUM_BATCHED_TOKENS,
                             dtype="bfloat16", usage_stats="off", cuda_graphs=[0])
-    env = {EXECUTABLE_VARIABLE: args.vllm, "VLLM_CPU_KVCACHE_SPACE": "1",
-           ARGS_VARIABLE: f"--block-size {BLOCK_SIZE} --num-gpu-blocks-override {NUM_GPU_BLOCKS}"}
+    # VLLM_SERVER_DEV_MODE: vLLM's /pause and /resume; --enable-log-requests: "Added request" once in its engine
+    env = {EXECUTABLE_VARIABLE: args.vllm, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1",
+           ARGS_VARIABLE: f"--block-size {BLOCK_SIZE} --num-gpu-blocks-override {NUM_GPU_BLOCKS} --enable-log-requests"}
+    added = threading.Semaphore(0)
+    counting = threading.Event()  # the profile's requests are not the trace's
+
+    def on_log(line: str) -> None:
+        if counting.is_set() and "Added request" in line:
+            added.release()
+
     print(f"vLLM: {args.vllm}; --max-num-seqs {MAX_NUM_SEQS} --max-num-batched-tokens {MAX_NUM_BATCHED_TOKENS} "
           f"--max-model-len {MAX_MODEL_LEN} --block-size {BLOCK_SIZE} --num-gpu-blocks-override {NUM_GPU_BLOCKS}")
-    print("trace (send s, prompt, max_tokens):", TRACE)
+    print("trace (prompt, max_tokens), in this order:", TRACE)
     started = time.monotonic()
-    with Server(config, backend="vllm", env=env, health_timeout=900, startup_progress=False) as server:
+    with Server(config, backend="vllm", env=env, health_timeout=900, startup_progress=False, on_log=on_log) as server:
         print(f"server healthy in {time.monotonic() - started:.0f} s; vLLM {server.facts.get('version')}, "
-              f"logged KV cache {server.kv_cache_tokens} tokens")
+              f"logged KV cache {server.kv_capacity_tokens} tokens")
         if args.cost:
             cost = load_cost_model(args.cost)
         else:
@@ -255,7 +271,8 @@ def main() -> int:
             out = RESULTS / "vllm_replay_profile.json"
             cost = profile(server, **PROFILE_GRID, output=str(out))
             print(f"profiled in {time.monotonic() - t:.0f} s -> {out.relative_to(ROOT)}")
-        real, answers, real_end = play_real(server, ids)
+        counting.set()
+        real, answers, real_end = play_real(server, ids, added)
     sim, sim_end = play_sim(cost, ids)
 
     # -- by time, interval by interval
