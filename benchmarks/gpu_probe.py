@@ -20,6 +20,9 @@ data/measured/gpu/<card>-<date>/):
 `--device cpu --tiny` runs the same steps on a toy random model in about a minute (CI:
 tests/test_gpu_probe.py). A CPU has no datasheet: pass `--card H100` to run the predictions' code anyway, for
 that card's datasheet (the summary says so). docs/gpu-probe.md says how to run it on a lent GPU in one call.
+
+One module past 400 lines because it is one script for one lease: every step is carried to the lent machine as
+this file with the working tree, and its steps share the plan, the folder and the summary they fill.
 """
 
 from __future__ import annotations
