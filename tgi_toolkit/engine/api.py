@@ -15,20 +15,12 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from tgi_toolkit.engine import render
 from tgi_toolkit.engine.errors import OVERLOADED, ApiError, install_error_handlers
 from tgi_toolkit.engine.events import Event, Finish, GenerationError
 from tgi_toolkit.engine.infer import Engine
 from tgi_toolkit.engine.metrics import Metrics
 from tgi_toolkit.engine.middleware import BearerAuth, PayloadLimit
-from tgi_toolkit.engine.render import (
-    OPENAI_FINISH,
-    details_json,
-    openai_logprob,
-    single_event,
-    sse,
-    timing_headers,
-    token_json,
-)
 from tgi_toolkit.engine.schemas import (
     ChatRequest,
     CompatGenerateRequest,
@@ -140,8 +132,8 @@ class Api:
             self._release()
         payload: dict[str, Any] = {"generated_text": finish.generated_text}
         if valid.details:
-            payload["details"] = details_json(finish, others)
-        return JSONResponse(payload, headers=timing_headers(finish, started, validated))
+            payload["details"] = render.details_json(finish, others)
+        return JSONResponse(payload, headers=render.timing_headers(finish, started, validated))
 
     async def _best_of(self, valid: ValidRequest, started: float) -> tuple[Finish, list[Finish]]:
         runs = await asyncio.gather(*(self._generate(valid, started) for _ in range(valid.best_of)))
@@ -171,24 +163,24 @@ class Api:
             valid, started = self._open_stream(body.inputs, body.parameters)
         except ApiError as err:
             # TGI answers a stream with 200 and an error event, whatever went wrong.
-            return StreamingResponse(single_event(sse(err.body())), media_type="text/event-stream")
+            return StreamingResponse(render.single_event(render.sse(err.body())), media_type="text/event-stream")
 
         async def events() -> AsyncIterator[bytes]:
             try:
                 async for event in self._stream_events(valid, started):
-                    yield sse(self._stream_payload(valid, event))
+                    yield render.sse(self._stream_payload(valid, event))
             except GenerationError as exc:
                 self.metrics.request_failure.labels(err="generation").inc()
-                yield sse({"error": f"Request failed during generation: {exc}", "error_type": "generation"})
+                yield render.sse({"error": f"Request failed during generation: {exc}", "error_type": "generation"})
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"x-compute-type": "cpu", "x-accel-buffering": "no"})
 
     @staticmethod
     def _stream_payload(valid: ValidRequest, event: Event) -> dict[str, Any]:
-        payload: dict[str, Any] = {"index": event.index, "token": token_json(event.token)}
+        payload: dict[str, Any] = {"index": event.index, "token": render.token_json(event.token)}
         if event.top_tokens:
-            payload["top_tokens"] = [token_json(t) for t in event.top_tokens]
+            payload["top_tokens"] = [render.token_json(t) for t in event.top_tokens]
         payload["generated_text"] = None
         payload["details"] = None
         if event.finish is not None:
@@ -284,12 +276,12 @@ class Api:
             self._release()
         choices = []
         for i, f in enumerate(finishes):
-            choice: dict[str, Any] = {"index": i, "logprobs": None, "finish_reason": OPENAI_FINISH[f.reason]}
+            choice: dict[str, Any] = {"index": i, "logprobs": None, "finish_reason": render.OPENAI_FINISH[f.reason]}
             if chat:
                 choice["message"] = {"role": "assistant", "content": f.generated_text}
                 if params.top_n_tokens:
-                    choice["logprobs"] = {"content": [openai_logprob(t, top) for t, top in
-                                                      zip(f.tokens, f.top_tokens, strict=True)]}
+                    choice["logprobs"] = {"content": [render.openai_logprob(t, top) for t, top in
+                                                             zip(f.tokens, f.top_tokens, strict=True)]}
             else:
                 choice["text"] = f.generated_text
             choices.append(choice)
@@ -310,24 +302,24 @@ class Api:
         try:
             async for event in self._stream_events(valid, started):
                 finish = event.finish
-                reason = OPENAI_FINISH[finish.reason] if finish else None
+                reason = render.OPENAI_FINISH[finish.reason] if finish else None
                 text = "" if event.token.special else event.token.text
                 if chat:
                     choice: dict[str, Any] = {"index": 0, "delta": {"role": "assistant", "content": text},
                                               "logprobs": None, "finish_reason": reason}
                 else:
                     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-                yield sse({"id": ident, "object": obj, "created": created, "model": model,
-                           "system_fingerprint": fingerprint, "choices": [choice]})
+                yield render.sse({"id": ident, "object": obj, "created": created, "model": model,
+                                  "system_fingerprint": fingerprint, "choices": [choice]})
                 if finish is not None:
                     usage = {"prompt_tokens": finish.input_length, "completion_tokens": finish.generated_tokens,
                              "total_tokens": finish.input_length + finish.generated_tokens}
         except GenerationError as exc:
-            yield sse({"error": f"Request failed during generation: {exc}", "error_type": "generation"})
+            yield render.sse({"error": f"Request failed during generation: {exc}", "error_type": "generation"})
             return
         if usage is not None and body.stream_options and body.stream_options.include_usage:
-            yield sse({"id": ident, "object": obj, "created": created, "model": model,
-                       "system_fingerprint": fingerprint, "choices": [], "usage": usage})
+            yield render.sse({"id": ident, "object": obj, "created": created, "model": model,
+                              "system_fingerprint": fingerprint, "choices": [], "usage": usage})
         # huggingface_hub matches the sentinel with the space: `data: [DONE]`.
         yield b"data: [DONE]\n\n"
 
