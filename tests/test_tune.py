@@ -3,6 +3,7 @@ search space and its rounds, and one small real tuning run against the embedded 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -158,8 +159,9 @@ def test_objectives_are_checked():
 
 def test_result_saves_as_tune_json_and_reads_back(tmp_path):
     points = frame([point("a", 4, 0.5, 0.08, 3.5, 90), point("b", 4, 0.4, 0.2, 3.0, 100)], "points")
-    result = choose(points, LIMITS, configs=[entry("a", max_batch_size=4), entry("b", max_batch_size=8)])
-    result.base = {"max_input_tokens": 16, "max_total_tokens": 20, "api_key": "***"}
+    result = dataclasses.replace(choose(points, LIMITS, configs=[entry("a", max_batch_size=4),
+                                                                 entry("b", max_batch_size=8)]),
+                                 base={"max_input_tokens": 16, "max_total_tokens": 20, "api_key": "***"})
     path = result.save(tmp_path)
     assert path == tmp_path / "tune.json" and json.loads(path.read_text())["met"] is True
     again = load_tune(tmp_path)

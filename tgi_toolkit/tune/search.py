@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,8 +37,8 @@ import pandas as pd
 from tgi_toolkit import schema as S
 from tgi_toolkit.sweep.spec import Sweep, Workload, as_base, make_config
 from tgi_toolkit.tune.select import MEETS, Objectives, TuneResult, choose, config_row, rank_configs
-from tgi_toolkit.tune.sizing import kv_sizing, plan_for, tuned_base, workload_demand
-from tgi_toolkit.tune.space import DEFAULT_KNOBS, KV_KNOB, Knob, build_space, repair
+from tgi_toolkit.tune.setup import TuningSetup, searched_workload, server_env
+from tgi_toolkit.tune.space import DEFAULT_KNOBS, KV_KNOB, Knob
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.config import LauncherConfig
@@ -93,17 +92,19 @@ def refine(space: Mapping[str, Knob], center: Mapping[str, Any], tried: Sequence
     return out
 
 
-def _label(overrides: Mapping[str, Any]) -> str:
+def overrides_label(overrides: Mapping[str, Any]) -> str:
+    """A candidate's name in a tuning's rounds and tables: its overrides, or "base"."""
     return ",".join(f"{k}={v}" for k, v in overrides.items()) or "base"
 
 
-def _entries(folder: Path, config_ids: set[str]) -> list[dict[str, Any]]:
+def manifest_entries(folder: Path, config_ids: set[str]) -> list[dict[str, Any]]:
+    """The sweep manifest's entries of these configurations in `folder`."""
     from tgi_toolkit.sweep.manifest import load_manifest
 
     return [e for e in load_manifest(folder).get("configs", []) if e["config_id"] in config_ids]
 
 
-def _points(folder: Path, entries: Sequence[Mapping[str, Any]], workload: Workload) -> pd.DataFrame:
+def workload_points(folder: Path, entries: Sequence[Mapping[str, Any]], workload: Workload) -> pd.DataFrame:
     """The points `workload` measured for these configurations (other runs in the folder are left out)."""
     from tgi_toolkit.bench.results import load_results
 
@@ -125,7 +126,7 @@ def _confirm(folder: Path, base: LauncherConfig, backend: str, server: Mapping[s
     if entry.get("workloads", {}).get(again.key, {}).get("status") != "complete":
         job = ConfigJob(made.config_id, made.label, made.config, backend, [searched, again], dict(server))
         entry = run_config(job, folder, entry, save=manifest.put, progress=progress)
-    points = _points(folder, [entry], again)
+    points = workload_points(folder, [entry], again)
     if points.empty:
         record = entry.get("workloads", {}).get(again.key, {})
         return {MEETS: False, "error": record.get("error") or entry.get("error")}
@@ -158,19 +159,13 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
         raise ValueError("objectives: give ttft_s and/or tpot_s (seconds at the percentile) to tune for")
     if max_configs < 1 or rounds < 1 or levels < 2:
         raise ValueError("max_configs and rounds must be >= 1, levels >= 2")
-    base_config = as_base(base)
     workload = Workload.from_dict(workload)
-    demand = workload_demand(workload)
     server = dict(server or {})
-    # The server's environment, as the sweep gives it (KV space, scheduling mode): the arithmetic must be its.
-    env = {**os.environ, **{str(k): str(v) for k, v in (server.get("env") or {}).items()}}
-    plan = plan_for(base_config, backend, demand, model_config=model_config, gpu=gpu, env=env)
-    shared = tuned_base(base_config, plan)
-    kv = kv_sizing(shared, backend, demand, plan, model_config=model_config, gpu=gpu, env=env)
-    knob_space = build_space(shared, demand, plan, knobs, space, kv=kv)
-    slo = {k: v for k, v in (("slo_ttft_s", objectives.ttft_s), ("slo_tpot_s", objectives.tpot_s)) if v is not None}
-    # The objectives define goodput: they win over any SLO the workload carried.
-    searched = Workload(workload.scenario, name=workload.name, **{**workload.params, **slo})
+    setup = TuningSetup.prepare(as_base(base), backend, workload, model_config=model_config, gpu=gpu,
+                                env=server_env(server))
+    shared, plan, kv = setup.base, setup.plan, setup.kv
+    knob_space = setup.space(knobs, space)
+    searched = searched_workload(workload, objectives)
     folder = Path(output).resolve()
 
     # The coarse round starts from what the planner would launch for this workload.
@@ -189,7 +184,7 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
     for number in range(1, rounds + 1):
         new = []
         for candidate in candidates:
-            fixed = repair(candidate, shared, kv)
+            fixed = setup.repair(candidate)
             if fixed not in tried and fixed not in new:
                 new.append(fixed)
         new = new[:max_configs - len(tried)]
@@ -200,10 +195,11 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
         Sweep(shared, workloads=[searched], configs=tried, backend=backend, server=server,
               name=f"tune round {number}").run(folder, resume=resume, progress=progress, executor=executor)
         ids = {make_config(shared, c).config_id for c in tried}
-        entries = _entries(folder, ids)
-        result = choose(_points(folder, entries, searched), objectives, configs=entries, knobs=list(knob_space))
+        entries = manifest_entries(folder, ids)
+        result = choose(workload_points(folder, entries, searched), objectives, configs=entries,
+                        knobs=list(knob_space))
         center = result.best or result.closest
-        history.append({"round": number, "kind": kind, "configs": [_label(c) for c in new],
+        history.append({"round": number, "kind": kind, "configs": [overrides_label(c) for c in new],
                         "center": center["label"] if center else None})
         if center is None:
             break
@@ -211,10 +207,11 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
     if result is None:  # pragma: no cover - the coarse round always has a candidate
         raise ValueError("nothing to try: the search space is empty")
 
-    if result.best is not None and confirm > 0:
+    best, table = result.best, result.table
+    if best is not None and confirm > 0:
         again = Workload(searched.scenario, name=searched.name,
                          **{**searched.params, "seed": int(searched.params.get("seed", 0)) + 1})
-        meeting = [r for _, r in result.table.iterrows() if r[MEETS]][:confirm]
+        meeting = [r for _, r in table.iterrows() if r[MEETS]][:confirm]
         confirmations = []
         for row in meeting:
             overrides = next(e["overrides"] for e in entries if e["config_id"] == row[S.CONFIG_ID])
@@ -223,24 +220,15 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
             if check[MEETS]:
                 break
         row, check = next(((r, c) for r, c in confirmations if c[MEETS]), confirmations[0])
-        if row[S.CONFIG_ID] != result.best[S.CONFIG_ID]:  # the first winner did not hold; the next one did
-            result.best = config_row(result.table, row[S.CONFIG_ID], entries)
-        result.best["confirmation"] = check
+        if row[S.CONFIG_ID] != best[S.CONFIG_ID]:  # the first winner did not hold; the next one did
+            best = config_row(table, row[S.CONFIG_ID], entries)
+        best = {**best, "confirmation": check}
         history.append({"round": len(history) + 1, "kind": "confirmation (seed + 1)",
-                        "configs": [r["label"] for r, _ in confirmations], "center": result.best["label"]})
-        if S.CONFIG_ID in result.table:
-            result.table["confirmed"] = result.table[S.CONFIG_ID].map(
-                {r[S.CONFIG_ID]: c[MEETS] for r, c in confirmations})
+                        "configs": [r["label"] for r, _ in confirmations], "center": best["label"]})
+        if S.CONFIG_ID in table:
+            table = table.assign(confirmed=table[S.CONFIG_ID].map({r[S.CONFIG_ID]: c[MEETS] for r, c in confirmations}))
 
-    result.base = shared.to_dict(non_default_only=True, redact=True)
-    result.base_config = shared
-    result.backend = backend
-    result.workload = searched.to_dict()
-    result.space = {n: k.to_dict() for n, k in knob_space.items()}
-    record = plan.to_dict()
-    result.plan = {k: record[k] for k in ("model", "gpu", "dtype", "quantize", "kv_capacity_tokens", "concurrent_users",
-                                          "tokens_per_request", "max_input_tokens", "max_total_tokens",
-                                          "max_batch_prefill_tokens", "max_batch_size", "steps")}
-    result.rounds = history
+    result = setup.result(result, searched, knob_space, history, folder, best=best, table=table,
+                          plan=setup.plan_record())
     result.save(folder)
     return result

@@ -186,7 +186,7 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return json.loads(df.to_json(orient="records", default_handler=str))
 
 
-@dataclass
+@dataclass(frozen=True)
 class TuneResult:
     """What tuning found: the configuration to use, the trade-offs, and how the search went.
 
@@ -194,6 +194,8 @@ class TuneResult:
     launcher settings), None when none did; closest: then the configuration nearest to meeting
     them. table: every configuration tried, ranked (rank_configs). pareto: the operating points on
     the latency/throughput frontier (pareto_points). Saved as tune.json beside the results.
+    Frozen: `choose` ranks points into one, a tuner builds its final one whole (dataclasses.replace)
+    with the search's set-up, rounds and where it is saved.
     """
 
     objectives: Objectives
@@ -209,6 +211,7 @@ class TuneResult:
     path: Path | None = None
     backend: str = "embedded"
     base_config: Any = None  # the LauncherConfig itself (secrets included), when in memory
+    simulation: dict[str, Any] | None = None  # tune --simulate: how its ranking agreed (simulation.json)
 
     @property
     def met(self) -> bool:
@@ -276,12 +279,12 @@ class TuneResult:
                 "pareto": _records(self.pareto)}
 
     def save(self, folder: str | Path) -> Path:
-        """Write tune.json into `folder` (beside the sweep's results); returns its path."""
+        """Write tune.json into `folder` (beside the sweep's results); returns its path (a tuner builds its
+        result with that `path`)."""
         path = Path(folder) / TUNE_FILE
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str))
         tmp.replace(path)
-        self.path = path
         return path
 
     def __str__(self) -> str:

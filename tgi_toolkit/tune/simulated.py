@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,10 +26,10 @@ import pandas as pd
 
 from tgi_toolkit import schema as S
 from tgi_toolkit.sweep.spec import Sweep, Workload, as_base, make_config
-from tgi_toolkit.tune.search import _entries, _label, _points
+from tgi_toolkit.tune.search import manifest_entries, overrides_label, workload_points
 from tgi_toolkit.tune.select import Objectives, TuneResult, choose, rank_configs
-from tgi_toolkit.tune.sizing import kv_sizing, plan_for, tuned_base, workload_demand
-from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob, build_space, repair
+from tgi_toolkit.tune.setup import TuningSetup, searched_workload, server_env
+from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob
 
 
 def widen(knob: Knob, levels: int) -> Knob:
@@ -63,19 +62,19 @@ def simulate_configs(shared: Any, candidates: Sequence[dict[str, Any]], workload
                      objectives: Objectives, *, backend: str = "embedded") -> pd.DataFrame:
     """Every candidate's points on the simulator, ranked by rank_configs (their real config ids and labels)."""
     from tgi_toolkit.costs.load import load_cost_model
-    from tgi_toolkit.simulate.api import _IGNORED, _RUN_OPTIONS, SCENARIO_FUNCTIONS
+    from tgi_toolkit.simulate.api import IGNORED_OPTIONS, RUN_OPTIONS, SCENARIO_FUNCTIONS
 
     cost = cost_model if hasattr(cost_model, "seconds") else load_cost_model(cost_model)
     function = SCENARIO_FUNCTIONS[workload.scenario]
     import inspect
 
-    accepted = set(inspect.signature(function).parameters) | set(_RUN_OPTIONS) | set(_IGNORED)
+    accepted = set(inspect.signature(function).parameters) | set(RUN_OPTIONS) | set(IGNORED_OPTIONS)
     params = {k: v for k, v in workload.params.items() if k in accepted}
     rows = []
     configs = []
     for overrides in candidates:
         made = make_config(shared, overrides, backend=backend)
-        configs.append({"config_id": made.config_id, "label": _label(overrides), "overrides": overrides})
+        configs.append({"config_id": made.config_id, "label": overrides_label(overrides), "overrides": overrides})
         if not made.valid:  # broke a launcher rule: the real server would refuse it too
             continue
         run = function(cost, config=made.config, light=True, **params)
@@ -99,20 +98,16 @@ def tune_simulated(base: Any, workload: Workload | Mapping[str, Any], objectives
         raise ValueError("objectives: give ttft_s and/or tpot_s (seconds at the percentile) to tune for")
     if measure < 1 or spread < 0 or levels < 2:
         raise ValueError("measure must be >= 1, spread >= 0, levels >= 2")
-    base_config = as_base(base)
     workload = Workload.from_dict(workload)
-    demand = workload_demand(workload)
-    env = {**os.environ, **{str(k): str(v) for k, v in ((server or {}).get("env") or {}).items()}}
-    plan = plan_for(base_config, backend, demand, model_config=model_config, gpu=gpu, env=env)
-    shared = tuned_base(base_config, plan)
-    kv = kv_sizing(shared, backend, demand, plan, model_config=model_config, gpu=gpu, env=env)
-    knob_space = {n: widen(k, levels) for n, k in build_space(shared, demand, plan, knobs, space, kv=kv).items()}
-    slo = {k: v for k, v in (("slo_ttft_s", objectives.ttft_s), ("slo_tpot_s", objectives.tpot_s)) if v is not None}
-    searched = Workload(workload.scenario, name=workload.name, **{**workload.params, **slo})
+    setup = TuningSetup.prepare(as_base(base), backend, workload, model_config=model_config, gpu=gpu,
+                                env=server_env(server))
+    shared = setup.base
+    knob_space = {n: widen(k, levels) for n, k in setup.space(knobs, space).items()}
+    searched = searched_workload(workload, objectives)
 
     candidates: list[dict[str, Any]] = []
     for combo in itertools.product(*(k.values for k in knob_space.values())):
-        fixed = repair(dict(zip(knob_space, combo, strict=True)), shared, kv)
+        fixed = setup.repair(dict(zip(knob_space, combo, strict=True)))
         if fixed not in candidates:
             candidates.append(fixed)
     started = time.perf_counter()
@@ -130,8 +125,8 @@ def tune_simulated(base: Any, workload: Workload | Mapping[str, Any], objectives
     configs = [by_id[c] for c in chosen]
     Sweep(shared, workloads=[searched], configs=configs, backend=backend, server=dict(server or {}),
           name="tune --simulate: measured").run(folder, resume=resume, progress=progress)
-    entries = _entries(folder, set(chosen))
-    measured_points = _points(folder, entries, searched)
+    entries = manifest_entries(folder, set(chosen))
+    measured_points = workload_points(folder, entries, searched)
     result = choose(measured_points, objectives, configs=entries, knobs=list(knob_space))
 
     sim_rank = {cid: i + 1 for i, cid in enumerate(ranked)}
@@ -147,21 +142,15 @@ def tune_simulated(base: Any, workload: Workload | Mapping[str, Any], objectives
         "spearman": _spearman([sim_rank[c] for c in both], [measured_rank[c] for c in both]),
         "same_first": bool(both) and order_sim[0] == order_measured[0],
         "top_k": k, "top_k_overlap": len(set(order_sim[:k]) & set(order_measured[:k])) / k if k else math.nan,
-        "ranks": [{"config_id": c, "label": _label(by_id[c]),
+        "ranks": [{"config_id": c, "label": overrides_label(by_id[c]),
                    "simulated_rank": sim_rank[c], "measured_rank": measured_rank[c]} for c in order_sim],
         "cost_model": getattr(cost_model, "name", str(cost_model)),
     }
-    result.simulation = agreement  # type: ignore[attr-defined]
-    result.base = shared.to_dict(non_default_only=True, redact=True)
-    result.base_config = shared
-    result.backend = backend
-    result.workload = searched.to_dict()
-    result.space = {n: k.to_dict() for n, k in knob_space.items()}
-    result.rounds = [{"round": 1, "kind": f"simulation of {len(simulated)} configurations",
-                      "configs": [], "center": None},
-                     {"round": 2, "kind": "measured: the simulation's best and a spread",
-                      "configs": [a["label"] for a in agreement["ranks"]],
-                      "center": (result.best or result.closest or {}).get("label")}]
+    rounds = [{"round": 1, "kind": f"simulation of {len(simulated)} configurations", "configs": [], "center": None},
+              {"round": 2, "kind": "measured: the simulation's best and a spread",
+               "configs": [a["label"] for a in agreement["ranks"]],
+               "center": (result.best or result.closest or {}).get("label")}]
+    result = setup.result(result, searched, knob_space, rounds, folder, simulation=agreement)
     result.save(folder)
     (folder / "simulation.json").write_text(json.dumps(
         {**agreement, "simulated_table": json.loads(simulated.head(50).to_json(orient="records",

@@ -1,0 +1,86 @@
+"""The set-up every tuning starts from (`TuningSetup`): the capacity plan for the workload's demand, the shared
+settings with the request limits it derives, how the KV capacity follows --cuda-memory-fraction, and from those
+the knobs' ladders. Built once here for tune.search, tune.simulated and advise.evaluate, which had each
+repeated the same four calls (tune.sizing's and tune.space's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tgi_toolkit.sweep.spec import Workload
+from tgi_toolkit.tune.select import TUNE_FILE, Objectives, TuneResult
+from tgi_toolkit.tune.sizing import Demand, KvSizing, kv_sizing, plan_for, tuned_base, workload_demand
+from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob, build_space, repair
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.planner import Plan
+
+# The plan's fields a TuneResult keeps (tune.json's "plan").
+PLAN_RECORD = ("model", "gpu", "dtype", "quantize", "kv_capacity_tokens", "concurrent_users", "tokens_per_request",
+               "max_input_tokens", "max_total_tokens", "max_batch_prefill_tokens", "max_batch_size", "steps")
+
+
+@dataclass(frozen=True)
+class TuningSetup:
+    """What a tuning of `backend` for `demand` searches from: `base`, the settings every candidate shares (with the
+    plan's request limits where the caller set none), the capacity `plan` and the KV sizing `kv` that bound the
+    knobs' ladders (`space`)."""
+
+    base: LauncherConfig
+    backend: str
+    demand: Demand
+    plan: Plan
+    kv: KvSizing
+
+    @classmethod
+    def prepare(cls, base: LauncherConfig, backend: str, workload: Workload, *, model_config: Any = None,
+                gpu: str | int | None = None, env: Mapping[str, str] | None = None) -> TuningSetup:
+        """Plan `base` on `backend` for `workload`'s demand (model_config / gpu / env: as tune.sizing.plan_for)."""
+        demand = workload_demand(workload)
+        plan = plan_for(base, backend, demand, model_config=model_config, gpu=gpu, env=env)
+        shared = tuned_base(base, plan)
+        kv = kv_sizing(shared, backend, demand, plan, model_config=model_config, gpu=gpu, env=env)
+        return cls(shared, backend, demand, plan, kv)
+
+    def space(self, knobs: Sequence[str] = DEFAULT_KNOBS,
+              given: Mapping[str, Sequence[Any]] | None = None) -> dict[str, Knob]:
+        """The knobs' planner-bounded ladders (tune.space.build_space), `given` values replacing theirs."""
+        return build_space(self.base, self.demand, self.plan, knobs, given, kv=self.kv)
+
+    def repair(self, candidate: dict[str, Any]) -> dict[str, Any]:
+        """`candidate` brought within the launcher's rules for these shared settings (tune.space.repair)."""
+        return repair(candidate, self.base, self.kv)
+
+    def result(self, ranked: TuneResult, searched: Workload, space: Mapping[str, Knob],
+               rounds: Sequence[Mapping[str, Any]], folder: str | Path, **changes: Any) -> TuneResult:
+        """`ranked` (tune.select.choose's, from the measured points) made whole: what was searched (these shared
+        settings, redacted and as the config itself, the backend, `searched` and the knobs' ladders), the
+        `rounds`, and where it is saved (tune.json in `folder`); `changes`: any other field."""
+        return dataclasses.replace(ranked, base=self.base.to_dict(non_default_only=True, redact=True),
+                                   base_config=self.base, backend=self.backend, workload=searched.to_dict(),
+                                   space={n: k.to_dict() for n, k in space.items()},
+                                   rounds=[dict(r) for r in rounds], path=Path(folder) / TUNE_FILE, **changes)
+
+    def plan_record(self) -> dict[str, Any]:
+        """The plan as a TuneResult keeps it: its sizing fields and the steps that derived them."""
+        record = self.plan.to_dict()
+        return {k: record[k] for k in PLAN_RECORD}
+
+
+def server_env(server: Mapping[str, Any] | None) -> dict[str, str]:
+    """The environment the server will run in, as the sweep gives it (KV space, scheduling mode): the tuner's
+    arithmetic must be the server's."""
+    return {**os.environ, **{str(k): str(v) for k, v in ((server or {}).get("env") or {}).items()}}
+
+
+def searched_workload(workload: Workload, objectives: Objectives) -> Workload:
+    """`workload` with the objectives as its SLOs: they define goodput, so they win over any it carried."""
+    slo = {k: v for k, v in (("slo_ttft_s", objectives.ttft_s), ("slo_tpot_s", objectives.tpot_s)) if v is not None}
+    return Workload(workload.scenario, name=workload.name, **{**workload.params, **slo})
