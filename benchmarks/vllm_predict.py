@@ -69,7 +69,7 @@ SHARE = 0.90
 RESULTS = ROOT / "benchmarks" / "results"
 VLLM_SETTINGS = ["--max-num-seqs", str(MAX_NUM_SEQS), "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS),
                  "--max-model-len", str(MAX_MODEL_LEN), "--block-size", str(BLOCK_SIZE),
-                 "--kv-cache-tokens", str(NUM_GPU_BLOCKS * BLOCK_SIZE)]
+                 "--kv-capacity-tokens", str(NUM_GPU_BLOCKS * BLOCK_SIZE)]
 
 
 def metrics(results) -> dict[str, float]:
@@ -92,7 +92,7 @@ def main() -> int:
     started = time.monotonic()
     with Server(config, backend="vllm", env=env, health_timeout=900, startup_progress=False) as server:
         print(f"server healthy in {time.monotonic() - started:.0f} s; vLLM {server.facts.get('version')}, "
-              f"logged KV cache {server.kv_cache_tokens} tokens")
+              f"logged KV cache {server.kv_capacity_tokens} tokens")
         if args.profile:
             cost = load_cost_model(args.profile)
             print(f"profile: {args.profile} (frozen)")

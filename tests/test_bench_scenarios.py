@@ -12,7 +12,7 @@ from pandas.testing import assert_frame_equal
 from tgi_toolkit import schema as S
 from tgi_toolkit.bench import (
     BenchError,
-    kv_capacity,
+    kv_capacity_tokens,
     load_results,
     measure_ingestion,
     run_batch,
@@ -177,7 +177,7 @@ def test_ingestion_speed_and_main_metrics(engine_url):
     caveat = "" if fit["unreliable"] is None else f", {fit['unreliable']}"
     assert text.endswith("t/s" + caveat)
     assert table.loc[KV_CAPACITY, "value"] > 0
-    assert kv_capacity(engine_url) == results.runs[0]["info"]["max_batch_total_tokens"] == \
+    assert kv_capacity_tokens(engine_url) == results.runs[0]["info"]["max_batch_total_tokens"] == \
         table.loc[KV_CAPACITY, "value"]
 
 

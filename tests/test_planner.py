@@ -16,7 +16,7 @@ from tgi_toolkit.planner import (
     ModelShape,
     compare,
     kv_bytes_per_token,
-    kv_cache_tokens,
+    kv_capacity_tokens,
     parse_reported_capacity,
     parse_size,
     plan,
@@ -304,8 +304,8 @@ def test_gpu_names_and_sizes():
 def test_vllm_cpu_figure_from_cpu_perf_is_reproduced():
     # CPU-PERF.md: vLLM's CPU backend reported 93,184 tokens for VLLM_CPU_KVCACHE_SPACE=2 GiB, bf16.
     # 2 GiB / 23,040 B = 93,206.8 tokens; vLLM's CPU backend allocates 128-token blocks: 728 x 128.
-    assert kv_cache_tokens(SMOLLM2, 2 * GiB, dtype="bfloat16", block_size=128) == 93_184
-    assert kv_cache_tokens(SMOLLM2, 2 * GiB, dtype="bfloat16", block_size=16) == 93_200  # 16 would not match
+    assert kv_capacity_tokens(SMOLLM2, 2 * GiB, dtype="bfloat16", block_size=128) == 93_184
+    assert kv_capacity_tokens(SMOLLM2, 2 * GiB, dtype="bfloat16", block_size=16) == 93_200  # 16 would not match
     assert compare(93_184, parse_reported_capacity(
         "INFO 11-22 10:12:01 [kv_cache_utils.py:1087] GPU KV cache size: 93,184 tokens")) == 0.0
 
@@ -383,11 +383,11 @@ def test_parse_tgi_log_lines():
     )
     found = parse_reported_capacity(compact)
     assert found == {"max_batch_prefill_tokens": 4096, "num_blocks": 455003, "block_size": 1,
-                     "max_batch_total_tokens": 455003, "server": "tgi", "tokens": 455003}
+                     "max_batch_total_tokens": 455003, "server": "tgi", "kv_capacity_tokens": 455003}
     as_json = json.dumps({"timestamp": "2024-08-16T12:08:41.889Z", "level": "INFO",
                           "fields": {"message": "Setting max batch total tokens to 1048576"},
                           "target": "text_generation_router_v3"})
-    assert parse_reported_capacity(as_json)["tokens"] == 1_048_576
+    assert parse_reported_capacity(as_json)["kv_capacity_tokens"] == 1_048_576
     # A restart logs it again: the last one counts.
     assert parse_reported_capacity(compact + as_json)["max_batch_total_tokens"] == 1_048_576
     assert parse_reported_capacity("nothing here") == {}
@@ -403,14 +403,14 @@ def test_parse_vllm_log_lines():
         "tokens per request: 53.62x\n"
     )
     found = parse_reported_capacity(v1)
-    assert found["kv_cache_tokens"] == found["tokens"] == 439_232 and found["server"] == "vllm"
+    assert found["kv_capacity_tokens"] == 439_232 and found["server"] == "vllm"
     assert found["max_concurrency"] == 53.62 and found["max_concurrency_tokens"] == 8192
     assert found["kv_cache_bytes"] == int(53.62 * GiB)
     assert found["weight_bytes"] == int(14.9889 * GiB)
     v0 = "INFO 07-05 15:07:40 gpu_executor.py:83] # GPU blocks: 7281, # CPU blocks: 512\n"
-    assert parse_reported_capacity(v0)["kv_cache_tokens"] == 7281 * 16
+    assert parse_reported_capacity(v0)["kv_capacity_tokens"] == 7281 * 16
     cpu = "INFO 07-05 15:07:40 cpu_executor.py:72] # CPU blocks: 728\n"
-    assert parse_reported_capacity(cpu, block_size=128)["kv_cache_tokens"] == 93_184
+    assert parse_reported_capacity(cpu, block_size=128)["kv_capacity_tokens"] == 93_184
 
 
 def test_compare_is_the_relative_error():

@@ -24,7 +24,7 @@ def test_llama3_8b_on_80_gib_at_vllm_serve_defaults_for_a_large_card():
     assert kv.activation_bytes == 1_073_741_824 + 525_336_576
     assert kv.kv_bytes == 58_576_068_608
     assert kv.block_bytes == 2_097_152
-    assert kv.num_blocks == 27_931 and kv.kv_cache_tokens == 446_896
+    assert kv.num_blocks == 27_931 and kv.kv_capacity_tokens == 446_896
 
 
 def test_a_smaller_utilization_and_no_graphs_move_the_pool_by_their_bytes():
@@ -33,9 +33,9 @@ def test_a_smaller_utilization_and_no_graphs_move_the_pool_by_their_bytes():
     kv = vllm_kv_cache(LLAMA3, 80 * GiB, gpu_memory_utilization=0.5, max_num_batched_tokens=8192,
                        max_num_seqs=1024, cuda_graph_bytes=0)
     assert kv.kv_bytes == 24_753_201_152
-    assert kv.kv_cache_tokens == 11_803 * 16 == 188_848
+    assert kv.kv_capacity_tokens == 11_803 * 16 == 188_848
 
 
 def test_weights_larger_than_the_budget_leave_no_pool():
     kv = vllm_kv_cache(LLAMA3, 16 * GiB, gpu_memory_utilization=0.9)
-    assert kv.kv_bytes == 0 and kv.kv_cache_tokens == 0
+    assert kv.kv_bytes == 0 and kv.kv_capacity_tokens == 0

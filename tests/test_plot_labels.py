@@ -47,11 +47,11 @@ def test_labels_that_are_not_settings_stay_as_they_are() -> None:
     assert short_labels(["a=1 [simulated: L4]", "a=1 [simulated: A10G]"]) == {
         "a=1 [simulated: L4]": "[simulated: L4]", "a=1 [simulated: A10G]": "[simulated: A10G]"}
     # a simulated vLLM's settings, space-separated after a prefix
-    vllm = ["vLLM V1 max_num_seqs=256 max_num_batched_tokens=2048 kv_cache_tokens=8192 [simulated: L4]",
-            "vLLM V1 max_num_seqs=8 max_num_batched_tokens=2048 kv_cache_tokens=8192 [simulated: L4]"]
+    vllm = ["vLLM V1 max_num_seqs=256 max_num_batched_tokens=2048 kv_capacity_tokens=8192 [simulated: L4]",
+            "vLLM V1 max_num_seqs=8 max_num_batched_tokens=2048 kv_capacity_tokens=8192 [simulated: L4]"]
     assert list(short_labels(vllm).values()) == ["max_num_seqs=256", "max_num_seqs=8"]
     assert short_labels([*vllm, "max_batch_size=4"])[vllm[0]] == "vLLM V1, max_num_seqs=256, " \
-        "max_num_batched_tokens=2048, kv_cache_tokens=8192, max_batch_size=default, [simulated: L4]"
+        "max_num_batched_tokens=2048, kv_capacity_tokens=8192, max_batch_size=default, [simulated: L4]"
 
 
 def test_the_all_kv_memory_configuration_names_its_fraction() -> None:

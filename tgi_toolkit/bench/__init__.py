@@ -18,7 +18,7 @@ from tgi_toolkit._lazy import lazy_getattr
 _LAZY = {
     "run_batch": ".api", "run_concurrency": ".api", "run_rate": ".api", "measure_ingestion": ".api",
     "run_batch_async": ".api", "run_concurrency_async": ".api", "run_rate_async": ".api",
-    "measure_ingestion_async": ".api", "run_scenario": ".api", "kv_capacity": ".api",
+    "measure_ingestion_async": ".api", "run_scenario": ".api", "kv_capacity_tokens": ".api",
     "run_shared_prefix": ".api", "run_multi_turn": ".api", "run_decode_stall": ".api",
     "run_shared_prefix_async": ".api", "run_multi_turn_async": ".api", "run_decode_stall_async": ".api",
     "play_scenario": ".api", "play_scenario_async": ".api",
@@ -31,7 +31,7 @@ _LAZY = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.bench.api import (
-        kv_capacity,
+        kv_capacity_tokens,
         measure_ingestion,
         measure_ingestion_async,
         play_scenario,
@@ -59,9 +59,9 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
-    "BenchError", "PromptFactory", "Results", "ServerDiedError", "kv_capacity", "load_results", "measure_ingestion",
-    "measure_ingestion_async", "run_batch", "run_batch_async", "run_concurrency", "run_concurrency_async",
-    "run_rate", "run_rate_async", "run_scenario", "run_shared_prefix", "run_shared_prefix_async", "run_multi_turn",
-    "run_multi_turn_async", "run_decode_stall", "run_decode_stall_async", "SharedPrefix", "MultiTurn", "DecodeStall",
-    "play_scenario", "play_scenario_async",
+    "BenchError", "PromptFactory", "Results", "ServerDiedError", "kv_capacity_tokens", "load_results",
+    "measure_ingestion", "measure_ingestion_async", "run_batch", "run_batch_async", "run_concurrency",
+    "run_concurrency_async", "run_rate", "run_rate_async", "run_scenario", "run_shared_prefix",
+    "run_shared_prefix_async", "run_multi_turn", "run_multi_turn_async", "run_decode_stall", "run_decode_stall_async",
+    "SharedPrefix", "MultiTurn", "DecodeStall", "play_scenario", "play_scenario_async"
 ]

@@ -222,7 +222,7 @@ def run_scenario(scenario: str, server: Any, **params: Any) -> Results:
     return SCENARIO_FUNCTIONS[scenario.replace("-", "_")](server, **params)
 
 
-def kv_capacity(server: Any, *, api_key: str | None = None) -> float:
+def kv_capacity_tokens(server: Any, *, api_key: str | None = None) -> float:
     """KV-cache capacity in tokens as the server states it: TGI's tgi_batch_max_total_tokens, or the
     token count the server logged (vLLM's "KV cache size"); NaN when unknown (for vLLM, the
     concurrency points' kv_capacity_tokens estimate it from cache usage under load)."""
@@ -239,7 +239,7 @@ def kv_capacity(server: Any, *, api_key: str | None = None) -> float:
                 return value
     except httpx.HTTPError:
         pass
-    for fact in ("max_batch_total_tokens", "kv_cache_tokens"):
+    for fact in ("max_batch_total_tokens", "kv_capacity_tokens"):
         if target.facts.get(fact):
             return float(target.facts[fact])
     return float(target.info.get("max_batch_total_tokens") or math.nan)

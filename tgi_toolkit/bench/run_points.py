@@ -107,7 +107,7 @@ class RunPoints(RunTables):
                        for t, usage in window.kv_usage]
             capacity = stats.kv_capacity_estimate(samples)
         if math.isnan(capacity):
-            for fact in ("max_batch_total_tokens", "kv_cache_tokens"):
+            for fact in ("max_batch_total_tokens", "kv_capacity_tokens"):
                 if self.target.facts.get(fact):
                     capacity = float(self.target.facts[fact])
                     break

@@ -15,13 +15,13 @@ from tgi_toolkit.planner.capacity_plan import Plan
 from tgi_toolkit.planner.cli import add_parser
 from tgi_toolkit.planner.dtypes import QUANT_SCHEMES, QuantScheme
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, Gpu, parse_size, resolve_gpu
-from tgi_toolkit.planner.memory import activation_bytes_per_token, kv_bytes_per_token, kv_cache_tokens, weight_bytes
+from tgi_toolkit.planner.memory import activation_bytes_per_token, kv_bytes_per_token, kv_capacity_tokens, weight_bytes
 from tgi_toolkit.planner.reported import compare, parse_reported_capacity
 from tgi_toolkit.planner.shape import ModelShape, load_config
 
 __all__ = [
     "KNOWN_GPUS", "QUANT_SCHEMES", "TGI_WIGGLE_ROOM", "Gpu", "ModelShape", "Plan", "QuantScheme",
-    "activation_bytes_per_token", "add_parser", "compare", "kv_bytes_per_token", "kv_cache_tokens",
+    "activation_bytes_per_token", "add_parser", "compare", "kv_bytes_per_token", "kv_capacity_tokens",
     "load_config", "parse_reported_capacity", "parse_size", "plan", "plan_embedded", "resolve_gpu",
     "weight_bytes",
 ]

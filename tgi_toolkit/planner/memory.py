@@ -51,8 +51,8 @@ def kv_bytes_per_token(shape: ModelShape, dtype: str, kv_cache_dtype: str | None
         kv_dtype_bytes(kv_cache_dtype, dtype)
 
 
-def kv_cache_tokens(model_config: Any, kv_cache_bytes: int, *, dtype: str = "bfloat16",
-                    kv_cache_dtype: str | None = None, num_shard: int = 1, block_size: int = 1) -> int:
+def kv_capacity_tokens(model_config: Any, kv_cache_bytes: int, *, dtype: str = "bfloat16",
+                       kv_cache_dtype: str | None = None, num_shard: int = 1, block_size: int = 1) -> int:
     """Tokens a KV space of `kv_cache_bytes` holds, in whole blocks of `block_size` tokens.
 
     vLLM reports exactly this as "GPU KV cache size: N tokens" (its CPU backend: VLLM_CPU_KVCACHE_SPACE
@@ -103,7 +103,7 @@ class VllmKvCache:
         return self.kv_bytes // self.block_bytes
 
     @property
-    def kv_cache_tokens(self) -> int:
+    def kv_capacity_tokens(self) -> int:
         """What vLLM logs as "GPU KV cache size: N tokens" (max_model_len a multiple of block_size)."""
         return self.num_blocks * self.block_size
 

@@ -20,7 +20,7 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "max_batch_total_tokens": re.compile(r"Setting max batch total tokens to " + _NUM),
     "tgi_blocks": re.compile(r"KV-cache blocks: " + _NUM + r", size: " + _NUM),
     "max_batch_prefill_tokens": re.compile(r"Default `?max_batch_prefill_tokens`? to " + _NUM),
-    "kv_cache_tokens": re.compile(r"KV cache size: " + _NUM + r" tokens"),
+    "kv_capacity_tokens": re.compile(r"KV cache size: " + _NUM + r" tokens"),
     "max_concurrency": re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: ([\d.]+)x"),
     "kv_cache_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
     "device_blocks": re.compile(r"# (?:GPU|gpu|cuda|CUDA|xpu|hpu|tpu|neuron) blocks: " + _NUM),
@@ -37,11 +37,11 @@ def _int(text: str) -> int:
 def parse_reported_capacity(log_text: str, *, block_size: int | None = None) -> dict[str, Any]:
     """The capacity facts found in a server's start-up log; the last occurrence of each wins.
 
-    Keys, each present only when found: `max_batch_total_tokens` (TGI, embedded engine),
-    `kv_cache_tokens` (vLLM; from "# GPU blocks" x `block_size`, default 16, when only blocks are
-    logged), `num_blocks`, `block_size`, `max_batch_prefill_tokens`, `max_concurrency` and
-    `max_concurrency_tokens`, `kv_cache_bytes`, `weight_bytes`; `server` ("tgi" or "vllm") and
-    `tokens`, the headline capacity in tokens.
+    Keys, each present only when found: `kv_capacity_tokens`, the KV capacity in tokens whichever server logged
+    it (TGI and the embedded engine as `max_batch_total_tokens`, also kept under that name; vLLM as "GPU KV
+    cache size", or "# GPU blocks" x `block_size`, default 16, when only blocks are logged), `num_blocks`,
+    `block_size`, `max_batch_prefill_tokens`, `max_concurrency` and `max_concurrency_tokens`, `kv_cache_bytes`,
+    `weight_bytes`; `server` ("tgi" or "vllm").
     """
     text = _ANSI.sub("", log_text)
     found: dict[str, Any] = {}
@@ -56,8 +56,8 @@ def parse_reported_capacity(log_text: str, *, block_size: int | None = None) -> 
         found["block_size"] = _int(last["tgi_blocks"].group(2))
     if "max_batch_prefill_tokens" in last:
         found["max_batch_prefill_tokens"] = _int(last["max_batch_prefill_tokens"].group(1))
-    if "kv_cache_tokens" in last:
-        found["kv_cache_tokens"] = _int(last["kv_cache_tokens"].group(1))
+    if "kv_capacity_tokens" in last:
+        found["kv_capacity_tokens"] = _int(last["kv_capacity_tokens"].group(1))
     if "max_concurrency" in last:
         found["max_concurrency_tokens"] = _int(last["max_concurrency"].group(1))
         found["max_concurrency"] = float(last["max_concurrency"].group(2))
@@ -67,15 +67,15 @@ def parse_reported_capacity(log_text: str, *, block_size: int | None = None) -> 
     if blocks is not None and "num_blocks" not in found:
         found["num_blocks"] = _int(blocks.group(1))
         found["block_size"] = block_size or 16
-        found.setdefault("kv_cache_tokens", found["num_blocks"] * found["block_size"])
+        found.setdefault("kv_capacity_tokens", found["num_blocks"] * found["block_size"])
     if "vllm_weights_gib" in last:
         found["weight_bytes"] = int(float(last["vllm_weights_gib"].group(1)) * 2**30)
     elif "engine_weights_mib" in last:
         found["weight_bytes"] = int(float(last["engine_weights_mib"].group(1)) * 2**20)
     if "max_batch_total_tokens" in found:
-        found["server"], found["tokens"] = "tgi", found["max_batch_total_tokens"]
-    elif "kv_cache_tokens" in found:
-        found["server"], found["tokens"] = "vllm", found["kv_cache_tokens"]
+        found["server"], found["kv_capacity_tokens"] = "tgi", found["max_batch_total_tokens"]
+    elif "kv_capacity_tokens" in found:
+        found["server"] = "vllm"
     return found
 
 
@@ -85,13 +85,13 @@ def _tokens(value: Any, what: str) -> int:
     if isinstance(value, (int, float)):
         return int(value)
     if isinstance(value, Mapping):
-        for key in ("tokens", "max_batch_total_tokens", "kv_cache_tokens"):
+        for key in ("kv_capacity_tokens", "max_batch_total_tokens"):
             if value.get(key) is not None:
                 return int(value[key])
-        raise ValueError(f"{what} has no tokens, max_batch_total_tokens or kv_cache_tokens")
+        raise ValueError(f"{what} has no kv_capacity_tokens or max_batch_total_tokens")
     if isinstance(value, Plan):
         return value.capacity.kv_capacity_tokens
-    for attr in ("max_batch_total_tokens", "kv_cache_tokens"):
+    for attr in ("kv_capacity_tokens", "max_batch_total_tokens"):
         if getattr(value, attr, None) is not None:
             return int(getattr(value, attr))
     raise ValueError(f"{what} must be a token count, a Plan, a parsed log or a Server; got {type(value).__name__}")

@@ -62,14 +62,14 @@ class VllmConfig:
                              f"({self.max_num_seqs})")
 
     @property
-    def kv_cache_tokens(self) -> int:
+    def kv_capacity_tokens(self) -> int:
         """What vLLM logs as "GPU KV cache size: N tokens"."""
         return self.num_gpu_blocks * self.block_size
 
     # The simulator's shared code (results, advice) reads these TGI names of the same concepts.
     @property
     def max_batch_total_tokens(self) -> int:
-        return self.kv_cache_tokens
+        return self.kv_capacity_tokens
 
     @property
     def chunking(self) -> bool:

@@ -134,9 +134,10 @@ class Server:
         return self.facts.get("max_batch_total_tokens")
 
     @property
-    def kv_cache_tokens(self) -> int | None:
-        """vLLM's KV cache capacity in tokens ("GPU KV cache size: N tokens")."""
-        return self.facts.get("kv_cache_tokens")
+    def kv_capacity_tokens(self) -> int | None:
+        """The KV capacity in tokens the server reported at start-up, whichever it is: TGI's (and the engine's)
+        max batch total tokens, or vLLM's "GPU KV cache size: N tokens"."""
+        return self.facts.get("max_batch_total_tokens") or self.facts.get("kv_capacity_tokens")
 
     def __repr__(self) -> str:
         where = self._url or "not started"

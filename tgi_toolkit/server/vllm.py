@@ -32,7 +32,7 @@ class VllmBackend(Backend):
     fact_patterns = {
         # vLLM's engine logs its KV-cache capacity in tokens ("GPU KV cache size: 1,234,560 tokens";
         # the CPU backend words it the same way): the counterpart of TGI's max batch total tokens.
-        "kv_cache_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
+        "kv_capacity_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
         "max_concurrency": re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
         # older servers log "vLLM API server version 0.6.3"; 0.32 only "Initializing a V1 LLM engine (v0.32.0)"
         "version": re.compile(r"(?:vLLM API server version |Initializing a V1 LLM engine \(v)([^\s)]+)"),

@@ -22,7 +22,7 @@ from tgi_toolkit._lazy import lazy_getattr
 
 _LAZY = {
     "run_batch": ".api", "run_concurrency": ".api", "run_rate": ".api", "measure_ingestion": ".api",
-    "run_scenario": ".api", "kv_capacity": ".api", "SCENARIO_FUNCTIONS": ".api", "run_shared_prefix": ".api",
+    "run_scenario": ".api", "kv_capacity_tokens": ".api", "SCENARIO_FUNCTIONS": ".api", "run_shared_prefix": ".api",
     "run_multi_turn": ".api", "run_decode_stall": ".api", "play_scenario": ".api",
     "LinearCostModel": "tgi_toolkit.costs.linear", "fit_linear": "tgi_toolkit.costs.linear",
     "shape_of": "tgi_toolkit.costs.features", "Shape": "tgi_toolkit.costs.features",
@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.costs.roofline import RooflineCostModel, roofline
     from tgi_toolkit.simulate.api import (
         SCENARIO_FUNCTIONS,
-        kv_capacity,
+        kv_capacity_tokens,
         measure_ingestion,
         play_scenario,
         run_batch,
@@ -61,7 +61,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "SCENARIO_FUNCTIONS", "LinearCostModel", "MeasuredCostModel", "RooflineCostModel", "Shape", "SimRequest",
-    "SimTarget", "Simulator", "VirtualClock", "fit_linear", "gpu_cost_model", "kv_capacity", "load_cost_model",
+    "SimTarget", "Simulator", "VirtualClock", "fit_linear", "gpu_cost_model", "kv_capacity_tokens", "load_cost_model",
     "make_target", "measure_ingestion", "profile", "roofline", "run_batch", "run_concurrency", "run_decode_stall",
     "run_multi_turn", "run_rate", "run_scenario", "run_shared_prefix", "shape_of", "play_scenario",
 ]

@@ -54,11 +54,10 @@ from tgi_toolkit.simulate.workloads import (
 )
 
 _TARGET_OPTIONS = ("config", "attention", "prefix_caching", "chunking", "server")
-# The run's options a simulation uses, and bench's options it takes and ignores (tune.simulated reads both).
-RUN_OPTIONS = ("output", "seed", "prefix_tokens", "slo_ttft_s", "slo_tpot_s", "scrape_interval", "command",
-               "on_point", "light")
-IGNORED_OPTIONS = ("progress", "resume", "tokenizer", "api", "api_key", "sampling", "ignore_eos", "request_timeout",
-                   "dataset")
+_RUN_OPTIONS = ("output", "seed", "prefix_tokens", "slo_ttft_s", "slo_tpot_s", "scrape_interval", "command",
+                "on_point", "light")
+_IGNORED = ("progress", "resume", "tokenizer", "api", "api_key", "sampling", "ignore_eos", "request_timeout",
+            "dataset")
 
 
 def _count(name: str, value: int, minimum: int) -> int:
@@ -66,12 +65,12 @@ def _count(name: str, value: int, minimum: int) -> int:
 
 
 def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    unknown = set(options) - {*_TARGET_OPTIONS, *RUN_OPTIONS, *IGNORED_OPTIONS}
+    unknown = set(options) - {*_TARGET_OPTIONS, *_RUN_OPTIONS, *_IGNORED}
     if unknown:
         raise BenchError(sorted(unknown)[0], "is not an option",
-                         ", ".join(sorted({*_TARGET_OPTIONS, *RUN_OPTIONS, *IGNORED_OPTIONS})))
+                         ", ".join(sorted({*_TARGET_OPTIONS, *_RUN_OPTIONS, *_IGNORED})))
     target = {k: options[k] for k in _TARGET_OPTIONS if k in options}
-    run = {k: options[k] for k in RUN_OPTIONS if k in options}
+    run = {k: options[k] for k in _RUN_OPTIONS if k in options}
     return target, run
 
 
@@ -194,8 +193,8 @@ def run_scenario(scenario: str, cost_model: Any, **params: Any) -> Results:
     return play_scenario(cost_model, spec, **options)
 
 
-def kv_capacity(cost_model: Any, **options: Any) -> float:
-    """The KV capacity in tokens the simulated server has (bench.kv_capacity's counterpart)."""
+def kv_capacity_tokens(cost_model: Any, **options: Any) -> float:
+    """The KV capacity in tokens the simulated server has (bench.kv_capacity_tokens's counterpart)."""
     topts, _ = _split(options)
     value = make_target(cost_model, **topts).scheduler.max_batch_total_tokens
     return float(value) if value else math.nan

@@ -73,7 +73,7 @@ REPLAYS = 2
 
 
 def _server_facts(server: Any) -> dict[str, Any]:
-    from tgi_toolkit.bench.api import kv_capacity
+    from tgi_toolkit.bench.api import kv_capacity_tokens
     from tgi_toolkit.bench.target import resolve
 
     target = resolve(server)
@@ -84,7 +84,7 @@ def _server_facts(server: Any) -> dict[str, Any]:
         value = info.get(key, target.facts.get(key))
         if value is not None:
             facts[key] = value
-    capacity = kv_capacity(server)
+    capacity = kv_capacity_tokens(server)
     if math.isfinite(capacity):
         facts["max_batch_total_tokens"] = int(capacity)
     config = getattr(server, "config", None)  # a Server we started: its launcher settings

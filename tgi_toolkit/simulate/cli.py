@@ -17,7 +17,7 @@ scheduler (max_batch_prefill_tokens, max_batch_size, ...); ATTENTION, PREFIX_CAC
 are read from the environment as TGI reads them, or given with --attention / --[no-]prefix-caching /
 --[no-]chunking. With `--server vllm-v1` the scheduler is vLLM V1's (docs/vllm-rules.md) and the flags after `--`
 are `vllm serve`'s: --max-num-batched-tokens, --max-num-seqs, --gpu-memory-utilization, --block-size,
---[no-]enable-prefix-caching, --max-model-len, and --kv-cache-tokens N (the capacity its log states, "GPU KV cache
+--[no-]enable-prefix-caching, --max-model-len, and --kv-capacity-tokens N (the capacity its log states, "GPU KV cache
 size: N tokens", which wins over the memory arithmetic); a TGI flag is refused there, naming vLLM's.
 It prints bench's tables; `--output` writes bench's results folder, marked simulated.
 Bad input is one line on stderr and exit code 2.

@@ -16,7 +16,7 @@ where the cost model knows no capacity.
 
 A vLLM V1 server (`server="vllm-v1"`, or a roofline model of that profile) is scheduled by vLLM's rules instead
 (tgi_toolkit.router.vllm_v1, docs/vllm-rules.md), with `vllm serve`'s own settings (VLLM_FLAGS, as a dict or as
-flags); its KV capacity is the one its log states (`kv_cache_tokens`) when given, else vLLM's memory arithmetic on
+flags); its KV capacity is the one its log states (`kv_capacity_tokens`) when given, else vLLM's memory arithmetic on
 the roofline's card, else the calibrated server's. TGI's settings are refused for it, naming vLLM's.
 """
 
@@ -73,7 +73,8 @@ class SimTarget:
     def info(self) -> dict[str, Any]:
         sc = self.scheduler
         if isinstance(sc, VllmConfig):
-            return {"model_id": self.model_id, "max_model_len": sc.max_model_len, "kv_cache_tokens": sc.kv_cache_tokens,
+            return {"model_id": self.model_id, "max_model_len": sc.max_model_len,
+                    "kv_capacity_tokens": sc.kv_capacity_tokens,
                     "max_num_batched_tokens": sc.max_num_batched_tokens, "max_num_seqs": sc.max_num_seqs,
                     "block_size": sc.block_size, "enable_prefix_caching": sc.enable_prefix_caching,
                     "router": "tgi_toolkit.simulate (vLLM V1)"}
@@ -89,7 +90,8 @@ class SimTarget:
         if not isinstance(sc, VllmConfig):
             return "default"
         return (f"vLLM V1 max_num_seqs={sc.max_num_seqs} max_num_batched_tokens={sc.max_num_batched_tokens} "
-                f"kv_cache_tokens={sc.kv_cache_tokens}" + ("" if sc.enable_prefix_caching else " no-prefix-caching"))
+                f"kv_capacity_tokens={sc.kv_capacity_tokens}"
+                + ("" if sc.enable_prefix_caching else " no-prefix-caching"))
 
     def facts(self) -> dict[str, Any]:
         return {"max_batch_total_tokens": self.scheduler.max_batch_total_tokens, "attention": self.attention,
@@ -211,7 +213,7 @@ def describe_mode(target: SimTarget) -> str:
     if isinstance(sc, VllmConfig):
         return (f"vLLM V1 (block size {sc.block_size}), prefix caching {'on' if sc.enable_prefix_caching else 'off'}; "
                 f"max_num_batched_tokens {sc.max_num_batched_tokens}, max_num_seqs {sc.max_num_seqs}, "
-                f"max_model_len {sc.max_model_len}, KV cache {sc.kv_cache_tokens} tokens")
+                f"max_model_len {sc.max_model_len}, KV cache {sc.kv_capacity_tokens} tokens")
     return (f"{target.attention} (block size {sc.block_size}), prefix caching {'on' if sc.prefix_caching else 'off'}, "
             f"chunking {'on' if sc.chunking else 'off'}; max_batch_prefill_tokens {sc.max_batch_prefill_tokens}, "
             f"max_batch_total_tokens {sc.max_batch_total_tokens}")
@@ -223,7 +225,7 @@ VLLM_V1 = "vllm-v1"  # the server profile scheduled by vLLM V1's rules; every ot
 # ("GPU KV cache size: N tokens"), which takes precedence over the memory arithmetic.
 VLLM_FLAGS: dict[str, type] = {"max_num_batched_tokens": int, "max_num_seqs": int, "gpu_memory_utilization": float,
                                "block_size": int, "enable_prefix_caching": bool, "max_model_len": int,
-                               "scheduler_reserve_full_isl": bool, "kv_cache_tokens": int}
+                               "scheduler_reserve_full_isl": bool, "kv_capacity_tokens": int}
 _SWITCHES = ("enable_prefix_caching", "scheduler_reserve_full_isl")  # --NAME / --no-NAME, as vLLM's
 # The simulator's own TGI mode flags, and what stands for them on a vLLM server.
 _TGI_MODE = {"attention": "vLLM picks its attention backend itself; its KV block size is --block-size",
@@ -306,19 +308,19 @@ def vllm_target(cost: CostModel, config: Any, tgi_mode: Mapping[str, Any]) -> Si
     batched, seqs = serve_defaults(memory, card)
     batched, seqs = opts.get("max_num_batched_tokens", batched), opts.get("max_num_seqs", seqs)
     block_size = opts.get("block_size", DEFAULT_BLOCK_SIZE)
-    tokens = opts.get("kv_cache_tokens")
+    tokens = opts.get("kv_capacity_tokens")
     if tokens is None and gpu_model is not None:
         tokens = gpu_model.vllm_kv_cache(
             gpu_memory_utilization=opts.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION),
-            max_num_batched_tokens=batched, max_num_seqs=seqs, block_size=block_size).kv_cache_tokens
+            max_num_batched_tokens=batched, max_num_seqs=seqs, block_size=block_size).kv_capacity_tokens
     elif tokens is None and "gpu_memory_utilization" in opts:
         raise BenchError("--gpu-memory-utilization", "sizes the KV cache from a GPU's memory, and this cost model "
-                                                     "has no GPU", "--kv-cache-tokens N, or --gpu and --model")
+                                                     "has no GPU", "--kv-capacity-tokens N, or --gpu and --model")
     if tokens is None:
         tokens = server.get("max_batch_total_tokens")  # what the profiled server reported
     if not tokens:
-        raise BenchError("--kv-cache-tokens", "the cost model knows no KV capacity and none was given",
-                         "--kv-cache-tokens N after `--` (vLLM's log: \"GPU KV cache size: N tokens\")")
+        raise BenchError("--kv-capacity-tokens", "the cost model knows no KV capacity and none was given",
+                         "--kv-capacity-tokens N after `--` (vLLM's log: \"GPU KV cache size: N tokens\")")
     blocks = int(tokens) // block_size
     shape = getattr(gpu_model, "shape", None)
     max_len = opts.get("max_model_len") or getattr(shape, "max_position_embeddings", None) or \
