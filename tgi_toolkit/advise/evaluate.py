@@ -2,10 +2,11 @@
 the load one replica sustains, the replicas the traffic needs, and the latency predicted at that deployment.
 
 The knobs (max_batch_prefill_tokens and the KV memory, --cuda-memory-fraction) are searched as `tune --simulate`
-searches them, with the tuner's own pieces: the planner-bounded ladders (tune.space.build_space, tune.sizing.kv_sizing),
-a spread subset of their combinations (coarse), the launcher's rules (repair) and the simulated ranking
-(tune.simulated.simulate_configs). They are ranked at the first load the defaults could not sustain: a setting
-that meets the objectives there raises the replica's capacity, and the capacity search runs again for it.
+searches them, with the tuner's own pieces: its set-up (tune.setup.TuningSetup: the plan, the KV sizing and the
+planner-bounded ladders), a spread subset of their combinations (coarse), the launcher's rules (repair) and the
+simulated ranking (tune.simulated.simulate_configs). They are ranked at the first load the defaults could not
+sustain: a setting that meets the objectives there raises the replica's capacity, and the capacity search runs
+again for it.
 With a dataset of lengths the knobs are ranked at its median lengths; the capacity search uses the dataset.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tgi_toolkit.advise.traffic import Traffic
 from tgi_toolkit.advise.workload import requests_at, simulate_load
 from tgi_toolkit.simulate.target import make_target
 from tgi_toolkit.tune.select import MEETS, Objectives
+from tgi_toolkit.tune.setup import TuningSetup
 
 KNOBS = ("max_batch_prefill_tokens", "cuda_memory_fraction")
 # One replica that carries twice the traffic costs what one carrying more would: the search stops there (the
@@ -80,33 +82,28 @@ def _workload(traffic: Traffic, load: float, objectives: Objectives) -> Any:
                     requests=requests_at(traffic, load, objectives), **slo)
 
 
-def base_config(candidate: Candidate, model: dict[str, Any], traffic: Traffic) -> tuple[Any, Any, Any, Any]:
-    """(shared launcher settings, KvSizing, plan, demand) as the tuner derives them for this hardware and
-    traffic: TGI 3's defaults, with the request limits the planner derives from the longest lengths."""
+def tuning_setup(candidate: Candidate, model: dict[str, Any], traffic: Traffic) -> TuningSetup:
+    """The tuner's set-up for this hardware and traffic: TGI 3's defaults, with the request limits the planner
+    derives from the longest lengths."""
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.sweep.spec import Workload
-    from tgi_toolkit.tune.sizing import kv_sizing, plan_for, tuned_base, workload_demand
-    from tgi_toolkit.tune.space import repair
 
     prompt, output = traffic.longest
     values: dict[str, Any] = {"cuda_memory_fraction": candidate.memory_fraction}
     if candidate.backend == "tgi":
         values.update(model_id=str(model.get("_name_or_path") or "model"),
                       num_shard=candidate.num_shard if candidate.num_shard > 1 else None, quantize=candidate.quantize)
-    base = LauncherConfig(**values)
-    demand = workload_demand(Workload("rate", prompt_tokens=prompt, max_new_tokens=output, requests=traffic.requests))
-    gpu = None if candidate.backend == "embedded" else candidate.gpu
-    plan = plan_for(base, candidate.backend, demand, model_config=model, gpu=gpu)
-    shared = tuned_base(base, plan)
-    kv = kv_sizing(shared, candidate.backend, demand, plan, model_config=model, gpu=gpu)
-    fixed = repair({}, shared, kv)  # a small KV memory: the default prefill budget lowered to it, as TGI requires
+    longest = Workload("rate", prompt_tokens=prompt, max_new_tokens=output, requests=traffic.requests)
+    setup = TuningSetup.prepare(LauncherConfig(**values), candidate.backend, longest, model_config=model,
+                                gpu=None if candidate.backend == "embedded" else candidate.gpu)
+    fixed = setup.repair({})  # a small KV memory: the default prefill budget lowered to it, as TGI requires
     if fixed:
-        shared = type(shared)(**{**shared.model_dump(exclude_unset=True), **fixed})
-    return shared, kv, plan, demand
+        shared = setup.base
+        setup = replace(setup, base=type(shared)(**{**shared.model_dump(exclude_unset=True), **fixed}))
+    return setup
 
 
-def knob_candidates(shared: Any, kv: Any, plan: Any, demand: Any, cost: Any, backend: str,
-                    budget: int = TUNE_BUDGET) -> list[dict[str, Any]]:
+def knob_candidates(setup: TuningSetup, cost: Any, budget: int = TUNE_BUDGET) -> list[dict[str, Any]]:
     """A spread of knob settings over the tuner's ladders, repaired to the launcher's rules; the defaults, and
     settings whose simulated server holds fewer than two requests (a large prefill budget's activations leave a
     small KV memory little; the ladder's one-request rung loses a token to the router's reserved block 0), are
@@ -114,42 +111,40 @@ def knob_candidates(shared: Any, kv: Any, plan: Any, demand: Any, cost: Any, bac
     from tgi_toolkit.simulate.target import make_target
     from tgi_toolkit.sweep.spec import make_config
     from tgi_toolkit.tune.search import coarse
-    from tgi_toolkit.tune.space import build_space, repair
 
-    space = build_space(shared, demand, plan, KNOBS, kv=kv)
+    space = setup.space(KNOBS)
     seed = {"max_batch_prefill_tokens": space["max_batch_prefill_tokens"].values[-1],
-            "cuda_memory_fraction": kv.top}
-    default = repair({}, shared, kv)
+            "cuda_memory_fraction": setup.kv.top}
+    default = setup.repair({})
     out: list[dict[str, Any]] = []
     for combo in coarse(space, 3, 2 * budget, seed):
-        fixed = repair(combo, shared, kv)
+        fixed = setup.repair(combo)
         if fixed in out or fixed == default or fixed.get("max_batch_prefill_tokens", 1) < 1:
             continue
-        made = make_config(shared, fixed, backend=backend)
+        made = make_config(setup.base, fixed, backend=setup.backend)
         if made.valid and make_target(cost, config=made.config).scheduler.max_batch_total_tokens \
-                >= 2 * plan.capacity.tokens_per_request:
+                >= 2 * setup.plan.capacity.tokens_per_request:
             out.append(fixed)
     return out[:budget]
 
 
-def _tune(evaluation: Evaluation, shared: Any, kv: Any, plan: Any, demand: Any, traffic: Traffic,
-          objectives: Objectives, at: float) -> dict[str, Any] | None:
+def _tune(evaluation: Evaluation, setup: TuningSetup, traffic: Traffic, objectives: Objectives,
+          at: float) -> dict[str, Any] | None:
     """The knob setting that meets the objectives at load `at` with the most goodput, or None."""
+    from tgi_toolkit.sweep.spec import make_config
     from tgi_toolkit.tune.simulated import simulate_configs
 
-    configs = knob_candidates(shared, kv, plan, demand, evaluation.cost, evaluation.candidate.backend)
+    configs = knob_candidates(setup, evaluation.cost)
     if not configs:
         return None
-    ranked = simulate_configs(shared, configs, _workload(traffic, at, objectives), evaluation.cost, objectives,
-                              backend=evaluation.candidate.backend)
+    ranked = simulate_configs(setup.base, configs, _workload(traffic, at, objectives), evaluation.cost, objectives,
+                              backend=setup.backend)
     evaluation.simulations += len(configs)
     meeting = ranked[ranked[MEETS].fillna(False).astype(bool)] if MEETS in ranked else ranked.iloc[:0]
     if meeting.empty:
         return None
     best = meeting.iloc[0]
-    from tgi_toolkit.sweep.spec import make_config
-
-    by_id = {make_config(shared, c, backend=evaluation.candidate.backend).config_id: c for c in configs}
+    by_id = {make_config(setup.base, c, backend=setup.backend).config_id: c for c in configs}
     return by_id.get(best[S.CONFIG_ID])
 
 
@@ -169,7 +164,8 @@ def evaluate(candidate: Candidate, model: dict[str, Any], traffic: Traffic, obje
     """Everything the ranking needs about one candidate (module docstring)."""
     began = time.perf_counter()
     cost = cost_model(candidate, model)
-    shared, kv, plan, demand = base_config(candidate, model, traffic)
+    setup = tuning_setup(candidate, model, traffic)
+    shared = setup.base
     result = Evaluation(candidate, cost, shared)
 
     def probes_for(config: Any) -> Probes:
@@ -183,7 +179,7 @@ def evaluate(candidate: Candidate, model: dict[str, Any], traffic: Traffic, obje
     result.default_sustained = nominal = sustained(probes, objectives, first, ceiling=ceiling)
     if nominal is not None and tune and replicas(traffic.demand, nominal) > 1:
         above = min((x for x in probes.rows if x > nominal), default=nominal * 1.1)
-        best = _tune(result, shared, kv, plan, demand, traffic, objectives, above)
+        best = _tune(result, setup, traffic, objectives, above)
         if best:
             from tgi_toolkit.sweep.spec import make_config
 

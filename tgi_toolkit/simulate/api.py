@@ -54,10 +54,11 @@ from tgi_toolkit.simulate.workloads import (
 )
 
 _TARGET_OPTIONS = ("config", "attention", "prefix_caching", "chunking", "server")
-_RUN_OPTIONS = ("output", "seed", "prefix_tokens", "slo_ttft_s", "slo_tpot_s", "scrape_interval", "command",
-                "on_point", "light")
-_IGNORED = ("progress", "resume", "tokenizer", "api", "api_key", "sampling", "ignore_eos", "request_timeout",
-            "dataset")
+# The run's options a simulation uses, and bench's options it takes and ignores (tune.simulated reads both).
+RUN_OPTIONS = ("output", "seed", "prefix_tokens", "slo_ttft_s", "slo_tpot_s", "scrape_interval", "command",
+               "on_point", "light")
+IGNORED_OPTIONS = ("progress", "resume", "tokenizer", "api", "api_key", "sampling", "ignore_eos", "request_timeout",
+                   "dataset")
 
 
 def _count(name: str, value: int, minimum: int) -> int:
@@ -65,12 +66,12 @@ def _count(name: str, value: int, minimum: int) -> int:
 
 
 def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    unknown = set(options) - {*_TARGET_OPTIONS, *_RUN_OPTIONS, *_IGNORED}
+    unknown = set(options) - {*_TARGET_OPTIONS, *RUN_OPTIONS, *IGNORED_OPTIONS}
     if unknown:
         raise BenchError(sorted(unknown)[0], "is not an option",
-                         ", ".join(sorted({*_TARGET_OPTIONS, *_RUN_OPTIONS, *_IGNORED})))
+                         ", ".join(sorted({*_TARGET_OPTIONS, *RUN_OPTIONS, *IGNORED_OPTIONS})))
     target = {k: options[k] for k in _TARGET_OPTIONS if k in options}
-    run = {k: options[k] for k in _RUN_OPTIONS if k in options}
+    run = {k: options[k] for k in RUN_OPTIONS if k in options}
     return target, run
 
 
