@@ -41,7 +41,7 @@ if plotly_renderer:
 
 import pandas as pd
 
-from tgi_toolkit import advise
+from tgi_toolkit.advise import advise
 from tgi_toolkit.bench import load_results
 from tgi_toolkit.cookbook import out_dir
 

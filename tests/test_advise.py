@@ -25,6 +25,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- the arithmetic, by hand ------------------------------------------------------------------------
+def test_the_package_and_its_function_are_two_names():
+    # `tgi_toolkit.advise` is the package, `tgi_toolkit.advise.advise` the function (as tune.tune): the package
+    # is not callable, and the top-level package does not re-export the function under the package's name.
+    import types
+
+    import tgi_toolkit
+    import tgi_toolkit.advise
+    from tgi_toolkit.advise.api import advise
+
+    assert isinstance(tgi_toolkit.advise, types.ModuleType) and not callable(tgi_toolkit.advise)
+    assert tgi_toolkit.advise.advise is advise and "advise" not in tgi_toolkit.__all__
+
+
 def test_replicas_round_up_and_ignore_float_noise():
     assert replicas(20, 3.2) == 7  # 20 / 3.2 = 6.25 -> 7 replicas
     assert replicas(20, 4.0) == 5  # exactly 5: no sixth replica
@@ -148,13 +161,11 @@ def test_lengths_from_a_dataset(tmp_path):
 # -- the whole search ---------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_advise_ranks_writes_results_and_draws(tmp_path):
-    import tgi_toolkit
-    from tgi_toolkit.advise import load_advice
+    from tgi_toolkit.advise import advise, load_advice
     from tgi_toolkit.bench import load_results
 
-    advice = tgi_toolkit.advise(LLAMA3, rate=4, prompt_tokens=256, max_new_tokens=64, ttft=1.0, tpot=0.1,
-                                gpus=["A10G", "L4"], shards=[1], quantize=["none", "fp8"], output=tmp_path,
-                                progress=False)
+    advice = advise(LLAMA3, rate=4, prompt_tokens=256, max_new_tokens=64, ttft=1.0, tpot=0.1,
+                    gpus=["A10G", "L4"], shards=[1], quantize=["none", "fp8"], output=tmp_path, progress=False)
     table = advice.table
     assert list(table["candidate"]) and set(table["candidate"]) <= {"A10G", "L4", "L4 fp8"}
     assert [r.candidate.name for r in advice.refused] == ["A10G fp8"]

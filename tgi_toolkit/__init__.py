@@ -24,11 +24,9 @@ _LAZY = {
     "Sweep": "tgi_toolkit.sweep",
     "Workload": "tgi_toolkit.sweep",
     "Objectives": "tgi_toolkit.tune",
-    "advise": "tgi_toolkit.advise",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tgi_toolkit.advise import advise
     from tgi_toolkit.bench import Results, load_results, measure_ingestion, run_batch, run_concurrency, run_rate
     from tgi_toolkit.config import ConfigError, LauncherConfig
     from tgi_toolkit.server import Server
@@ -39,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
-# `tune` itself is not re-exported: `tgi_toolkit.tune` is its package (from tgi_toolkit.tune import tune).
-# `advise` is both: its package is callable (tgi_toolkit.advise(...) runs tgi_toolkit.advise.advise).
+# `tune` and `advise` are not re-exported: `tgi_toolkit.tune` and `tgi_toolkit.advise` are their packages
+# (from tgi_toolkit.tune import tune; from tgi_toolkit.advise import advise).
 __all__ = ["ConfigError", "LauncherConfig", "Objectives", "Results", "Server", "Sweep", "Workload", "__version__",
-           "advise", "load_results", "measure_ingestion", "run_batch", "run_concurrency", "run_rate"]
+           "load_results", "measure_ingestion", "run_batch", "run_concurrency", "run_rate"]

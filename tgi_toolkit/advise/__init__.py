@@ -12,9 +12,7 @@ api (`advise`), cli (`tgi-toolkit advise`).
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tgi_toolkit._lazy import lazy_getattr
 from tgi_toolkit.advise.cli import add_parser
@@ -36,17 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
-
-class _CallableModule(types.ModuleType):
-    """`tgi_toolkit.advise(...)` is `tgi_toolkit.advise.advise(...)`: the package and its one verb share a name."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from tgi_toolkit.advise.api import advise
-
-        return advise(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+# The package is not callable: its verb is `advise.api.advise`, exported here as `tgi_toolkit.advise.advise`
+# (as `tgi_toolkit.tune.tune`), so the package and the function are never the same object.
 
 __all__ = ["Advice", "Candidate", "Prices", "Traffic", "add_parser", "advise", "cost_per_hour", "cost_per_million",
            "load_advice", "load_prices", "replicas"]

@@ -1,6 +1,6 @@
 """`advise`: the cheapest deployment that meets your latency objectives at your traffic, with error bars.
 
-    from tgi_toolkit import advise
+    from tgi_toolkit.advise import advise
 
     advice = advise("config.json", rate=20, prompt_tokens=512, max_new_tokens=128, ttft=1.0, tpot=0.05,
                     gpus=["A10G", "L4", "A100-80GB", "H100"], shards=[1, 2, 4], output="results/advise")
