@@ -20,7 +20,7 @@
 # %% tags=["parameters"]
 backend = "embedded"  # embedded | tgi | tgi-docker | vllm: relaunched for each configuration
 base = {"max_input_tokens": 192, "max_total_tokens": 256, "max_batch_prefill_tokens": 256}  # shared settings
-kv_tokens = [256, None]  # KV memory holding this many tokens (256: one request at a time), None: all of it
+kv_capacity_tokens = [256, None]  # KV memory holding this many tokens (256: one request at a time), None: all of it
 grid = {"max_batch_size": [1, 4]}  # crossed with the KV memory; add e.g. "max_batch_prefill_tokens": [64, 256]
 older_grid = {"max_batch_size": [1, 4]}  # swept again with PREFILL_CHUNKING=0 (None: skip the older path)
 extra_configs = [{"max_input_tokens": 512}]  # not crossed; breaks a TGI rule on purpose (input < total)
@@ -51,7 +51,7 @@ from tgi_toolkit.sweep import Sweep, Workload, sweep_status
 output_dir = output_dir or str(out_dir("03_sweep", "results"))
 older_dir = output_dir.rstrip("/") + "_older"
 # KV memory as a share of the server's: the fraction whose capacity holds `tokens` on this machine
-fractions = [memory_fraction_for(tokens, base, backend) if tokens else 1.0 for tokens in kv_tokens]
+fractions = [memory_fraction_for(tokens, base, backend) if tokens else 1.0 for tokens in kv_capacity_tokens]
 workloads = [Workload("concurrency", users=users, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
                       requests=requests, ramp_up=ramp_up)]
 sweep = Sweep(base=base, grid={"cuda_memory_fraction": fractions, **grid}, configs=extra_configs, backend=backend,

@@ -292,7 +292,7 @@ def test_03_sweep(tmp_path) -> None:
     results_dir, card = tmp_path / "results", tmp_path / "card.html"
     # a request reserves 64 + 16 - 1 = 79 KV tokens: 128 hold one, so 2 users take turns there
     nb = execute("03_sweep", base={"max_input_tokens": 64, "max_total_tokens": 128, "max_batch_prefill_tokens": 128},
-                 kv_tokens=[128, None], grid={"max_batch_size": [1, 2]}, older_grid={"max_batch_size": [1, 2]},
+                 kv_capacity_tokens=[128, None], grid={"max_batch_size": [1, 2]}, older_grid={"max_batch_size": [1, 2]},
                  extra_configs=[{"max_input_tokens": 128}], users=[1, 2], prompt_tokens=64, max_new_tokens=16,
                  requests=4, ramp_up=0, output_dir=str(results_dir), report_path=str(card), progress=False)
     # ramp_up 0: the 2 users start together, so with room for both their requests share forwards from the
