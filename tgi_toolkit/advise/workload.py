@@ -2,7 +2,7 @@
 
 Fixed lengths run `simulate.run_rate` / `run_concurrency` as they are; a dataset of lengths runs the same
 scenario with each request's lengths drawn (seeded) from the dataset, through the simulator's own runner
-(`simulate.api._simulate`), so the rows, statistics and results folder are the same either way.
+(`simulate.api.play_points`), so the rows, statistics and results folder are the same either way.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _slo(objectives: Objectives) -> dict[str, float]:
 
 def _mixed(cost: Any, traffic: Traffic, load: float, options: dict[str, Any]) -> Any:
     from tgi_toolkit.scenarios.shapes import arrival_offsets
-    from tgi_toolkit.simulate.api import _simulate
+    from tgi_toolkit.simulate.api import play_points
     from tgi_toolkit.simulate.drivers import ClosedLoop, OpenLoop, SimRequest
     from tgi_toolkit.simulate.target import make_target
     from tgi_toolkit.simulate.workloads import Phase, Point
@@ -66,7 +66,7 @@ def _mixed(cost: Any, traffic: Traffic, load: float, options: dict[str, Any]) ->
 
     workload = {"dataset": traffic.dataset, "requests": traffic.requests, "load": load,
                 "lengths": "per request, drawn from the dataset"}
-    return _simulate(target, scenario, workload, points, options)
+    return play_points(target, scenario, workload, points, options)
 
 
 def simulate_load(cost: Any, traffic: Traffic, load: float, objectives: Objectives, *, config: Any = None,

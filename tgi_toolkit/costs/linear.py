@@ -175,6 +175,13 @@ def load_linear(path_or_dict: str | Path | Mapping[str, Any]) -> LinearCostModel
 
 
 # -- fitting ----------------------------------------------------------------------------------------------
+def nonnegative_least_squares(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The coefficients >= 0 minimising sum((weights * (x @ coef - y)) ** 2), the columns scaled to similar size
+    first (forwards' features span orders of magnitude): what fit_linear and simulate.fit both solve."""
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)
+    return _nnls(x * weights[:, None] / scale, y * weights) / scale
+
+
 def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Non-negative least squares for a handful of columns: the best unconstrained fit over each subset
     of columns whose coefficients all come out >= 0 (exact for so few terms; no scipy needed)."""
@@ -215,8 +222,7 @@ def fit_linear(samples: Iterable[tuple[Shape, float]], *, terms: Sequence[str] =
     if np.any(~np.isfinite(y)) or np.any(y <= 0):
         raise ValueError("samples: every time must be a positive number of seconds")
     w = 1 / y if relative else np.ones_like(y)
-    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # columns of similar size for lstsq
-    coef = _nnls(x * w[:, None] / scale, y * w) / scale
+    coef = nonnegative_least_squares(x, y, w)
     model = LinearCostModel(request_overhead_s=request_overhead_s, name=name, source=dict(source or {}),
                             free_tokens=free_tokens, token_tile=token_tile)
     for i, term in zip(idx, terms, strict=True):

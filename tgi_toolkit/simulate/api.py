@@ -22,12 +22,14 @@ Every function returns bench's `Results`, marked simulated (tgi_toolkit.simulate
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from tgi_toolkit import schema as S
 from tgi_toolkit.bench.api import spread_lengths
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.results import Results
+from tgi_toolkit.costs.load import CostModelSource
 from tgi_toolkit.scenarios.base import Scenario, split, wrapper_signature
 from tgi_toolkit.scenarios.kinds import (
     BatchScenario,
@@ -75,8 +77,11 @@ def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return target, run
 
 
-def _simulate(target: SimTarget, scenario: str, workload: dict[str, Any], make_points: Any,
-              run_options: dict[str, Any]) -> Results:
+def play_points(target: SimTarget, scenario: str, workload: dict[str, Any],
+                make_points: Callable[[TokenPrompts], list[Point]], run_options: dict[str, Any]) -> Results:
+    """The points `make_points` builds from the run's prompts, played in order on one simulated server and
+    recorded as one run of `scenario` (its `workload` in the provenance): what every scenario here comes down to,
+    and what advise.workload plays for a dataset's lengths. `run_options`: this module's RUN_OPTIONS."""
     seed = int(run_options.get("seed", 0))
     prefix = _count("prefix_tokens", int(run_options.get("prefix_tokens", 0)), 0)
     interval = float(run_options.get("scrape_interval", S.SCRAPE_INTERVAL))
@@ -142,7 +147,7 @@ def _points(scenario: Scenario, seed: int) -> Any:
     return lambda p: decode_stall_points(plan, scenario.repeats, scenario.warmups)
 
 
-def play_scenario(cost_model: Any, scenario: Scenario, **options: Any) -> Results:
+def play_scenario(cost_model: CostModelSource | SimTarget, scenario: Scenario, **options: Any) -> Results:
     """One scenario (a tgi_toolkit.scenarios dataclass) on the simulated server: checked against its limits,
     then run on the virtual clock; the options as in this module's docstring."""
     topts, ropts = _split(options)
@@ -150,14 +155,14 @@ def play_scenario(cost_model: Any, scenario: Scenario, **options: Any) -> Result
     if isinstance(scenario, IngestionScenario):
         scenario = scenario.with_lengths(default_ingestion_lengths(target))
     scenario.check(target)
-    return _simulate(target, scenario.name, scenario.workload(), _points(scenario, int(ropts.get("seed", 0))), ropts)
+    return play_points(target, scenario.name, scenario.workload(), _points(scenario, int(ropts.get("seed", 0))), ropts)
 
 
 def _wrapper(cls: type[Scenario], what: str) -> Any:
     """The public `run_<scenario>`: keywords -> the scenario object -> `play_scenario` (bench's parameters and
     defaults)."""
 
-    def run(cost_model: Any, **params: Any) -> Results:
+    def run(cost_model: CostModelSource | SimTarget, **params: Any) -> Results:
         scenario, options = split(cls, params)
         return play_scenario(cost_model, scenario, **options)
 
@@ -188,13 +193,13 @@ SCENARIO_FUNCTIONS = {"batch": run_batch, "concurrency": run_concurrency, "rate"
                       "multi_turn": run_multi_turn, "decode_stall": run_decode_stall}
 
 
-def run_scenario(scenario: str, cost_model: Any, **params: Any) -> Results:
+def run_scenario(scenario: str, cost_model: CostModelSource | SimTarget, **params: Any) -> Results:
     """Any scenario's `run_<scenario>` by name (`shared-prefix` or `shared_prefix`)."""
     spec, options = split(scenario_class(scenario), params)
     return play_scenario(cost_model, spec, **options)
 
 
-def kv_capacity_tokens(cost_model: Any, **options: Any) -> float:
+def kv_capacity_tokens(cost_model: CostModelSource | SimTarget, **options: Any) -> float:
     """The KV capacity in tokens the simulated server has (bench.kv_capacity_tokens's counterpart)."""
     topts, _ = _split(options)
     value = make_target(cost_model, **topts).scheduler.max_batch_total_tokens

@@ -54,7 +54,7 @@ from tgi_toolkit.simulate.fit import (
     forward_samples,
     replay_rows,
 )
-from tgi_toolkit.simulate.trace import _trace_end, frontend_seconds, read_trace, read_trace_lines
+from tgi_toolkit.simulate.trace import frontend_seconds, read_trace, read_trace_lines, trace_end
 
 # The quick grid's prompts sit on both sides of the common 64-256-token prompts: with 16, 256 and 768 only, the
 # line through them overpriced a 128-token prefill by 14-18 % on the embedded engine (its forward trace of
@@ -115,7 +115,7 @@ def _measure_frontend(server: Any, trace: str, facts: Mapping[str, Any], progres
                facts.get("max_batch_size") or BURST)
     found, notes = [], []
     for _ in range(BURSTS if size >= 3 else 0):
-        offset = _trace_end(trace)
+        offset = trace_end(trace)
         run_batch(server, batch_sizes=[size], sequence_length=BURST_PROMPT, decode_length=1, runs=1, warmups=0,
                   progress=progress)
         seconds, note = frontend_seconds(read_trace_lines(trace, offset)[0], size)
@@ -166,7 +166,7 @@ def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | N
                       progress=progress)
     frontend, frontend_note = _measure_frontend(server, trace, facts, progress) if trace else (0.0, None)
     # the trace from here on: the warm-up's forwards (a cache growth among them) are not the machine's speed
-    offset = _trace_end(trace) if trace else 0
+    offset = trace_end(trace) if trace else 0
     ing = measure_ingestion(server, prompt_tokens=lengths, repeats=int(grid["repeats"]), progress=progress)
     rows = ing.requests[~ing.requests[S.WARMUP] & ing.requests[S.ERROR].isna()]
     ingestion = [(int(p), float(t)) for p, t in zip(rows[S.PROMPT_TOKENS], rows[S.TTFT_S], strict=True)]

@@ -13,7 +13,7 @@ import numpy as np
 
 from tgi_toolkit import schema as S
 from tgi_toolkit.costs.features import Shape
-from tgi_toolkit.costs.linear import TERMS, LinearCostModel, _nnls, uniform_shape
+from tgi_toolkit.costs.linear import TERMS, LinearCostModel, nonnegative_least_squares, uniform_shape
 
 
 def prefill_forwards(length: int, budget: int | None) -> np.ndarray:
@@ -95,8 +95,7 @@ def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFIL
         for knee in free_tokens:
             x = np.column_stack([np.array([s.features(knee, tile) for s in samples])[:, keep],
                                  [s.overheads for s in samples]])
-            scale = np.maximum(np.abs(x).max(axis=0), 1e-30)
-            coef = _nnls(x * w[:, None] / scale, y * w) / scale
+            coef = nonnegative_least_squares(x, y, w)
             err = float(np.sum(((x @ coef - y) * w) ** 2))
             if best is None or err < best[0] - 1e-12:
                 best = (err, knee, tile, coef, x)

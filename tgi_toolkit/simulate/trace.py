@@ -32,7 +32,7 @@ def read_trace(path: str, offset: int = 0) -> tuple[list[tuple[Shape, float]], i
     return [(Shape(**{n: row[n] for n in names if n in row}), float(row["seconds"])) for row in rows], offset
 
 
-def _trace_end(path: str) -> int:
+def trace_end(path: str) -> int:
     """The trace's size: the offset from which `read_trace` returns what the server writes next."""
     return os.path.getsize(path) if os.path.exists(path) else 0
 
