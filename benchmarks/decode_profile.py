@@ -31,9 +31,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from tgi_toolkit.engine.decode_step import decode_layers
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.sampling import SamplingParams, TokenChooser, choose_batch
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
 
 STEP_TARGET = 2.0  # a 16-row step over the weight-read time
 COPY_BYTES = 2**30

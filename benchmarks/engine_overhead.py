@@ -24,8 +24,9 @@ import torch
 from streams import concurrent, exact_prompt, start_engine
 
 from tgi_toolkit import Server
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
 
 
 def start(cache: str, dtype: str) -> Server:

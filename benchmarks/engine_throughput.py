@@ -251,7 +251,8 @@ def runner_steps(model: Any, prompt: list[int], args: argparse.Namespace) -> dic
 
 
 def bench_transformers(args: argparse.Namespace) -> dict:
-    from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+    from tgi_toolkit.engine.model import load_model
+    from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
 
     loaded = load_model(resolve_model(DEFAULT_MODEL_ID), dtype=args.dtype)
     model, tok = loaded.model, loaded.tokenizer

@@ -23,7 +23,7 @@ rm -rf .whl && mkdir -p .whl .gpu_probe/tokenizer
 import shutil
 from pathlib import Path
 
-from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model
 
 source = converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
 for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):

@@ -75,7 +75,7 @@ def find_guidellm(given: str | None) -> str | None:
 
 def local_tokenizer(model_id: str, revision: str | None) -> str:
     """The served model's tokenizer folder, so guidellm counts tokens as the server does without the hub."""
-    from tgi_toolkit.config.model_files import converted_model_dir, resolve_model
+    from tgi_toolkit.models.files import converted_model_dir, resolve_model
 
     return str(converted_model_dir(resolve_model(model_id, revision)))
 

@@ -15,9 +15,10 @@ import time
 
 import torch
 
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.quantization import SUPPORTED, quantize_runner, refusal
 from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
 
 PROMPTS = ["The capital of France is", "def quicksort(items):", "Once upon a time, in a small village,",
            "The three laws of thermodynamics are"]

@@ -28,8 +28,9 @@ from collections.abc import Callable
 import torch
 
 from tgi_toolkit.engine.kv_cache import Seq
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
 
 CLOCK = time.perf_counter
 

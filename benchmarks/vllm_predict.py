@@ -34,7 +34,7 @@ from tgi_toolkit import schema as S  # noqa: E402
 from tgi_toolkit.bench import api as bench  # noqa: E402
 from tgi_toolkit.config import LauncherConfig  # noqa: E402
 from tgi_toolkit.costs.load import load_cost_model  # noqa: E402
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, converted_model_dir, resolve_model  # noqa: E402
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model  # noqa: E402
 from tgi_toolkit.scenarios.kinds import ConcurrencyScenario, RateScenario  # noqa: E402
 from tgi_toolkit.scenarios.plans import SharedPrefix  # noqa: E402
 from tgi_toolkit.server import Server  # noqa: E402

@@ -123,7 +123,7 @@ from tgi_toolkit.planner import compare, parse_reported_capacity
 reported = parse_reported_capacity("\n".join(server.logs(None)))
 print("reported by the server:", reported.get("max_batch_total_tokens"), "tokens")
 if backend == "embedded":
-    from tgi_toolkit.config.model_files import converted_model_dir, resolve_model
+    from tgi_toolkit.models.files import converted_model_dir, resolve_model
     from tgi_toolkit.planner import plan_embedded
 
     source = resolve_model(config.model_id)

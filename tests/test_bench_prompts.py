@@ -30,7 +30,7 @@ def server_tokenizer(engine_url):
 
 @pytest.fixture(scope="module")
 def local_tokenizer(engine_url):
-    from tgi_toolkit.engine.model import conversion_cache_dir
+    from tgi_toolkit.models.files import conversion_cache_dir
 
     folders = sorted(p for p in conversion_cache_dir().iterdir() if (p / "tokenizer.json").exists())
     if not folders:

@@ -70,7 +70,7 @@ def test_bad_workload_names_its_field(make, field) -> None:
 # -- token-exact texts, with the served model's tokenizer ------------------------------------------------
 @pytest.fixture(scope="module")
 def tokenizer():
-    from tgi_toolkit.engine.model import conversion_cache_dir
+    from tgi_toolkit.models.files import conversion_cache_dir
 
     root = conversion_cache_dir()
     folders = sorted(p for p in root.iterdir() if (p / "tokenizer.json").exists()) if root.is_dir() else []

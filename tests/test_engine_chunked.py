@@ -10,10 +10,11 @@ import pytest
 from tgi_toolkit.engine.backend import ModelBackend
 from tgi_toolkit.engine.events import Event, GenerationError
 from tgi_toolkit.engine.infer import Engine
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.sampling import SamplingParams
 from tgi_toolkit.engine.validation import ValidRequest
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
 from tgi_toolkit.router import Observer, SchedulerConfig
 
 pytestmark = pytest.mark.slow

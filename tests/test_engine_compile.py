@@ -6,8 +6,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
 
 pytestmark = pytest.mark.slow
 

@@ -15,10 +15,11 @@ from tgi_toolkit.engine import device as engine_device
 from tgi_toolkit.engine.cli import main as engine_main
 from tgi_toolkit.engine.cli import split_engine_args
 from tgi_toolkit.engine.graphs import GraphDecode, span_buckets
-from tgi_toolkit.engine.model import ModelNotFoundError, load_random, random_config
+from tgi_toolkit.engine.model import load_random, random_config
 from tgi_toolkit.engine.quantization import Fp8Linear
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.validation import GenerateParameters, RequestLimits, ValidationError, validate
+from tgi_toolkit.models.files import ModelNotFoundError
 
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
         "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 5000, "max_position_embeddings": 512,
@@ -49,7 +50,7 @@ def test_serve_refuses_device_cuda_before_loading_anything(monkeypatch, capsys):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr("tgi_toolkit.engine.model.load_model", never)
-    monkeypatch.setattr("tgi_toolkit.engine.model.resolve_model", never)
+    monkeypatch.setattr("tgi_toolkit.models.files.resolve_model", never)
     assert engine_main(["--device", "cuda", "--port", "1"]) == 2
     err = capsys.readouterr().err
     assert "error: --device cuda" in err and "allowed: cuda, cpu" in err and "Traceback" not in err

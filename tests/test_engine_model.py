@@ -7,16 +7,16 @@ import shutil
 import pytest
 import torch
 
-from tgi_toolkit.engine.model import (
+from tgi_toolkit.engine.model import load_model
+from tgi_toolkit.engine.quantization import SUPPORTED, quantize_runner, refusal
+from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.models.files import (
     DEFAULT_MODEL_ID,
     ModelNotFoundError,
     bundled_gguf_path,
     converted_model_dir,
-    load_model,
     resolve_model,
 )
-from tgi_toolkit.engine.quantization import SUPPORTED, quantize_runner, refusal
-from tgi_toolkit.engine.runner import LlamaRunner
 
 
 def test_default_model_resolves_to_the_bundled_gguf():

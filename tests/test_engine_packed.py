@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.packed import pack, packed_linear
 from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
 
 PACKS = pack(torch.ones(8, 8, dtype=torch.bfloat16)) is not None
 needs_packing = pytest.mark.skipif(not PACKS, reason="this CPU's oneDNN has no bfloat16 linear")

@@ -10,8 +10,9 @@ import torch
 
 from tests.test_runner_chunked import tiny_mistral
 from tgi_toolkit.engine import decode_step
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
 
 PROMPTS = [[1, 504, 3458, 314, 4649, 29], [1, 19, 2372, 1695], [1, 31, 4, 9, 1300, 77, 8, 52, 940]]
 

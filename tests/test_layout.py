@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tgi_toolkit"
-# What these packages need from the engine lives in tgi_toolkit.config.embedded and .model_files.
+# What these packages need from the engine lives in tgi_toolkit.config.embedded and tgi_toolkit.models.
 BELOW_THE_ENGINE = ("tgi_toolkit.config", "tgi_toolkit.planner", "tgi_toolkit.tune", "tgi_toolkit.app")
 ENGINE = "tgi_toolkit.engine"
 # The server stands on TGI's router rules, the configuration and what a forward costs (its pacing and forward
 # trace), never on what measures or simulates it (issue 28).
-ENGINE_FLOOR = (ENGINE, "tgi_toolkit.router", "tgi_toolkit.config", "tgi_toolkit.costs", "tgi_toolkit.version",
-                "tgi_toolkit.progress")
+ENGINE_FLOOR = (ENGINE, "tgi_toolkit.router", "tgi_toolkit.config", "tgi_toolkit.models", "tgi_toolkit.costs",
+                "tgi_toolkit.version", "tgi_toolkit.progress")
 
 
 def modules(root: Path) -> dict[str, tuple[Path, bool]]:

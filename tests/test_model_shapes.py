@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tgi_toolkit.cli import main
-from tgi_toolkit.config.gguf_config import gguf_config
-from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID, bundled_gguf_path
-from tgi_toolkit.config.shipped_models import shipped_config, shipped_models, shipped_models_dir
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, bundled_gguf_path
+from tgi_toolkit.models.gguf_config import gguf_config
+from tgi_toolkit.models.shipped import shipped_config, shipped_models, shipped_models_dir
 from tgi_toolkit.planner.shape import ModelShape
 from tgi_toolkit.simulate.corpus import load_models, models_file
 

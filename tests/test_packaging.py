@@ -65,7 +65,7 @@ def test_an_installed_wheel_reads_its_own_data(tmp_path: Path) -> None:
         from tgi_toolkit.costs.roofline import fitted_factors
         from tgi_toolkit.simulate.corpus import load_figures
         print(round(fitted_factors()["bandwidth_efficiency"], 6), len(load_figures()))
-        from tgi_toolkit.config.shipped_models import shipped_config, shipped_models_dir
+        from tgi_toolkit.models.shipped import shipped_config, shipped_models_dir
         print(shipped_models_dir(), shipped_config("Qwen/Qwen3-8B")["num_hidden_layers"])
     """)
     env = {k: v for k, v in os.environ.items() if k != "TGI_TOOLKIT_DATA"}

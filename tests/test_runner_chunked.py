@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from tgi_toolkit.engine.kv_cache import Seq
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, load_model, resolve_model
+from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
 
 # float32 logits of this model are ~10-30 in magnitude; the chunked and whole-prompt forwards
 # differ only in how MKL blocks GEMMs of different row counts (measured: <1e-4).

@@ -8,7 +8,7 @@ TGI_TOOLKIT_VLLM, else this checkout's .venv-vllm/bin/vllm; with neither they sk
 except in CI (CI=true), where a missing vLLM fails them: CI installs it.
 
 The model is the embedded engine's default in the Hugging Face format vLLM reads: the engine's safetensors
-copy of the bundled GGUF (config/model_files.py, converted_model_dir), so nothing is downloaded. Each server
+copy of the bundled GGUF (models/files.py, converted_model_dir), so nothing is downloaded. Each server
 gets 1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE: the CPU backend takes it up front) and a 512-token context,
 and runs eager (`--enforce-eager`, the launcher's `--cuda-graphs 0`): its torch.compile warm-up would add
 minutes to each start on 2 cores (505 s to healthy compiled, 120 s eager, side by side on a busy machine).
@@ -28,7 +28,7 @@ from tests.standins.fixtures import no_leftover_processes  # noqa: F401
 from tgi_toolkit import schema as S
 from tgi_toolkit.bench.api import run_concurrency
 from tgi_toolkit.config import LauncherConfig
-from tgi_toolkit.engine.model import DEFAULT_MODEL_ID, converted_model_dir, resolve_model
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model
 from tgi_toolkit.server import Server
 from tgi_toolkit.server.vllm import EXECUTABLE_VARIABLE
 from tgi_toolkit.sweep import Sweep, Workload, load_manifest

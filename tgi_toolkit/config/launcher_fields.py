@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID
 
 DEFAULT_HOSTNAME = "127.0.0.1"
 

@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engin
     """Serve with the launcher flags in `argv`; `prog` is the command the help names (how it was started)."""
     from tgi_toolkit.config import ConfigError, LauncherConfig
     from tgi_toolkit.config.embedded import resolve_device
-    from tgi_toolkit.engine.model import ModelNotFoundError
     from tgi_toolkit.engine.runner import UnsupportedModelError
     from tgi_toolkit.engine.serve import UnsupportedSetting, serve
+    from tgi_toolkit.models.files import ModelNotFoundError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):

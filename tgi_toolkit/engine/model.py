@@ -1,9 +1,8 @@
 """Loading the model the engine serves, in the dtype it computes in, on its device; or a model of a published
 shape with random weights (`load_random`, `--random-weights`), for timing where no weights can be fetched.
 
-Finding it (local directory, GGUF file, offline hub cache, or the bundled default) and the GGUF
-conversion cache are in tgi_toolkit.config.model_files, which the planner and the tuner use
-without importing the engine; the names are re-exported here for the engine and its callers.
+Finding it (local directory, GGUF file, offline hub cache, or the bundled default), reading its files and the GGUF
+conversion cache are tgi_toolkit.models', which the planner and the tuner use without importing the engine.
 """
 
 from __future__ import annotations
@@ -12,27 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tgi_toolkit.config.embedded import cpu_has_bf16  # re-exported
-from tgi_toolkit.config.model_files import (
-    BUNDLED_GGUF,
-    BUNDLED_PACKAGE,
+from tgi_toolkit.models.files import (
     DEFAULT_MODEL_ID,
     ModelNotFoundError,
     ModelSource,
-    _load_gguf,
-    _load_pretrained,
-    bundled_gguf_path,
-    conversion_cache_dir,
     converted_model_dir,
-    gguf_digest,
+    load_gguf,
+    load_pretrained,
     resolve_model,
 )
 
-__all__ = [
-    "BUNDLED_GGUF", "BUNDLED_PACKAGE", "DEFAULT_MODEL_ID", "DTYPES", "LoadedModel", "ModelNotFoundError",
-    "ModelSource", "bundled_gguf_path", "conversion_cache_dir", "converted_model_dir", "cpu_has_bf16",
-    "default_dtype", "gguf_digest", "load_model", "load_random", "resolve_model", "torch_dtype",
-]
+__all__ = ["DTYPES", "LoadedModel", "default_dtype", "load_model", "load_random", "random_config", "torch_dtype"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -89,9 +78,9 @@ def load_model(source: ModelSource, dtype: str | None = None,
     target = torch_dtype(dtype, device)
     try:
         if source.gguf_file:
-            tokenizer, model = _load_gguf(source, target)
+            tokenizer, model = load_gguf(source, target)
         else:
-            tokenizer, model = _load_pretrained(source.path, target)
+            tokenizer, model = load_pretrained(source.path, target)
     except Exception as exc:  # transformers raises many kinds; all mean "cannot read this model"
         raise ModelNotFoundError(f"cannot read model {source.describe()}: {exc}") from exc
     model.eval()
@@ -117,7 +106,7 @@ def random_config(model: str) -> tuple[dict[str, Any], Path | None]:
     holding one, or a published shape shipped with the toolkit by id (data/models/, no file: None)."""
     import json
 
-    from tgi_toolkit.config.shipped_models import shipped_config
+    from tgi_toolkit.models.shipped import shipped_config
 
     path = Path(model).expanduser()
     if path.is_dir():

@@ -18,7 +18,7 @@ from typing import IO, Any
 # The rules live below both the engine and the configuration (the form and the planner show them
 # without importing the engine); re-exported here, where the engine applies them.
 from tgi_toolkit.config.embedded import UnsupportedSetting, refusals
-from tgi_toolkit.config.model_files import DEFAULT_MODEL_ID
+from tgi_toolkit.models.files import DEFAULT_MODEL_ID
 
 log = logging.getLogger("tgi_toolkit.engine")
 
@@ -137,8 +137,9 @@ def _load(cfg: Any, device: str = "cpu", random_weights: bool = False) -> tuple[
     from tgi_toolkit.config.scheduling import scheduler_config
     from tgi_toolkit.engine.device import describe
     from tgi_toolkit.engine.kv_cache import kv_bytes_per_token
-    from tgi_toolkit.engine.model import load_model, load_random, resolve_model
+    from tgi_toolkit.engine.model import load_model, load_random
     from tgi_toolkit.engine.runner import LlamaRunner
+    from tgi_toolkit.models.files import resolve_model
 
     if random_weights:
         log.info("Building %s with random weights on %s (timing only)", cfg.model_id, describe(device))

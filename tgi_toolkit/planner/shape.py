@@ -35,7 +35,7 @@ def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
 
 
 def _names_a_model(model: str, path: Path) -> bool:
-    """A model id or a GGUF model rather than a config.json path: read by config.model_files.model_config."""
+    """A model id or a GGUF model rather than a config.json path: read by models.files.model_config."""
     if path.exists():
         return (path.is_file() and path.suffix == ".gguf") or (path.is_dir() and not (path / "config.json").is_file())
     return not model.startswith(("/", ".", "~")) and not model.endswith(".json")
@@ -44,13 +44,13 @@ def _names_a_model(model: str, path: Path) -> bool:
 def load_config(model_config: Any) -> dict[str, Any]:
     """config.json contents from a dict, a path (file or model directory), a transformers config, or a model
     by id: a shipped shape (data/models/), a .gguf file or a model found as the embedded engine finds it
-    (tgi_toolkit.config.model_files.model_config, which reads a GGUF's header, never its weights)."""
+    (tgi_toolkit.models.files.model_config, which reads a GGUF's header, never its weights)."""
     if isinstance(model_config, dict):
         cfg = dict(model_config)
     elif isinstance(model_config, (str, Path)) and _names_a_model(str(model_config),
                                                                    Path(model_config).expanduser()):
-        from tgi_toolkit.config.model_files import ModelNotFoundError
-        from tgi_toolkit.config.model_files import model_config as config_of_model
+        from tgi_toolkit.models.files import ModelNotFoundError
+        from tgi_toolkit.models.files import model_config as config_of_model
 
         try:
             cfg = config_of_model(model_config)

@@ -129,15 +129,15 @@ def _rows(path: str | Path | None) -> list[dict[str, str]]:
 
 
 def models_file(name: str = MODELS_FILE) -> Path:
-    """A file of the corpus's model shapes, among the shipped ones (tgi_toolkit.config.shipped_models)."""
-    from tgi_toolkit.config.shipped_models import shipped_models_dir
+    """A file of the corpus's model shapes, among the shipped ones (tgi_toolkit.models.shipped)."""
+    from tgi_toolkit.models.shipped import shipped_models_dir
 
     return shipped_models_dir() / name
 
 
 def load_models(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """{model_id: config.json fields}, `_source` dropped (it says where the fields were read)."""
-    from tgi_toolkit.config.shipped_models import read_shapes
+    from tgi_toolkit.models.shipped import read_shapes
 
     models = read_shapes(Path(path) if path else models_file())
     return {k: {f: v for f, v in cfg.items() if not f.startswith("_")} | {"_name_or_path": k}

@@ -80,7 +80,7 @@ def workload_demand(workload: Workload) -> Demand:
 
 def model_config_path(config: LauncherConfig) -> Path:
     """config.json of the model the server would load, found the way the embedded engine finds it."""
-    from tgi_toolkit.config.model_files import ModelNotFoundError, converted_model_dir, resolve_model
+    from tgi_toolkit.models.files import ModelNotFoundError, converted_model_dir, resolve_model
 
     try:
         path = converted_model_dir(resolve_model(config.model_id, config.revision)) / "config.json"

@@ -1,7 +1,7 @@
 """A GGUF file's model settings as config.json fields, read from its header alone.
 
 `gguf.GGUFReader` maps the file and parses its metadata and tensor index without reading a tensor, so a
-plan of the bundled model answers in about a second where converting it (model_files.converted_model_dir)
+plan of the bundled model answers in about a second where converting it (files.converted_model_dir)
 de-quantizes 272 tensors. The keys are renamed with transformers' own table (GGUF_CONFIG_MAPPING, the one
 its GGUF loader uses); the few rules that loader writes as code instead (architecture renames, tied
 embeddings read from the tensor index) are followed here, as of transformers 5.x's

@@ -4,7 +4,7 @@
 model id to its config.json fields, each entry's `_source` saying where the fields were read.
 `gpu_models.json` and `gpu_models_heldout.json` are the GPU corpus's models (tgi_toolkit.simulate.corpus
 reads the same files); `models.json` holds the other shapes. `tgi-toolkit plan`, `simulate` and `advise`
-take any of these ids as `--model` (tgi_toolkit.config.model_files.model_config). To add a model, add an
+take any of these ids as `--model` (tgi_toolkit.models.files.model_config). To add a model, add an
 entry to `models.json`: its config.json fields and a `_source` (docs/planning.md, "Model shapes").
 """
 

