@@ -206,22 +206,64 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
     config = LauncherConfig.from_cli(["--model-id", str(model_dir), *flags])
     # the forward trace: every forward's shape and seconds (the batch table's two prompt forwards a run apart, and
     # the first of them while the front end takes in the others), which /metrics only sums every 0.25 s
+    trace = out / "forwards.jsonl"
     env = {"TGI_TOOLKIT_DEVICE": device, "TGI_TOOLKIT_RANDOM_WEIGHTS": "1", "TGI_TOOLKIT_KV_CACHE_GIB": "0.25",
-           "TGI_TOOLKIT_FORWARD_TRACE": str(out / "forwards.jsonl")}
+           "TGI_TOOLKIT_FORWARD_TRACE": str(trace)}
     started = time.perf_counter()
     with Server(config, log_path=out / "engine.log", env=env, health_timeout=health_timeout,
                 startup_progress=False) as server:
         ready_s = time.perf_counter() - started
         info = server.info()
+        first_byte = trace.stat().st_size if trace.exists() else 0
         batch = bench.run_batch(server.url, batch_sizes=plan["batch_sizes"], sequence_length=plan["sequence_length"],
                                 decode_length=plan["decode_length"], runs=plan["runs"], ignore_eos=True,
                                 progress=False, output=str(out / "batch"))
+        batch_bytes = [first_byte, trace.stat().st_size if trace.exists() else 0]
         users = [bench.run_concurrency(server.url, users=[n], prompt_tokens=plan["prompt_tokens"],
                                        max_new_tokens=plan["max_new_tokens"], requests=requests_for(n),
                                        ignore_eos=True, progress=False, output=str(out / "concurrency"))
                  for n in plan["users"]]
     return {"seconds_to_ready": round(ready_s, 1), "info": info, "batch": batch_rows(batch),
-            "concurrency": [r for res in users for r in user_rows(res)]}
+            "concurrency": [r for res in users for r in user_rows(res)],
+            "trace": {"path": str(trace), "batch_bytes": batch_bytes}}
+
+
+def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int]) -> list[dict[str, Any]]:
+    """The batch table's forwards in the engine's trace (the bytes bench's batch runs added), per batch size B:
+    the first prompt's forward (a prompt forward of one row, none decoding), the other B - 1 prompts' (the next
+    forward: a prompt forward of B rows, one of them decoding) and the decode steps of B rows after it, each the
+    median over the runs where the engine ran them so (TGI 3's rule B8 when the other B - 1 requests were all in
+    by the end of the first forward); B = 1 is the one-row prompt forward followed by one-row decode steps.
+    Milliseconds; `runs` counts the runs matched (the warm-up run among them)."""
+    import statistics
+
+    with open(trace, "rb") as f:
+        f.seek(batch_bytes[0])
+        data = f.read(batch_bytes[1] - batch_bytes[0])
+    lines = [json.loads(line) for line in data.splitlines() if line.strip()]
+    found: dict[int, dict[str, list[float]]] = {b: {"first": [], "rest": [], "decode": []} for b in batch_sizes}
+    for i, line in enumerate(lines[:-1]):
+        if not (line["rpc"] == "prefill" and line["rows"] == 1 and not line["decode_rows"]):
+            continue
+        after = lines[i + 1]
+        size = after["rows"] if after["rpc"] == "prefill" and after["decode_rows"] == 1 else \
+            1 if after["rpc"] == "decode" and after["rows"] == 1 else None
+        if size not in found:
+            continue
+        found[size]["first"].append(line["seconds"])
+        j = i + 1
+        if size > 1:
+            found[size]["rest"].append(after["seconds"])
+            j += 1
+        while j < len(lines) and lines[j]["rpc"] == "decode" and lines[j]["rows"] == size:
+            found[size]["decode"].append(lines[j]["seconds"])
+            j += 1
+
+    def ms(values: list[float]) -> float | None:
+        return round(statistics.median(values) * 1e3, 3) if values else None
+
+    return [{"batch_size": b, "runs": len(v["first"]), "first_prompt_ms": ms(v["first"]),
+             "other_prompts_ms": ms(v["rest"]), "decode_step_ms": ms(v["decode"])} for b, v in found.items()]
 
 
 def forward_shapes(plan: dict[str, Any]) -> list[tuple[str, int, bool]]:
@@ -385,6 +427,13 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
                 cells += [str(ratio.get(m, "-")) for m in metrics]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    traced = summary.get("traced_batch") or []
+    if traced:
+        columns = ("batch_size", "runs", "first_prompt_ms", "other_prompts_ms", "decode_step_ms")
+        lines += ["## the batch table's forwards in the engine's trace (medians)", "",
+                  "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in traced]
+        lines.append("")
     forwards = summary.get("engine_forwards") or []
     if forwards:
         columns = ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "priced_ms", "priced_kernels_ms")
@@ -471,6 +520,11 @@ def main(argv: list[str] | None = None) -> int:
         summary["measured"] = measure(model_dir, device, plan, flags, out / "measured-eager", args.health_timeout)
     for kind, predicted in summary["predicted"].items():
         summary["ratios"][kind] = ratios(predicted, summary["measured"])
+    try:
+        trace = summary["measured"]["trace"]
+        summary["traced_batch"] = traced_batch(Path(trace["path"]), trace["batch_bytes"], plan["batch_sizes"])
+    except Exception as exc:  # a reading of what was measured; never worth the lease
+        summary["skipped"]["traced_batch"] = f"{type(exc).__name__}: {exc}"
 
     # 4. the engine's forwards alone, once the server (and its KV cache) has left the card
     try:

@@ -38,8 +38,11 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
         assert [row["users"] for row in summary["ratios"][kind]["concurrency"]] == [1, 8]
     assert summary["weight_read"]["weight_bytes"] > 0 and "Decode step at batch 1" in (out / "summary.md").read_text()
     assert "Traceback" not in (out / "measured" / "engine.log").read_text()
-    # every forward the engine ran is traced, and its forwards were timed alone once the server had gone
+    # every forward the engine ran is traced (batch 1's runs and its warm-up run read back from it), and its
+    # forwards were timed alone once the server had gone
     assert (out / "measured" / "forwards.jsonl").stat().st_size > 0
+    assert summary["traced_batch"][0]["batch_size"] == 1
+    assert summary["traced_batch"][0]["runs"] == summary["plan"]["runs"] + 1
     assert [row["forward"] for row in summary["engine_forwards"]] == ["prompt x1", "prompt x7 + decode row",
                                                                       "prompt x15 + decode row", "decode row"]
     assert all(row["wall_ms"] > 0 and "priced_ms" in row for row in summary["engine_forwards"])
@@ -75,3 +78,33 @@ def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs
     # the engine's Python calls grow with each prompt chunk it attends alone: more for 3 prompts than for 1
     assert rows[1]["torch_calls"] > rows[0]["torch_calls"] > rows[2]["torch_calls"] > 0
     assert "device_busy_ms" in rows[0] or "profiler_error" in rows[0]
+
+
+def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path):
+    """The first prompt's forward, the other B - 1 prompts' and the decode steps of each batch size, from the trace
+    lines bench's batch runs added; a run the engine split otherwise (here the other 3 prompts in two forwards) is
+    left out rather than taken for another batch size."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_probe
+
+    def line(rpc: str, rows: int, decode_rows: int, seconds: float) -> str:
+        return json.dumps({"t": 0.0, "rpc": rpc, "rows": rows, "tokens": 8 * rows, "context": 8 * rows,
+                           "pairs": 36.0 * rows, "prefilling": rpc == "prefill", "decode_rows": decode_rows,
+                           "decode_context": 9 * decode_rows, "seconds": seconds}) + "\n"
+
+    before = line("prefill", 1, 0, 9.0) + line("decode", 1, 0, 9.0)  # another scenario's, before the batch runs
+    runs = (line("prefill", 1, 0, 0.010) + line("decode", 1, 0, 0.005) + line("decode", 1, 0, 0.007)
+            + line("prefill", 1, 0, 0.012) + line("decode", 1, 0, 0.006)
+            + line("prefill", 1, 0, 0.020) + line("prefill", 4, 1, 0.050) + line("decode", 4, 0, 0.008)
+            + line("decode", 4, 0, 0.008)
+            + line("prefill", 1, 0, 0.030) + line("prefill", 2, 1, 0.040) + line("prefill", 4, 3, 0.045)
+            + line("decode", 4, 0, 0.009))
+    trace = tmp_path / "forwards.jsonl"
+    trace.write_text(before + runs)
+    start = len(before.encode())
+    rows = gpu_probe.traced_batch(trace, [start, start + len(runs.encode())], [1, 4])
+    # batch 1: two runs, first forwards 10 and 12 ms (median 11), decode steps 5, 7 and 6 ms (median 6);
+    # batch 4: the one run whose other 3 prompts came in one forward: 20, 50 and 8 ms
+    assert rows == [
+        {"batch_size": 1, "runs": 2, "first_prompt_ms": 11.0, "other_prompts_ms": None, "decode_step_ms": 6.0},
+        {"batch_size": 4, "runs": 1, "first_prompt_ms": 20.0, "other_prompts_ms": 50.0, "decode_step_ms": 8.0}]
