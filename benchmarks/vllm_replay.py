@@ -7,10 +7,14 @@ set-up small enough that every rule shows in a run of seconds: `--max-num-seqs 4
 `--max-model-len 256`, `--block-size 32` (the CPU attention backend takes multiples of 32) and
 `--num-gpu-blocks-override 11` (10 blocks serve, 320 tokens; vLLM keeps block 0 back). The cost model is
 profiled from that same server first (`simulate.profile`, a grid within its limits; saved beside the results),
-unless `--cost` names one. Then TRACE (below, declared before any run)
-is sent as completions of exact token ids (`ignore_eos`, so every answer has its declared length), while
-vLLM's /metrics is scraped every SCRAPE_S seconds; then the same trace is played by the simulator
-(`router/vllm_v1.py` under the same settings) on that cost model.
+unless `--cost` names one. Then TRACE (below, declared before any run) is sent as completions of exact token
+ids (`ignore_eos`, so every answer has its declared length), queued in its order before vLLM's first step: its
+scheduler is paused (`/pause?mode=keep`, a route of VLLM_SERVER_DEV_MODE), each request is sent once vLLM logged
+the one before as added to its engine (`--enable-log-requests`), and `/resume` starts the clock (sent all at once,
+ten requests reached a loaded vLLM shuffled, and its first-come-first-served order with them). vLLM's /metrics
+is scraped every SCRAPE_S seconds meanwhile. Then the simulator plays the same trace (`router/vllm_v1.py` under
+the same settings, every request sent before its clock starts) on that cost model. vLLM's CPU backend schedules
+synchronously (platforms/cpu.py turns async scheduling off), as the simulator does.
 
 TRACE forces the three rules: its long prompts (112-224 tokens) are over the 64-token budget (chunked prefill),
 its 10 requests are over `max_num_seqs` 4 (the cap, and a queue), and four long requests decoding together need
@@ -20,9 +24,9 @@ Two comparisons, both printed:
 1. By progress (the exact one). vLLM's gauges (running, waiting, KV usage) and counters (preemptions,
    generated tokens) are published together after each engine step, so each scrape shows the state after
    some step; its generated-token count says how far the trace has gone, whatever the machine's speed. Each
-   scrape (from the first generated token on: before it, when each request reached the engine is a matter
-   of milliseconds) is compared with the simulator's states after the steps that had generated as many
-   tokens: it MATCHES when one of them has the same running, waiting, preemptions so far and KV blocks in use.
+   scrape (between the first generated token and the last) is compared with the simulator's states after the
+   steps that had generated as many tokens: it MATCHES when one of them has the same running, waiting,
+   preemptions so far (as vLLM's counter counts them: see play_sim) and KV blocks in use.
 2. By time, interval by interval (SCRAPE_S x 5), side by side: the real scrape and the simulated state at
    the interval's end; this one also tests the cost model, on a machine shared with other work.
 
