@@ -112,8 +112,9 @@ def test_the_engine_attends_each_prompt_chunk_alone_and_runs_its_elementwise_ops
     assert MeasuredCostModel.from_dict(engine.to_dict()).engine
     bandwidth = achievable("H100-80GB").bandwidth_gbs * 1e9
     # the engine's elementwise bytes a token and layer, from its code (engine_elementwise_bytes' list): H = Q = 128,
-    # K = 2 x 32 = 64, I = 256: 30 x 128 + 14 x 128 + 22 x 64 + 5 x 256 = 8,320 bf16 elements, 16,640 bytes
-    engine_elementwise = 16640 / bandwidth
+    # K = 2 x 32 = 64, I = 256, d = 32: 30 x 128 + 14 x 128 + 22 x 64 + 5 x 256 + 2 x 32 = 8,384 bf16 elements,
+    # 16,768 bytes
+    engine_elementwise = 16768 / bandwidth
     # 4 prompts of 16 tokens: 544 pairs, 136 a prompt, isl 16; GEMMs at 64 tokens 36 us a layer, the LM head at
     # 4 rows 4 us
     prefill = Shape(rows=4, tokens=64, context=64, pairs=4 * 136, prefilling=True)
@@ -216,3 +217,57 @@ def test_simulate_prices_a_gpu_from_measured_kernels_and_says_so(tmp_path: Path)
                          text=True, timeout=300)
     assert own.returncode == 0, own.stderr
     assert "measured by profile-gpu" in own.stdout
+
+
+def test_the_engines_elementwise_bytes_are_what_its_own_forward_moves() -> None:
+    """engine_elementwise_bytes against the engine's prompt forward itself (engine/runner.py, on a CPU in bf16): the
+    bytes every non-matmul op reads and writes, per token and layer (the difference between 96 and 32 tokens, and
+    between 4 and 2 layers, leaves out what a forward does once: the embedding, the final norm, the LM head). A
+    view moves nothing; a copy into a tensor reads its source and writes as much."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tgi_toolkit.costs.measured import engine_elementwise_bytes
+    from tgi_toolkit.engine.runner import LlamaRunner
+    from tgi_toolkit.planner.shape import ModelShape
+
+    priced_apart = {"mm", "addmm", "linear", "_linear_pointwise", "scaled_dot_product_attention",
+                    "_scaled_dot_product_flash_attention_for_cpu", "new_empty", "empty"}
+
+    class Moved(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bytes = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            out = func(*args, **(kwargs or {}))
+            ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+            outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+            name = func.overloadpacket.__name__
+            if name in priced_apart or not ins:
+                return out
+            if name in ("copy_", "index_put_"):
+                self.bytes += 2 * sum(t.numel() * t.element_size() for t in ins[1:])
+            elif not any(o.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() for o in outs for t in ins):
+                self.bytes += sum(t.numel() * t.element_size() for t in ins + outs)
+            return out
+
+    shape = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "vocab_size": 512, "max_position_embeddings": 512}
+
+    def moved(layers: int, tokens: int) -> int:
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, **shape)).to(torch.bfloat16).eval()
+        runner = LlamaRunner(model, max_rows=1, max_positions=128)
+        runner.enable_pool(128)  # the server's prompts store their keys and values in the prefix pool
+        seq = runner.new_seq()
+        with torch.inference_mode(), Moved() as counted:
+            runner.forward([(seq, list(range(1, tokens + 1)))], None, [list(range(tokens))], [True])
+        return counted.bytes
+
+    per_token_layer = (moved(4, 96) - moved(4, 32) - moved(2, 96) + moved(2, 32)) / 64 / 2
+    rule = engine_elementwise_bytes(ModelShape.from_config({"model_type": "llama", "num_hidden_layers": 2, **shape}))
+    assert rule == 16768  # worked by hand in the test above
+    assert per_token_layer == rule

@@ -65,17 +65,19 @@ def engine_elementwise_bytes(shape: Any) -> float:
     - each of the two RMSNorms: to float32 (read H, write 2H), rms_norm (2H, 2H), back (2H, H), times the weight
       (H, H): 12H, 24H in the two;
     - RoPE on the queries and keys (R = Q + K wide): x cos (2R), the negated half (R), the cat (2R), x sin (2R),
-      the sum (3R): 10R; the grouped queries made contiguous: 2Q;
+      the sum (3R): 10R, and the token's cos and sin rows (head_dim d each): 2d; the grouped queries made
+      contiguous: 2Q;
     - the keys and values into the sequence's cache row (2 x 2K), and into the prefix cache's pool (a gather
       then a scatter, 2 x 4K): 12K; the chunk's attention output copied into the forward's buffer: 2Q (SDPA's
       output transposed back is a view);
     - the two residual adds (3H each): 6H; SwiGLU: silu (2I) and the product (3I): 5I (an ungated MLP's
       activation 2I).
-    In all 30H + 14Q + 22K + 5I: 67H for Llama-3.1-8B, against the 10H (ELEMENTWISE_PASSES) of fused kernels."""
+    In all 30H + 14Q + 22K + 5I + 2d: 67H for Llama-3.1-8B, against the 10H (ELEMENTWISE_PASSES) of fused kernels.
+    tests/test_costs_measured.py counts the same bytes in the engine's own forward on a CPU."""
     h, q = shape.hidden_size, shape.num_heads * shape.head_dim
     k = shape.num_kv_heads * shape.head_dim
-    rows = 30 * h + 14 * q + 22 * k + (5 if shape.gated_mlp else 2) * shape.intermediate_size
-    return 2.0 * rows
+    elements = 30 * h + 14 * q + 22 * k + (5 if shape.gated_mlp else 2) * shape.intermediate_size + 2 * shape.head_dim
+    return 2.0 * elements
 
 
 @dataclass
