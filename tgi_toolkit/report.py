@@ -53,8 +53,8 @@ from tgi_toolkit.bench.main_metrics import (  # noqa: F401
     split_by_config,
 )
 from tgi_toolkit.bench.results import as_results
-from tgi_toolkit.report_figures import _FIGURE_HEIGHT, _write_htmls, _write_pngs, card_figures, png_renderer_available
-from tgi_toolkit.report_sections import _Section, _sections, _title, parameters
+from tgi_toolkit.report_figures import FIGURE_HEIGHT, card_figures, png_renderer_available, write_htmls, write_pngs
+from tgi_toolkit.report_sections import CardSection, card_sections, card_title, parameters
 
 FIGURE_FORMATS = ("auto", "png", "html")
 FIGURES_DIR = "figures"
@@ -88,7 +88,7 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _markdown(title: str, sections: Sequence[_Section], figure_links: dict[str, str], fmt: str) -> str:
+def _markdown(title: str, sections: Sequence[CardSection], figure_links: dict[str, str], fmt: str) -> str:
     out = [title, "=" * len(title), ""]
     for sec in sections:
         out += [f"# {sec.title}", ""]
@@ -114,7 +114,7 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:center;word-break:norma
 th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow-x:auto}.caption{color:#555}"""
 
 
-def _html(title: str, sections: Sequence[_Section]) -> str:
+def _html(title: str, sections: Sequence[CardSection]) -> str:
     body, plotlyjs = [f"<h1>{html.escape(title)}</h1>"], True
     for sec in sections:
         body.append(f"<h2>{html.escape(sec.title)}</h2>")
@@ -130,7 +130,7 @@ def _html(title: str, sections: Sequence[_Section]) -> str:
             body.append(f'<p class="caption">{html.escape(fig.caption)}</p>')
             # plotly.js inline once, in the first figure: the page works offline and stays one file
             body.append(fig.figure.to_html(full_html=False, include_plotlyjs=plotlyjs,
-                                           default_width="100%", default_height=f"{_FIGURE_HEIGHT}px"))
+                                           default_width="100%", default_height=f"{FIGURE_HEIGHT}px"))
             plotlyjs = False
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
@@ -187,17 +187,17 @@ def write_report(results_or_folder: Any, output: str | os.PathLike[str], *, figu
     figures = card_figures(results)
     fmt = figure_format
     if fmt in ("auto", "png"):
-        ok = png_renderer_available() and _write_pngs(figures, fig_dir)
+        ok = png_renderer_available() and write_pngs(figures, fig_dir)
         if not ok and fmt == "png":
             raise ValueError("PNG figures need kaleido>=1 and an installed Chromium (e.g. Debian's `chromium`); "
                              "use figure_format='html'")
         fmt = "png" if ok else "html"
     if fmt == "html":
-        _write_htmls(figures, fig_dir)
+        write_htmls(figures, fig_dir)
     rel = os.path.relpath(fig_dir, md_path.parent)
     links = {f.name: f"./{rel}/{f.name}.{fmt}" for f in figures}
-    title = _title(results)
-    sections = _sections(results, metrics, params, figures)
+    title = card_title(results)
+    sections = card_sections(results, metrics, params, figures)
     md_path.write_text(_markdown(title, sections, links, fmt))
     html_path.write_text(_html(title, sections))
     return Path(output) if Path(output).suffix.lower() in _FILE_SUFFIXES else md_path

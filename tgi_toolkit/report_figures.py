@@ -16,7 +16,7 @@ from tgi_toolkit import schema as S
 from tgi_toolkit.bench.main_metrics import split_by_config
 from tgi_toolkit.bench.results import as_results
 
-_FIGURE_WIDTH, _FIGURE_HEIGHT = 1000, 550
+FIGURE_WIDTH, FIGURE_HEIGHT = 1000, 550
 
 
 # -- figures ----------------------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def png_renderer_available() -> bool:
         return False
 
 
-def _write_pngs(figures: Sequence[CardFigure], folder: Path) -> bool:
+def write_pngs(figures: Sequence[CardFigure], folder: Path) -> bool:
     """All figures as PNG in one browser session; False (nothing kept) if the renderer fails."""
     import plotly.io as pio
 
@@ -122,7 +122,7 @@ def _write_pngs(figures: Sequence[CardFigure], folder: Path) -> bool:
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        pio.write_images([f.figure for f in figures], paths, width=_FIGURE_WIDTH, height=_FIGURE_HEIGHT)
+        pio.write_images([f.figure for f in figures], paths, width=FIGURE_WIDTH, height=FIGURE_HEIGHT)
     except Exception:  # no usable browser after all: the caller falls back to HTML figures
         for path in paths:
             with contextlib.suppress(OSError):
@@ -131,7 +131,7 @@ def _write_pngs(figures: Sequence[CardFigure], folder: Path) -> bool:
     return all(p.exists() for p in paths)
 
 
-def _write_htmls(figures: Sequence[CardFigure], folder: Path) -> None:
+def write_htmls(figures: Sequence[CardFigure], folder: Path) -> None:
     # plotly.js once in the figures folder, each figure pointing at it: offline, 4 MB once, not per figure
     from plotly.offline import get_plotlyjs
 

@@ -77,7 +77,8 @@ def _cell(value: Any) -> str:
 
 
 # -- the card ---------------------------------------------------------------------------------------------------
-def _title(results: Any) -> str:
+def card_title(results: Any) -> str:
+    """The title, "Model card for MODEL on HARDWARE", from the runs' provenance."""
     info = run_info(results)
     model = (info.get("model_id") or "an unknown model").split("/")[-1]
     first = results.runs[0] if results.runs else {}
@@ -90,7 +91,9 @@ def _title(results: Any) -> str:
 
 
 @dataclass
-class _Section:
+class CardSection:
+    """One section of the card, as report.py renders it in Markdown and HTML."""
+
     title: str
     paragraphs: list[str] = field(default_factory=list)
     tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
@@ -98,8 +101,10 @@ class _Section:
     preformatted: str = ""
 
 
-def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame,
-              figures: Sequence[CardFigure]) -> list[_Section]:
+def card_sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame,
+                  figures: Sequence[CardFigure]) -> list[CardSection]:
+    """The card's sections in order: main metrics (and how each was obtained), measurement conditions where a
+    point was flagged, the figures under their sections, then the launch parameters."""
     from tgi_toolkit.plots.labels import short_labels  # plotly comes with plots: imported when a card is written
 
     configs = list(dict.fromkeys(metrics["config_label"]))
@@ -107,14 +112,14 @@ def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame,
     name = short_labels([*configs, *params.columns])
     table = main_metrics_table(metrics)
     if len(configs) == 1:
-        main = _Section("Main metrics", ["The main metrics are summarized in the following table :"])
+        main = CardSection("Main metrics", ["The main metrics are summarized in the following table :"])
         main.tables.append((["Metric", "Value"], [[label, *cells] for label, cells in
                                                   zip(table.index, table.values.tolist(), strict=True)]))
     else:  # one row per configuration under short headers, so that 4 configurations fit a 1,280-pixel window
         short = [_SHORT_HEADERS.get(key, key) for key in METRICS]
         legend = "; ".join(f"{name}: {label}" for name, label in zip(short, table.index, strict=True))
-        main = _Section("Main metrics", [f"The main metrics are summarized in the following table, one row per "
-                                         f"configuration ({legend}) :"])
+        main = CardSection("Main metrics", [f"The main metrics are summarized in the following table, one row per "
+                                            f"configuration ({legend}) :"])
         main.tables.append((["Configuration", *short],
                             [[name[config], *table[config].tolist()] for config in configs]))
     main.paragraphs.append("How each value was obtained:")
@@ -125,7 +130,7 @@ def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame,
     conditions = _conditions(results, short_labels(results.points[S.CONFIG_LABEL]))
     if conditions is not None:
         sections.append(conditions)
-    by_section: dict[str, _Section] = {}
+    by_section: dict[str, CardSection] = {}
     intros = {
         "Total generation speed": "The following graph shows the total throughput with respect to the number of "
                                   "parallel queries for different scenarii :",
@@ -135,13 +140,14 @@ def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame,
     }
     for fig in figures:
         if fig.section not in by_section:
-            by_section[fig.section] = _Section(fig.section, [intros[fig.section]] if fig.section in intros else [])
+            intro = [intros[fig.section]] if fig.section in intros else []
+            by_section[fig.section] = CardSection(fig.section, intro)
             sections.append(by_section[fig.section])
         by_section[fig.section].figures.append(fig)
     if len(results.batch) and "Batch benchmark (text-generation-benchmark)" in by_section:
         with contextlib.suppress(Exception):  # the tables are extra: a partial batch run still gets its figure
             by_section["Batch benchmark (text-generation-benchmark)"].preformatted = results.tables()
-    launched = _Section("Parameters", ["The server was launched using the following arguments :"])
+    launched = CardSection("Parameters", ["The server was launched using the following arguments :"])
     launched.tables.append((["Parameter", *(name[c] for c in params.columns)] if len(params.columns) > 1
                             else ["Parameter", "Value"],
                             [[k, *row] for k, row in zip(params.index, params.values.tolist(), strict=True)]))
@@ -149,7 +155,7 @@ def _sections(results: Any, metrics: pd.DataFrame, params: pd.DataFrame,
     return sections
 
 
-def _conditions(results: Any, name: dict[str, str]) -> _Section | None:
+def _conditions(results: Any, name: dict[str, str]) -> CardSection | None:
     """The points whose numbers the machine stretched: measured while other processes took CPU
     (machine_busy), while the benchmark client itself was the bottleneck (client_bound), or with the users
     in step (lockstep)."""
@@ -172,7 +178,7 @@ def _conditions(results: Any, name: dict[str, str]) -> _Section | None:
         rows.append([name.get(str(point[S.CONFIG_LABEL]), str(point[S.CONFIG_LABEL] or point[S.CONFIG_ID] or "")),
                      str(point[S.SCENARIO]),
                      str(point[S.POINT_ID]), "; ".join(said), load])
-    section = _Section("Measurement conditions", [
+    section = CardSection("Measurement conditions", [
         f"{int(marked.sum())} of {len(points)} points were measured under conditions other than the server's "
         f"own (Flag): the machine or the client limited them (latencies stretched, throughputs understated), or "
         f"their users sent in step (TTFT and ITL show that phase). Measure again on an idle machine, with a "
