@@ -178,22 +178,12 @@ def play_sim(cost, ids: list[list[int]]) -> tuple[list[State], float]:
     sim = Simulator(config, cost, scrape_interval=SCRAPE_S, seed=SEED)
     requests = [SimRequest(list(p), out) for p, (_, out) in zip(ids, TRACE, strict=True)]
     states = [State(0.0, 0, 0, 0, 0, 0)]
-    tokens = {"generated": 0, "prompt": 0, "preemptions": 0}
-    # vLLM counts a preemption (vllm:num_preemptions) from the PREEMPTED event its request carries, and a request
-    # hands its events over with its next output (scheduler.py update_from_output, metrics/stats.py): the counter
-    # moves when the preempted request next emits a token, not at the step that preempted it. So here too.
-    pending: dict[object, int] = {}
-    preempted = sim.observer.preempted
-
-    def on_preempted(entry) -> None:
-        preempted(entry)
-        pending[entry] = pending.get(entry, 0) + 1
+    tokens = {"generated": 0, "prompt": 0}
 
     def on_forward(forward, seconds: float) -> None:
         for row in forward.rows:
             if row.emits:
                 tokens["generated"] += 1
-                tokens["preemptions"] += pending.pop(row.entry, 0)
                 if row.entry.generated == 0:  # vLLM counts a prompt once, at its first token, preempted or not
                     tokens["prompt"] += row.entry.input_length
 
@@ -201,12 +191,12 @@ def play_sim(cost, ids: list[list[int]]) -> tuple[list[State], float]:
 
     def batch_state(size: int, kv_tokens: int, queue: int) -> None:
         publish(size, kv_tokens, queue)
-        states.append(State(sim.clock.t, tokens["generated"], size, queue, tokens["preemptions"],
+        # preemptions as vllm:num_preemptions counts them: when the preempted request emits again (vllm-rules P3)
+        states.append(State(sim.clock.t, tokens["generated"], size, queue, sim.observer.reported_preemptions,
                             kv_tokens // BLOCK_SIZE, tokens["prompt"]))
 
     sim.backend.on_forward = on_forward
     sim.observer.batch_state = batch_state
-    sim.observer.preempted = on_preempted
     # sent before the clock starts (as vLLM's were, while it was paused): at the first step all wait, in order
     end = sim.run(OpenLoop(requests, [-1.0] * len(requests)), requests)
     return states, end

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from tgi_toolkit.bench.errors import BenchError
+from tgi_toolkit.costs.linear import LinearCostModel
 from tgi_toolkit.router import SchedulerConfig
 from tgi_toolkit.router.vllm_v1 import VllmConfig
 from tgi_toolkit.simulate import roofline
 from tgi_toolkit.simulate.api import run_concurrency
 from tgi_toolkit.simulate.cli import simulate_main
-from tgi_toolkit.simulate.drivers import ClosedLoop, SimRequest
+from tgi_toolkit.simulate.drivers import ClosedLoop, OpenLoop, SimRequest
 from tgi_toolkit.simulate.events import Simulator
 from tgi_toolkit.simulate.target import make_target, vllm_options
 
@@ -103,6 +104,22 @@ def test_the_simulator_holds_running_requests_to_max_num_seqs(l4_vllm):
     assert all(r.done for r in requests)
     assert max(s.batch_size for s in sim.samples) == 3
     assert max(s.queue_size for s in sim.samples) == 9
+
+
+def test_samples_count_a_preemption_when_its_request_emits_again_as_vllms_counter_does():
+    # docs/vllm-rules.md section 7's preemption: 5 blocks of 4, budget 8, A and B of 7 prompt tokens and 10 to
+    # generate, both queued before the first step. B is preempted at step 3, waits while A runs alone to its end at
+    # step 10, recomputes its 8 tokens and emits its 2nd token at step 11, then its 8 others at steps 12-19. vLLM's
+    # vllm:num_preemptions moves when the PREEMPTED event reaches the front end, with B's next output: at step
+    # 11, not 3 (P3). Each forward takes 1 s, so the sample at t = k holds the state after step max(k, 1).
+    config = VllmConfig(num_gpu_blocks=5, max_num_batched_tokens=8, max_num_seqs=8, block_size=4,
+                        enable_prefix_caching=False)
+    sim = Simulator(config, LinearCostModel(forward_s=1.0), scrape_interval=1.0)
+    requests = [SimRequest(list(range(1, 8)), 10), SimRequest(list(range(11, 18)), 10)]
+    assert sim.run(OpenLoop(requests, [-1.0, -1.0]), requests) == 19.0
+    assert sim.observer.preemptions == 1
+    assert [s.t for s in sim.samples] == [float(t) for t in range(20)]
+    assert [s.preemptions for s in sim.samples] == [0] * 11 + [1] * 9
 
 
 def test_a_small_pool_preempts_where_tgi_would_queue(l4_vllm):

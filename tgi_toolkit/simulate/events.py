@@ -97,11 +97,20 @@ class _Observer(Observer):
     def __init__(self) -> None:
         self.batch_size = self.queue_size = self.kv_tokens = 0
         self.lookup_tokens = self.hit_tokens = 0
-        self.preemptions = 0
+        self.preemptions = 0  # as the scheduler made them
+        # as vLLM's vllm:num_preemptions shows them: a preemption travels with its request's next output, so it
+        # counts once that request emits again (docs/vllm-rules.md P3)
+        self.reported_preemptions = 0
+        self._unreported: dict[Any, int] = {}
         self.dropped_entries: list[Any] = []
 
     def preempted(self, entry: Any) -> None:
         self.preemptions += 1
+        self._unreported[entry] = self._unreported.get(entry, 0) + 1
+
+    def emitted(self, entry: Any, now: float) -> None:
+        if self._unreported:
+            self.reported_preemptions += self._unreported.pop(entry, 0)
 
     def prefix(self, lookup_tokens: int, hit_tokens: int) -> None:
         self.lookup_tokens += lookup_tokens
@@ -127,7 +136,7 @@ class Sample:
     batch_size: int
     queue_size: int
     kv_tokens: int
-    preemptions: int = 0  # counted so far (vLLM V1's rules; TGI never preempts)
+    preemptions: int = 0  # so far, as vllm:num_preemptions shows them (vLLM V1's rules; TGI never preempts)
 
 
 class Simulator:
@@ -205,7 +214,7 @@ class Simulator:
         while self.clock.t >= self._next_sample:
             obs = self.observer
             self.samples.append(Sample(self._next_sample, obs.batch_size, obs.queue_size, obs.kv_tokens,
-                                       obs.preemptions))
+                                       obs.reported_preemptions))
             self._next_sample += self.scrape_interval
 
     # -- the loop ------------------------------------------------------------------------------------
