@@ -20,7 +20,7 @@ ENGINE = "tgi_toolkit.engine"
 # The server stands on TGI's router rules, the configuration and what a forward costs (its pacing and forward
 # trace), never on what measures or simulates it (issue 28).
 ENGINE_FLOOR = (ENGINE, "tgi_toolkit.router", "tgi_toolkit.config", "tgi_toolkit.models", "tgi_toolkit.costs",
-                "tgi_toolkit.version", "tgi_toolkit.progress")
+                "tgi_toolkit.version", "tgi_toolkit.progress", "tgi_toolkit.data_folder")
 
 
 def modules(root: Path) -> dict[str, tuple[Path, bool]]:

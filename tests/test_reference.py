@@ -68,23 +68,24 @@ def test_another_data_folder(tmp_path):
 
 
 def test_the_data_folder_is_the_packages_then_the_checkouts_and_an_own_one_wins(tmp_path, monkeypatch):
+    from tgi_toolkit import data_folder
     from tgi_toolkit.cookbook import example_results_dir
 
     monkeypatch.delenv("TGI_TOOLKIT_DATA", raising=False)
     installed, checkout = tmp_path / "site" / "tgi_toolkit" / "data", tmp_path / "checkout" / "data"
-    monkeypatch.setattr(reference, "_PACKAGE_DATA", installed)
-    monkeypatch.setattr(reference, "_CHECKOUT_DATA", checkout)
+    monkeypatch.setattr(data_folder, "_PACKAGE_DATA", installed)
+    monkeypatch.setattr(data_folder, "_CHECKOUT_DATA", checkout)
     with pytest.raises(FileNotFoundError, match=f"at {installed} nor at {checkout}; set TGI_TOOLKIT_DATA"):
         load_reference(TGI)
     with pytest.raises(FileNotFoundError, match=f"at {installed} nor at {checkout}"):
         example_results_dir()
     assert list_references() == []  # listing finds nothing rather than failing (the app starts without data)
     shutil.copytree(DATA / "reference" / TGI, checkout / "reference" / TGI)
-    assert reference.default_data_dir() == checkout and list_references() == [TGI]
+    assert data_folder.default_data_dir() == checkout and list_references() == [TGI]
     shutil.copytree(DATA / "examples", installed / "examples")  # an installed wheel's data comes first
-    assert reference.default_data_dir() == installed and example_results_dir().parent == installed / "examples"
+    assert data_folder.default_data_dir() == installed and example_results_dir().parent == installed / "examples"
     monkeypatch.setenv("TGI_TOOLKIT_DATA", str(tmp_path / "mine"))  # one's own wins, and alone
-    assert reference.data_dirs() == [tmp_path / "mine"]
+    assert data_folder.data_dirs() == [tmp_path / "mine"]
     with pytest.raises(FileNotFoundError, match=f"at {tmp_path / 'mine'};"):
         load_reference(TGI)
 

@@ -35,8 +35,8 @@ def out_dir(*parts: str) -> Path:
 
 def example_results_dir(name: str = EXAMPLE) -> Path:
     """A committed example result set under data/examples/ (see data/examples/README.md), from the
-    installed package or the checkout (`tgi_toolkit.reference.default_data_dir`)."""
-    from tgi_toolkit.reference import DATA_ENV, EXAMPLES_SUBDIR, default_data_dir
+    installed package or the checkout (`tgi_toolkit.data_folder.default_data_dir`)."""
+    from tgi_toolkit.data_folder import DATA_ENV, EXAMPLES_SUBDIR, default_data_dir
 
     path = default_data_dir() / EXAMPLES_SUBDIR / name
     if not (path / "points.parquet").is_file():

@@ -65,7 +65,7 @@ class Uncertainty:
 
 
 def fit_path() -> Path:
-    from tgi_toolkit.reference import REFERENCE_SUBDIR, default_data_dir
+    from tgi_toolkit.data_folder import REFERENCE_SUBDIR, default_data_dir
 
     return default_data_dir() / REFERENCE_SUBDIR / FIT_FILE
 

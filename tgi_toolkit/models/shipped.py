@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tgi_toolkit.data_folder import data_dirs
+
 MODELS_SUBDIR = "models"
-# The data folder as tgi_toolkit.reference.data_dirs finds it (its own copy under TGI_TOOLKIT_DATA, else the
-# installed package's, else the checkout's); read here without that module, which imports pandas.
-_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def shipped_models_dir() -> Path:
-    """The folder of the shipped shapes: data/models/ of the data folder."""
-    own = os.environ.get("TGI_TOOLKIT_DATA")
-    places = [Path(own)] if own else [_PACKAGE / "data", _PACKAGE.parent / "data"]
+    """The folder of the shipped shapes: data/models/ of the data folder (tgi_toolkit.data_folder.data_dirs)."""
+    places = data_dirs()
     for place in places:
         if (place / MODELS_SUBDIR).is_dir():
             return place / MODELS_SUBDIR

@@ -107,7 +107,7 @@ def figure_from_row(row: dict[str, str]) -> Figure:
 
 
 def corpus_dir() -> Path:
-    from tgi_toolkit.reference import REFERENCE_SUBDIR, default_data_dir
+    from tgi_toolkit.data_folder import REFERENCE_SUBDIR, default_data_dir
 
     return default_data_dir() / REFERENCE_SUBDIR
 
