@@ -228,7 +228,7 @@ def default_output(results_dir: str | os.PathLike[str]) -> Path:
     (`cookbook.out_dir`: the checkout's gitignored out/, else the working directory's), never the source tree."""
     import tgi_toolkit
     from tgi_toolkit.cookbook import checkout_root, out_dir
-    from tgi_toolkit.reference import data_dirs
+    from tgi_toolkit.data_folder import data_dirs
 
     folder = Path(results_dir).resolve()
     root = checkout_root()
