@@ -144,7 +144,7 @@ async def play_scenario_async(server: Any, scenario: Scenario, **options: Any) -
         _no_prefix_option(options, "0 (each prompt is distinct, so that no cache hides the prefill)")
     scenario.check(target)
     opts = _options(target, options)
-    async with Run(target, scenario.name, scenario.workload(), **opts) as run:
+    async with Run.of(target, scenario.name, scenario.workload(), **opts) as run:
         await _send(run, scenario, opts.get("seed", 0))
     return run.results()
 

@@ -15,14 +15,13 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import httpx
 import numpy as np
 
 from tgi_toolkit import schema as S
 from tgi_toolkit.bench.client import StreamRecord, now_ns
 from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.bench.prometheus import parse_prometheus
-from tgi_toolkit.bench.prompts import PromptFactory, make_tokenizer
+from tgi_toolkit.bench.prompts import PromptFactory
 from tgi_toolkit.bench.run import Run
 from tgi_toolkit.bench.run_requests import gather_all
 from tgi_toolkit.scenarios.plans import DecodeStall, MultiTurn, PlannedRequest, SharedPrefix
@@ -35,9 +34,10 @@ SKIPPED = "skipped"  # error of a request not sent because the one it follows fa
 # -- prefix-cache counters ----------------------------------------------------------------------------------
 async def prefix_counters(run: Run) -> tuple[float, float] | None:
     """(hit tokens, lookup tokens) from the server's /metrics now; None when it has no such counters."""
-    headers = {k: v for k, v in run.client.headers.items() if k == "Authorization"}
+    client = run.sender.client
+    headers = {k: v for k, v in client.headers.items() if k == "Authorization"}
     try:
-        async with run.client.session.get(run.target.url + "/metrics", headers=headers) as response:
+        async with client.session.get(run.target.url + "/metrics", headers=headers) as response:
             text = await response.text() if response.status == 200 else ""
     except Exception:  # no /metrics at all: the same as no counters
         return None
@@ -57,29 +57,18 @@ def hit_rate_columns(before: tuple[float, float] | None, after: tuple[float, flo
 
 
 def note(run: Run, text: str) -> None:
-    notes = run.provenance.setdefault("notes", [])
-    if text not in notes:
-        notes.append(text)
+    run.record.note(text)
 
 
 # -- texts ------------------------------------------------------------------------------------------------
 async def factory(run: Run) -> PromptFactory:
-    if run.prompts is None:
-        t, opts = run.target, run.prompt_options
-        tok = await asyncio.to_thread(make_tokenizer, t.url, opts["tokenizer"], api_key=t.api_key, model=t.model_name)
-        run.prompts = PromptFactory(tok, seed=opts["seed"], dataset=opts["dataset"])
-        run.provenance["prompts"] = run.prompts.describe()
-    return run.prompts
+    """The run's prompts without its shared prefix: these workloads build their own shared text."""
+    return await run.prompts.factory(with_prefix=False)
 
 
 async def build(run: Run, make: Callable[[], Any]) -> Any:
     """Call a text builder off the event loop; the server's /tokenize failing is a clear error."""
-    try:
-        return await asyncio.to_thread(make)
-    except httpx.HTTPError as exc:
-        if not await asyncio.to_thread(run.target.alive):
-            raise run._died(f"{type(exc).__name__}: {exc}", None) from exc
-        raise BenchError("tokenizer", f"{run.prompts.tokenizer.name if run.prompts else 'tokenizer'}: {exc}") from exc
+    return await run.prompts.build(make)
 
 
 def check_lengths(run: Run, plan: Sequence[PlannedRequest], records: Sequence[StreamRecord]) -> None:
@@ -91,11 +80,11 @@ def check_lengths(run: Run, plan: Sequence[PlannedRequest], records: Sequence[St
         reported = record.input_tokens
         if reported is None or reported == request.prompt_tokens:
             continue
-        if getattr(run, "accept_server_count", False):
+        if run.prompts.accept_server_count:
             note(run, f"the server counted {reported} tokens for a planned {request.prompt_tokens}")
             continue
         raise BenchError("tokenizer", f"a prompt of {request.prompt_tokens} tokens by "
-                                      f"{run.prompts.tokenizer.name if run.prompts else 'the tokenizer'} is "
+                                      f"{run.prompts.tokenizer_label} is "
                                       f"{reported} tokens for the server",
                          "the server's own tokenizer (no --tokenizer-name) or the served model's")
 

@@ -19,12 +19,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from tgi_toolkit import schema as S
 from tgi_toolkit.bench import phase, provenance, stats
-from tgi_toolkit.bench.results import ResultsFolder, frame
+from tgi_toolkit.bench.results import Results, ResultsFolder, frame
 from tgi_toolkit.bench.run_tables import RunTables
+from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.simulate.events import Sample, Simulator
 from tgi_toolkit.simulate.workloads import Point
 
@@ -35,7 +34,7 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def prediction_errors(cost: Any, workload: dict[str, Any]) -> dict[str, float]:
+def prediction_errors(cost: CostModel, workload: dict[str, Any]) -> dict[str, float]:
     """A GPU roofline's cross-validated error for this point's TTFT, TPOT and throughput (NaN otherwise)."""
     out = dict.fromkeys(S.PREDICTION_ERRORS.values(), float("nan"))
     if not hasattr(cost, "kernel_seconds"):  # only the roofline is judged against published figures
@@ -49,8 +48,9 @@ def prediction_errors(cost: Any, workload: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-class SimRun(RunTables):
-    """Provenance and saving for one simulated scenario call (saved as bench's RunTables saves)."""
+class SimRun:
+    """Provenance and saving for one simulated scenario call (its tables saved as a measured run's are,
+    bench.run_tables.RunTables)."""
 
     def __init__(self, target: Any, scenario: str, workload: dict[str, Any], *, output: str | Path | None = None,
                  slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
@@ -86,7 +86,7 @@ class SimRun(RunTables):
             "sessions": 1,
             "server_facts": target.facts(), "error": None,
         }
-        self._memory: dict[str, list[pd.DataFrame]] = {"requests": [], "points": [], "batch": [], "server": []}
+        self.tables = RunTables(self.folder)
         self._write()
 
     def _write(self) -> None:
@@ -160,6 +160,10 @@ class SimRun(RunTables):
                                   (S.KV_USED_METRIC, s.kv_tokens), (S.KV_TOTAL_METRIC, capacity)):
                 server_rows.append({S.RUN_ID: self.run_id, S.CONFIG_ID: self.config_id, S.T_S: s.t,
                                     S.METRIC: metric, S.LABELS: "", S.VALUE: float(value)})
-        self._save({"requests": frame(rows, "requests"), "batch": frame(batch_rows, "batch"),
-                    "server": frame(server_rows, "server"), "points": frame([point_row], "points")})
+        self.tables.save({"requests": frame(rows, "requests"), "batch": frame(batch_rows, "batch"),
+                          "server": frame(server_rows, "server"), "points": frame([point_row], "points")})
         return point_row
+
+    def results(self) -> Results:
+        """This run's tables: read back from its folder, or from memory."""
+        return self.tables.results(self.run_id, self.provenance)

@@ -31,7 +31,7 @@ _LAZY = {
     "DEFAULT_KNOBS": ".space", "KvSizing": ".sizing", "kv_sizing": ".sizing",
     "Objectives": ".select", "TuneResult": ".select", "choose": ".select",
     "rank_configs": ".select", "pareto_points": ".select", "evaluate_points": ".select", "load_tune": ".select",
-    "tune_simulated": ".simulated",
+    "tune_simulated": ".simulated", "TuningSetup": ".setup",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
         pareto_points,
         rank_configs,
     )
+    from tgi_toolkit.tune.setup import TuningSetup
     from tgi_toolkit.tune.simulated import tune_simulated
     from tgi_toolkit.tune.sizing import KvSizing, kv_sizing, plan_for, workload_demand
     from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob, build_space
@@ -54,7 +55,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
-    "DEFAULT_KNOBS", "Knob", "KvSizing", "Objectives", "TuneResult", "add_parser", "build_space", "choose",
-    "evaluate_points", "kv_sizing", "load_tune", "pareto_points", "plan_for", "rank_configs", "tune", "tune_simulated",
-    "workload_demand",
+    "DEFAULT_KNOBS", "Knob", "KvSizing", "Objectives", "TuneResult", "TuningSetup", "add_parser", "build_space",
+    "choose", "evaluate_points", "kv_sizing", "load_tune", "pareto_points", "plan_for", "rank_configs", "tune",
+    "tune_simulated", "workload_demand",
 ]
