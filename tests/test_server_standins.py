@@ -337,16 +337,16 @@ def test_startup_progress_on_a_terminal_is_one_redrawn_line(capsys, monkeypatch)
 def test_only_a_terminal_or_a_notebook_kernel_redraws_in_place(tmp_path):
     import io
 
-    from tgi_toolkit.server.server import _redraws_in_place
+    from tgi_toolkit.progress import redraws_in_place
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
 
-    assert _redraws_in_place(Terminal())
-    assert not _redraws_in_place(io.StringIO())  # a pipe or a file (no kernel in this process)
+    assert redraws_in_place(Terminal())
+    assert not redraws_in_place(io.StringIO())  # a pipe or a file (no kernel in this process)
     with open(tmp_path / "err.log", "w") as file:
-        assert not _redraws_in_place(file)
+        assert not redraws_in_place(file)
 
 
 def test_a_failing_log_callback_does_not_break_the_server():
