@@ -1,4 +1,5 @@
-"""The package's import graph reads top-down: no circles, and the engine sits above the configuration.
+"""The package's import graph reads top-down: no circles, each package on the layers below it (docs/layout.md),
+the engine above the configuration.
 
 The graph is read from the source with `ast`, so it holds every import a reader sees: at module
 level, inside functions (a lazy import is still a dependency) and under `if TYPE_CHECKING:` (a type
@@ -138,6 +139,89 @@ def test_the_engine_stands_on_the_router_configuration_and_forward_costs_only() 
         parents = reachable(graph, module)
         above = sorted(m for m in parents if not any(m == f or m.startswith(f + ".") for f in ENGINE_FLOOR))
         assert not above, f"{module} stands on {above[0]}: {chain(parents, above[0])}"
+
+
+# -- the layer order (docs/layout.md, "Layers") -------------------------------------------------------
+# Bottom first. A package (a sub-package, or a module at the package's top) imports only packages of the layers
+# below its own; two of one layer import each other only where PEERS says so. A new package must be placed here and
+# on the page. The tests above keep finer rules: what the engine, the scenarios and the planning side may reach.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("version", "_lazy", "progress", "data_folder", "schema", "pareto"),  # no dependency inside the package
+    ("models",),  # a model's files: found, read, loaded, GGUF converted
+    ("router",),  # TGI 3's and vLLM V1's scheduling rules
+    ("config",),  # the launcher's options and the embedded engine's rules
+    ("server",),  # starting, watching and stopping a server process
+    ("planner",),  # memory and capacity of a model on a GPU
+    ("costs",),  # what a forward costs: linear, roofline, measured kernels
+    ("engine",),  # the embedded server
+    ("scenarios", "bench"),  # the harness: a scenario's dataclass on bench's rules, bench playing it
+    ("reference", "plots"),  # reading result tables: the seeds' published ones, figures of any
+    ("simulate",),  # the scenarios on a virtual clock, on a cost model
+    ("sweep",),  # a grid of configurations, launched and benchmarked
+    ("tune",),  # searching the launcher's knobs, measured or simulated
+    ("advise",),  # which GPUs, each tuned by simulation
+    ("cookbook",),  # where notebooks and the quickstart read and write
+    ("report_figures",),  # the model card's figures
+    ("report_sections",),  # its sections
+    ("report",),  # the model card
+    ("app", "quickstart", "cli", "tgi_toolkit"),  # what a user starts
+)
+# scenarios stand on bench's checks, errors, ramp and client (test_the_scenarios_stand_on_bench_s_rules_and_plans_only)
+PEERS = {("scenarios", "bench"), ("bench", "scenarios")}
+
+
+def package_of(module: str) -> str:
+    """tgi_toolkit.bench.run -> bench; tgi_toolkit.schema -> schema; tgi_toolkit -> tgi_toolkit."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_problems(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...],
+                   peers: set[tuple[str, str]]) -> list[str]:
+    """Every import from a package to one of its own or a higher layer (not in `peers`), and every package the
+    layers do not place."""
+    level = {p: i for i, layer in enumerate(layers) for p in layer}
+    problems = sorted({f"{package_of(m)} is in no layer" for m in graph if package_of(m) not in level})
+    for module, targets in sorted(graph.items()):
+        a = package_of(module)
+        for target in sorted(targets):
+            b = package_of(target)
+            if a == b or a not in level or b not in level or (a, b) in peers or level[b] < level[a]:
+                continue
+            problems.append(f"{module} imports {target}: {a} (layer {level[a] + 1}) may not import {b} "
+                            f"(layer {level[b] + 1})")
+    return problems
+
+
+def test_each_package_imports_only_the_layers_below_it() -> None:
+    problems = layer_problems(import_graph(PACKAGE), LAYERS, PEERS)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_layers_written_down_are_the_layers_asserted() -> None:
+    section = (DOCS / "layout.md").read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
+    written = [tuple(re.findall(r"`([\w.]+)`", line.split(":", 1)[0]))
+               for line in section.splitlines() if re.match(r"\d+\. ", line)]
+    assert written == list(LAYERS), f"docs/layout.md's layers {written} differ from LAYERS"
+
+
+def test_the_layer_check_finds_an_import_up_or_across(tmp_path: Path) -> None:
+    root = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/low.py": "def f():\n    from pkg.high import g\n",  # up, inside a function
+        "pkg/high/__init__.py": "from pkg import low\n",
+        "pkg/high/a.py": "from pkg.side import x\n",  # across, within one layer
+        "pkg/side.py": "",
+        "pkg/stray.py": "",
+    })
+    layers = (("low",), ("high", "side"), ("pkg",))
+    assert layer_problems(import_graph(root), layers, set()) == [
+        "stray is in no layer",
+        "pkg.high.a imports pkg.side: high (layer 2) may not import side (layer 2)",
+        "pkg.low imports pkg.high: low (layer 1) may not import high (layer 2)",
+    ]
+    assert layer_problems(import_graph(root), layers, {("high", "side")})[1:] == [
+        "pkg.low imports pkg.high: low (layer 1) may not import high (layer 2)"]
 
 
 # A scenario's dataclass stands on bench's rules (checks, errors, the ramp), plans and schema only, so the harness,

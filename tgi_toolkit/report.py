@@ -226,13 +226,12 @@ def default_output(results_dir: str | os.PathLike[str]) -> Path:
     """Where `tgi-toolkit report RESULTS_DIR` writes without --output: RESULTS_DIR/report/, except for a result
     set shipped with the toolkit (data/examples/, in the checkout or the installed package): out/report/NAME/
     (`cookbook.out_dir`: the checkout's gitignored out/, else the working directory's), never the source tree."""
-    import tgi_toolkit
     from tgi_toolkit.cookbook import checkout_root, out_dir
     from tgi_toolkit.data_folder import data_dirs
 
     folder = Path(results_dir).resolve()
     root = checkout_root()
-    shipped = [*data_dirs(), Path(tgi_toolkit.__file__).parent, *([root / "data"] if root else [])]
+    shipped = [*data_dirs(), Path(__file__).resolve().parent, *([root / "data"] if root else [])]
     if any(folder.is_relative_to(place.resolve()) for place in shipped):
         return out_dir("report", folder.name)
     return Path(results_dir) / "report"
