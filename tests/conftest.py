@@ -18,6 +18,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
+# torch's OpenMP threads wait for each other by spinning: where other processes keep the cores busy, a spinning
+# thread holds a core the thread with work needs, at every op. 50 tokens took 119-139 s beside other work
+# (load 17 on 2 cores) against 1.5-6 s with passive waits (and 5-6 s on one thread): issue 43's failures beside
+# a CPU burner. Every engine and notebook kernel the tests start inherits this environment.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # Small limits keep the session engine's warm-up and tests quick on a 2-core CPU.
 ENGINE_ARGS = ["--max-input-tokens", "1000", "--max-total-tokens", "1200", "--max-batch-prefill-tokens", "2048",
                "--max-concurrent-requests", "64"]
@@ -57,14 +63,19 @@ class EngineProcess:
 @contextlib.contextmanager
 def engine_process(*args: str, env: dict[str, str] | None = None, timeout: float = 180.0,
                    tmp: Path | None = None) -> Iterator[EngineProcess]:
-    """Start `python -m tgi_toolkit.engine` on a free port; stop it (SIGTERM) afterwards."""
+    """Start `python -m tgi_toolkit.engine` on a free port; stop it (SIGTERM) afterwards. It is tied to this
+    process as Server ties its servers (lifeline's parent-death signal, the pid the engine watches): a pytest
+    killed with SIGKILL, where no `finally` runs, leaves no engine behind."""
+    from tgi_toolkit.config.embedded import PARENT_PID_ENV
+    from tgi_toolkit.server.lifeline import spawn
+
     port = free_port()
     log_dir = tmp or Path(os.environ.get("TMPDIR", "/tmp"))
     log_path = log_dir / f"engine-{port}.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tgi_toolkit.engine", "--port", str(port), *args],
-                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                start_new_session=True)
+        proc = spawn([sys.executable, "-m", "tgi_toolkit.engine", "--port", str(port), *args],
+                     stdout=log, stderr=subprocess.STDOUT,
+                     env={**os.environ, **(env or {}), PARENT_PID_ENV: str(os.getpid())}, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     handle = EngineProcess(proc, url, log_path)
     try:
