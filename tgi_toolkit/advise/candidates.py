@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.costs.linear import CostModel
 
 DEFAULT_GPUS = ("A10G", "L4", "A100-80GB", "H100")
 DEFAULT_SHARDS = (1, 2, 4, 8)
@@ -26,7 +29,7 @@ class Candidate:
     gpu: str
     num_shard: int = 1
     quantize: str | None = None
-    cost: Any = None
+    cost: CostModel | None = None
     memory_fraction: float = 1.0
     label: str = ""
     pricing: str = "auto"  # without `cost`: measured kernel times, roofline, or auto (measured where covered)

@@ -23,6 +23,7 @@ from tgi_toolkit.advise.candidates import Candidate
 from tgi_toolkit.advise.capacity import Probes, band, meets, sustained
 from tgi_toolkit.advise.traffic import Traffic
 from tgi_toolkit.advise.workload import requests_at, simulate_load
+from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.simulate.target import make_target
 from tgi_toolkit.tune.select import MEETS, Objectives
 from tgi_toolkit.tune.setup import TuningSetup
@@ -38,7 +39,7 @@ TUNE_BUDGET = 3  # knob combinations simulated per candidate (the defaults exclu
 @dataclass
 class Evaluation:
     candidate: Candidate
-    cost: Any
+    cost: CostModel
     launcher: Any  # the LauncherConfig to deploy (defaults + tuned knobs)
     overrides: dict[str, Any] = field(default_factory=dict)
     sustained: float | None = None  # requests/s (or users) one replica meets the objectives at
@@ -103,7 +104,7 @@ def tuning_setup(candidate: Candidate, model: dict[str, Any], traffic: Traffic) 
     return setup
 
 
-def knob_candidates(setup: TuningSetup, cost: Any, budget: int = TUNE_BUDGET) -> list[dict[str, Any]]:
+def knob_candidates(setup: TuningSetup, cost: CostModel, budget: int = TUNE_BUDGET) -> list[dict[str, Any]]:
     """A spread of knob settings over the tuner's ladders, repaired to the launcher's rules; the defaults, and
     settings whose simulated server holds fewer than two requests (a large prefill budget's activations leave a
     small KV memory little; the ladder's one-request rung loses a token to the router's reserved block 0), are
@@ -221,7 +222,7 @@ def evaluate(candidate: Candidate, model: dict[str, Any], traffic: Traffic, obje
     return result
 
 
-def first_guess(cost: Any, kv_capacity_tokens: int, traffic: Traffic, objectives: Objectives) -> float:
+def first_guess(cost: CostModel, kv_capacity_tokens: int, traffic: Traffic, objectives: Objectives) -> float:
     """Where the capacity search starts: the load of the largest batch B whose forward meets the TPOT limit,
     priced by the cost model itself. In steady state each forward carries B decoding rows and the prompts of
     the requests that arrive meanwhile (B x prompt / output tokens), and the replica completes B requests every

@@ -16,6 +16,7 @@ import numpy as np
 
 from tgi_toolkit import schema as S
 from tgi_toolkit.advise.traffic import Traffic
+from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.tune.select import Objectives
 
 MAX_REQUESTS = 1500
@@ -69,7 +70,7 @@ def _mixed(cost: Any, traffic: Traffic, load: float, options: dict[str, Any]) ->
     return play_points(target, scenario, workload, points, options)
 
 
-def simulate_load(cost: Any, traffic: Traffic, load: float, objectives: Objectives, *, config: Any = None,
+def simulate_load(cost: CostModel, traffic: Traffic, load: float, objectives: Objectives, *, config: Any = None,
                   output: str | Path | None = None, seed: int = 0) -> dict[str, Any]:
     """The point row of `traffic` at `load` (requests/s, or users) on `cost` with launcher `config`; with
     `output`, the run is also written there as a results folder (marked simulated)."""

@@ -27,7 +27,7 @@ import asyncio
 import math
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit import schema as S
 from tgi_toolkit.bench.checks import check_options
@@ -45,6 +45,9 @@ from tgi_toolkit.scenarios.kinds import (
     scenario_class,
 )
 from tgi_toolkit.scenarios.plans import MultiTurn, SharedPrefix
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.bench.target import ServerRef
 
 
 def _run_sync(make: Callable[[], Coroutine[Any, Any, Results]]) -> Results:
@@ -93,7 +96,7 @@ def _options(target: Target, options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _target(server: Any, options: dict[str, Any]) -> Target:
+def _target(server: ServerRef, options: dict[str, Any]) -> Target:
     return resolve(server, api=options.pop("api", None), api_key=options.pop("api_key", None))
 
 
@@ -132,7 +135,7 @@ async def _send(run: Run, scenario: Scenario, seed: int) -> None:
         await play.decode_stall(run, scenario.plan(), scenario.repeats, scenario.warmups)
 
 
-async def play_scenario_async(server: Any, scenario: Scenario, **options: Any) -> Results:
+async def play_scenario_async(server: ServerRef, scenario: Scenario, **options: Any) -> Results:
     """Send one scenario (a tgi_toolkit.scenarios dataclass) to the server: checked against its limits, then
     measured; the common options as in this module's docstring."""
     target = _target(server, options)
@@ -149,7 +152,7 @@ async def play_scenario_async(server: Any, scenario: Scenario, **options: Any) -
     return run.results()
 
 
-def play_scenario(server: Any, scenario: Scenario, **options: Any) -> Results:
+def play_scenario(server: ServerRef, scenario: Scenario, **options: Any) -> Results:
     """`play_scenario_async` from synchronous code (a script, or a notebook cell inside its running loop)."""
     return _run_sync(lambda: play_scenario_async(server, scenario, **options))
 
@@ -158,11 +161,11 @@ def _wrappers(cls: type[Scenario], doc: str) -> tuple[Any, Any]:
     """The public `run_<scenario>` pair: keywords -> the scenario object -> `play_scenario`; their signature shows the
     scenario's fields, so a notebook's completion and help() list them."""
 
-    async def run_async(server: Any, **params: Any) -> Results:
+    async def run_async(server: ServerRef, **params: Any) -> Results:
         scenario, options = split(cls, params)
         return await play_scenario_async(server, scenario, **options)
 
-    def run(server: Any, **params: Any) -> Results:
+    def run(server: ServerRef, **params: Any) -> Results:
         scenario, options = split(cls, params)
         return play_scenario(server, scenario, **options)
 
@@ -215,14 +218,14 @@ SCENARIO_FUNCTIONS = {"batch": run_batch, "concurrency": run_concurrency, "rate"
                       "multi_turn": run_multi_turn, "decode_stall": run_decode_stall}
 
 
-def run_scenario(scenario: str, server: Any, **params: Any) -> Results:
+def run_scenario(scenario: str, server: ServerRef, **params: Any) -> Results:
     """`run_batch`, `run_concurrency`, `run_rate`, `measure_ingestion`, `run_shared_prefix`, `run_multi_turn`
     or `run_decode_stall` by name (for sweeps)."""
     scenario_class(scenario)  # an unknown name refused, listing the known ones
     return SCENARIO_FUNCTIONS[scenario.replace("-", "_")](server, **params)
 
 
-def kv_capacity_tokens(server: Any, *, api_key: str | None = None) -> float:
+def kv_capacity_tokens(server: ServerRef, *, api_key: str | None = None) -> float:
     """KV-cache capacity in tokens as the server states it: TGI's tgi_batch_max_total_tokens, or the
     token count the server logged (vLLM's "KV cache size"); NaN when unknown (for vLLM, the
     concurrency points' kv_capacity_tokens estimate it from cache usage under load)."""

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from tgi_toolkit.bench.checks import length_rule
 from tgi_toolkit.bench.client import API_KINDS
 from tgi_toolkit.bench.errors import BenchError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import TypeAlias
+
+    from tgi_toolkit.server.base import ServerHandle
+
+    # What the benchmark's entry points take as the server under test: its base URL, a started Server, or a Target.
+    ServerRef: TypeAlias = "str | ServerHandle | Target"
 
 
 @dataclass
@@ -19,7 +27,7 @@ class Target:
     api: str  # tgi | completions | chat
     info: dict[str, Any]
     config: Any = None  # LauncherConfig when the toolkit launched it
-    server: Any = None  # the Server, when given one
+    server: ServerHandle | None = None  # the Server, when given one
     pid: int | None = None
     api_key: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # what the server's log said (KV capacity)
@@ -85,7 +93,7 @@ def _read_info(url: str, api_key: str | None) -> dict[str, Any]:
                          "the base URL of a running TGI, vLLM or embedded server") from exc
 
 
-def resolve(target: Any, *, api: str | None = None, api_key: str | None = None) -> Target:
+def resolve(target: ServerRef, *, api: str | None = None, api_key: str | None = None) -> Target:
     """A `Target` from a URL, a started `Server`, or a Target."""
     if isinstance(target, Target):
         return target

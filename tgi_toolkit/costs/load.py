@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from tgi_toolkit.costs.linear import CostModel, load_linear, read_cost_json
+
+# What the simulator's entry points take as a cost model: one already built, or the JSON (file or dict) of one.
+CostModelSource: TypeAlias = CostModel | str | Path | Mapping[str, Any]
 
 
 def load_cost_model(path_or_dict: str | Path | Mapping[str, Any]) -> CostModel:

@@ -26,13 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.hardware import GPU_SPECS, GpuSpec, achievable
 from tgi_toolkit.costs.server_profiles import DEFAULT_SERVER, HOST_HELP, server_profile
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, resolve_gpu
 from tgi_toolkit.planner.shape import ModelShape
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.planner import Plan
 
 # Kernel factors, as fractions of what the card reaches in a microbenchmark (hardware.achievable), and their
 # physical range: no serving kernel beats a tuned GEMM or a copy loop, and none that a serving stack ships falls
@@ -186,7 +189,7 @@ class RooflineCostModel:
         return self.kernel_seconds(s) + self.host_seconds(s)
 
     # -- the server it stands for ---------------------------------------------------------------
-    def plan(self) -> Any:
+    def plan(self) -> Plan:
         if "plan" not in self._cache:
             from tgi_toolkit.planner import plan
 

@@ -15,7 +15,10 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.costs.linear import CostModel
 
 REGIMES = ("batch1_decode", "batched_decode", "prefill", "tensor_parallel")
 REGIME_LABELS = {"batch1_decode": "batch-1 decode", "batched_decode": "batched decode",
@@ -111,7 +114,7 @@ def regime_error(fit: dict[str, Any], regime: str) -> tuple[float, float, int] |
     return float(worst["p80_error"]), float(worst["median_error"]), sum(int(c["figures"]) for c in checks)
 
 
-def uncertainty(cost: Any, metric: str, *, rows: int = 1, fit: dict[str, Any] | None = None) -> Uncertainty:
+def uncertainty(cost: CostModel, metric: str, *, rows: int = 1, fit: dict[str, Any] | None = None) -> Uncertainty:
     """The held-out error of `cost` (a RooflineCostModel) predicting `metric` ('ttft', 'tpot', 'e2e',
     'throughput') with `rows` sequences decoding together."""
     fit = load_fit() if fit is None else fit

@@ -11,7 +11,7 @@ embedded engine reported, and `compare(p, reported)` gives the relative error.
 from __future__ import annotations
 
 from tgi_toolkit.planner.capacity import TGI_WIGGLE_ROOM, plan, plan_embedded
-from tgi_toolkit.planner.capacity_plan import Plan
+from tgi_toolkit.planner.capacity_plan import Capacity, Hardware, LauncherLimits, ModelMemory, Plan
 from tgi_toolkit.planner.cli import add_parser
 from tgi_toolkit.planner.dtypes import QUANT_SCHEMES, QuantScheme
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, Gpu, parse_size, resolve_gpu
@@ -20,7 +20,8 @@ from tgi_toolkit.planner.reported import compare, parse_reported_capacity
 from tgi_toolkit.planner.shape import ModelShape, load_config
 
 __all__ = [
-    "KNOWN_GPUS", "QUANT_SCHEMES", "TGI_WIGGLE_ROOM", "Gpu", "ModelShape", "Plan", "QuantScheme",
+    "KNOWN_GPUS", "QUANT_SCHEMES", "TGI_WIGGLE_ROOM", "Capacity", "Gpu", "Hardware", "LauncherLimits",
+    "ModelMemory", "ModelShape", "Plan", "QuantScheme",
     "activation_bytes_per_token", "add_parser", "compare", "kv_bytes_per_token", "kv_capacity_tokens",
     "load_config", "parse_reported_capacity", "parse_size", "plan", "plan_embedded", "resolve_gpu",
     "weight_bytes",

@@ -38,7 +38,7 @@ from tgi_toolkit.planner.capacity_plan import (
     TGI_DEFAULT_MAX_CONCURRENT_REQUESTS,
     Capacity,
     Hardware,
-    Limits,
+    LauncherLimits,
     ModelMemory,
     Plan,
 )
@@ -51,7 +51,6 @@ from tgi_toolkit.planner.memory import (
     kv_bytes_per_token,
     kv_heads_per_shard,
     num,
-    weight_bytes,
 )
 from tgi_toolkit.planner.shape import ModelShape
 
@@ -65,18 +64,6 @@ _SUGGESTED_QUANTIZATION = ("fp8", "eetq", "awq", "bitsandbytes-nf4")
 
 def _padded(tokens: int, block: int) -> int:
     return -(-tokens // block) * block
-
-
-def model_memory(shape: ModelShape, name: str, *, dtype: str, quantize: str | None, kv_cache_dtype: str | None,
-                 num_shard: int) -> tuple[ModelMemory, str]:
-    """The model's counts and bytes on one shard, and the sentence that shows the weights' sum."""
-    weights, weights_note = weight_bytes(shape, dtype, quantize)
-    return ModelMemory(
-        name=name, architecture=shape.model_type, dtype=dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype,
-        parameters=shape.parameters(), active_parameters=shape.active_parameters(),
-        parameter_breakdown=shape.parameter_breakdown(), sliding_window=shape.sliding_window, weight_bytes=weights,
-        weight_bytes_per_shard=-(-weights // num_shard), kv_heads_per_shard=kv_heads_per_shard(shape, num_shard),
-        kv_bytes_per_token=kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard)), weights_note
 
 
 def _finish(shape: ModelShape, model: ModelMemory, hardware: Hardware, lengths: Lengths, kv_capacity_tokens: int, *,
@@ -131,7 +118,7 @@ def _finish(shape: ModelShape, model: ModelMemory, hardware: Hardware, lengths: 
     warnings += [n.removeprefix("warning: ") for n in lengths.notes if n.startswith("warning: ")]
     warnings += list(shape.notes)
 
-    limits = Limits(max_input_tokens=lengths.max_input, max_total_tokens=lengths.max_total,
+    limits = LauncherLimits(max_input_tokens=lengths.max_input, max_total_tokens=lengths.max_total,
                     max_batch_prefill_tokens=prefill, max_batch_size=users if users >= 1 else None, cuda_graphs=graphs)
     capacity = Capacity(kv_capacity_tokens=tokens, prompt_tokens=lengths.prompt, output_tokens=lengths.output,
                         tokens_per_request=reserved, concurrent_users=users, fits=fits)
@@ -246,8 +233,8 @@ def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, q
                         "TGI will refuse this sharding")
 
     steps = [f"Model: {shape.describe()}", _parameter_step(shape)]
-    memory, weights_note = model_memory(shape, model, dtype=dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype,
-                                        num_shard=num_shard)
+    memory, weights_note = ModelMemory.of(shape, model, dtype=dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype,
+                                          num_shard=num_shard)
     per_shard = memory.weight_bytes_per_shard
     sharded = f"; per shard / {num_shard} = {gib(per_shard)}" if num_shard > 1 else ""
     steps.append(f"Weights: {weights_note}{sharded}")
@@ -367,8 +354,8 @@ def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str 
         warnings.append("the engine runs float32 by default on CPUs without native bfloat16; "
                         "its --dtype takes float16 or bfloat16 only")
     steps = [f"Model: {shape.describe()}", _parameter_step(shape)]
-    memory, weights_note = model_memory(shape, model_id or shape.name, dtype=dtype, quantize=quantize,
-                                        kv_cache_dtype=None, num_shard=1)
+    memory, weights_note = ModelMemory.of(shape, model_id or shape.name, dtype=dtype, quantize=quantize,
+                                          kv_cache_dtype=None, num_shard=1)
     steps.append(f"Weights (in RAM, outside the KV space): {weights_note}")
     steps.append(_kv_step(shape, dtype, None, 1))
     steps.append(f"Scheduling: attention {mode.attention} (block size {mode.block_size}), prefix caching "

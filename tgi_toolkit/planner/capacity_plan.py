@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from tgi_toolkit.planner.memory import num
+from tgi_toolkit.planner.memory import kv_bytes_per_token, kv_heads_per_shard, num, weight_bytes
+from tgi_toolkit.planner.shape import ModelShape
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.config import LauncherConfig
@@ -35,6 +36,19 @@ class ModelMemory:
     kv_heads_per_shard: int
     kv_bytes_per_token: int  # on one shard; each shard holds its heads' share of every token
 
+    @classmethod
+    def of(cls, shape: ModelShape, name: str, *, dtype: str, quantize: str | None, kv_cache_dtype: str | None,
+           num_shard: int) -> tuple[ModelMemory, str]:
+        """The model's counts and bytes on one shard, and the sentence that shows the weights' sum."""
+        weights, weights_note = weight_bytes(shape, dtype, quantize)
+        return cls(
+            name=name, architecture=shape.model_type, dtype=dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype,
+            parameters=shape.parameters(), active_parameters=shape.active_parameters(),
+            parameter_breakdown=shape.parameter_breakdown(), sliding_window=shape.sliding_window,
+            weight_bytes=weights, weight_bytes_per_shard=-(-weights // num_shard),
+            kv_heads_per_shard=kv_heads_per_shard(shape, num_shard),
+            kv_bytes_per_token=kv_bytes_per_token(shape, dtype, kv_cache_dtype, num_shard)), weights_note
+
 
 @dataclass(frozen=True)
 class Hardware:
@@ -54,7 +68,7 @@ class Hardware:
 
 
 @dataclass(frozen=True)
-class Limits:
+class LauncherLimits:
     """The request limits and batching flags the plan recommends to the launcher."""
 
     max_input_tokens: int
@@ -95,7 +109,7 @@ class Plan:
 
     model: ModelMemory
     hardware: Hardware
-    limits: Limits
+    limits: LauncherLimits
     capacity: Capacity
     steps: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()

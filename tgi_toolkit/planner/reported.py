@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit.planner.capacity_plan import Plan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.server.base import ServerHandle
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NUM = r"(\d[\d,_]*)"
@@ -97,7 +100,7 @@ def _tokens(value: Any, what: str) -> int:
     raise ValueError(f"{what} must be a token count, a Plan, a parsed log or a Server; got {type(value).__name__}")
 
 
-def compare(plan: Any, reported: Any) -> float:
+def compare(plan: Plan | float, reported: float | Mapping[str, Any] | ServerHandle) -> float:
     """Relative error of the plan's max_batch_total_tokens against the reported figure: (plan - reported) / reported.
 
     `plan` is a Plan or a token count; `reported` a token count, the dict from

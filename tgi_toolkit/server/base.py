@@ -1,4 +1,5 @@
-"""What every backend shares: the error type, the backend interface, and one managed process.
+"""What every backend shares: the error type, the backend interface, what a started server answers to
+(`ServerHandle`, the interface the benchmark and the calibration take), and one managed process.
 
 A `ManagedProcess` runs a command in its own process group (so a Ctrl-C in a notebook or terminal
 does not reach it, and one signal reaches everything it started), tied to this process's life (lifeline.py:
@@ -20,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
@@ -28,6 +29,25 @@ from tgi_toolkit.config.embedded import PARENT_PID_ENV
 from tgi_toolkit.server.lifeline import spawn
 
 TAIL_LINES = 30  # log lines an error carries
+
+
+class ServerHandle(Protocol):
+    """A started server as the benchmark, the simulator's calibration and the planner's comparison use it (`Server` is
+    one): where it answers, which backend runs it, the launcher settings it was given, its process and what its
+    start-up log said (`facts`: the KV capacity, limits)."""
+
+    backend: str
+    config: Any  # the LauncherConfig it was started with (None for a server the toolkit did not start)
+    facts: dict[str, Any]
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def running(self) -> bool: ...
 
 
 class ServerError(RuntimeError):

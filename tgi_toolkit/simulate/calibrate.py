@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,6 +55,9 @@ from tgi_toolkit.simulate.fit import (
     replay_rows,
 )
 from tgi_toolkit.simulate.trace import frontend_seconds, read_trace, read_trace_lines, trace_end
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.bench.target import ServerRef
 
 # The quick grid's prompts sit on both sides of the common 64-256-token prompts: with 16, 256 and 768 only, the
 # line through them overpriced a 128-token prefill by 14-18 % on the embedded engine (its forward trace of
@@ -129,7 +132,7 @@ def _measure_frontend(server: Any, trace: str, facts: Mapping[str, Any], progres
                    + "; ".join(notes))
 
 
-def profile(server: Any, *, quick: bool = True, prompt_tokens: Sequence[int] | None = None,
+def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[int] | None = None,
             batch_sizes: Sequence[int] | None = None, contexts: Sequence[int] | None = None,
             decode_length: int | None = None, repeats: int | None = None, environ: Mapping[str, str] | None = None,
             free_tokens: Sequence[int] = FREE_TOKENS, trace: str | None = None,

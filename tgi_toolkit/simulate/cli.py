@@ -29,9 +29,13 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit.costs.server_profiles import DEFAULT_SERVER, SERVERS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.bench.results import Results
+    from tgi_toolkit.costs.linear import CostModel
 
 SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")
 
@@ -197,7 +201,7 @@ def simulate_main(scenario: str, rest: list[str]) -> int:
     return 0
 
 
-def uncertainty_lines(cost: Any, results: Any) -> list[str]:
+def uncertainty_lines(cost: CostModel, results: Results) -> list[str]:
     """How far to trust a GPU prediction: each metric's cross-validated error on published figures."""
     from tgi_toolkit.costs.uncertainty import uncertainty
 

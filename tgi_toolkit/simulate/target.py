@@ -31,7 +31,7 @@ from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.config.errors import ConfigError
 from tgi_toolkit.config.scheduling_mode import BLOCK_SIZES, resolve_mode
 from tgi_toolkit.costs.linear import CostModel
-from tgi_toolkit.costs.load import load_cost_model
+from tgi_toolkit.costs.load import CostModelSource, load_cost_model
 from tgi_toolkit.costs.server_profiles import DEFAULT_SERVER, SERVERS
 from tgi_toolkit.router import SchedulerConfig
 from tgi_toolkit.router.vllm_v1 import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, VllmConfig, serve_defaults
@@ -128,7 +128,7 @@ def _launcher(config: Any) -> Any:
                      "a LauncherConfig, a dict of its fields, or a list of launcher flags")
 
 
-def make_target(cost_model: Any, config: Any = None, *, attention: str | None = None,
+def make_target(cost_model: CostModelSource | SimTarget, config: Any = None, *, attention: str | None = None,
                 prefix_caching: bool | None = None, chunking: bool | None = None,
                 environ: Mapping[str, str] | None = None, server: str | None = None) -> SimTarget:
     """A SimTarget from a cost model (object, JSON path or dict) and launcher settings (module docstring);

@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -30,6 +30,9 @@ from tgi_toolkit.tune.search import manifest_entries, overrides_label, workload_
 from tgi_toolkit.tune.select import Objectives, TuneResult, choose, rank_configs
 from tgi_toolkit.tune.setup import TuningSetup, searched_workload, server_env
 from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.costs.load import CostModelSource
 
 
 def widen(knob: Knob, levels: int) -> Knob:
@@ -58,7 +61,8 @@ def _spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float(ra.corr(rb))
 
 
-def simulate_configs(shared: Any, candidates: Sequence[dict[str, Any]], workload: Workload, cost_model: Any,
+def simulate_configs(shared: Any, candidates: Sequence[dict[str, Any]], workload: Workload,
+                     cost_model: CostModelSource,
                      objectives: Objectives, *, backend: str = "embedded") -> pd.DataFrame:
     """Every candidate's points on the simulator, ranked by rank_configs (their real config ids and labels)."""
     from tgi_toolkit.costs.load import load_cost_model
@@ -86,7 +90,7 @@ def simulate_configs(shared: Any, candidates: Sequence[dict[str, Any]], workload
 
 
 def tune_simulated(base: Any, workload: Workload | Mapping[str, Any], objectives: Objectives | Mapping[str, Any], *,
-                   output: str | Path, cost_model: Any, backend: str = "embedded",
+                   output: str | Path, cost_model: CostModelSource, backend: str = "embedded",
                    knobs: Sequence[str] = DEFAULT_KNOBS, space: Mapping[str, Sequence[Any]] | None = None,
                    model_config: Any = None, gpu: str | int | None = None, levels: int = 8, measure: int = 3,
                    spread: int = 2, server: Mapping[str, Any] | None = None, resume: bool = True,
