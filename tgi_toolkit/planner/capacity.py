@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from tgi_toolkit.config.prefill_default import GPU_FP16_FLOPS, launcher_max_batch_prefill_tokens
 from tgi_toolkit.config.scheduling import (
@@ -52,7 +51,7 @@ from tgi_toolkit.planner.memory import (
     kv_heads_per_shard,
     num,
 )
-from tgi_toolkit.planner.shape import ModelShape
+from tgi_toolkit.planner.shape import ModelConfigSource, ModelShape
 
 TGI_WIGGLE_ROOM = 0.90
 DEFAULT_OVERHEAD_BYTES = 1 * GiB
@@ -168,13 +167,13 @@ def check_arguments(gpu: str | int | Gpu, *, dtype: str | None = None, kv_cache_
     known_lengths(prompt_tokens, output_tokens, max_input_tokens, max_total_tokens, max_batch_prefill_tokens)
 
 
-def plan(model_config: Any, gpu: str | int | Gpu, *, dtype: str | None = None, quantize: str | None = None,
-         kv_cache_dtype: str | None = None, num_shard: int = 1, memory_fraction: float = 1.0,
-         prompt_tokens: int | None = None, output_tokens: int | None = None,
+def plan(model_config: ModelShape | ModelConfigSource, gpu: str | int | Gpu, *, dtype: str | None = None,
+         quantize: str | None = None, kv_cache_dtype: str | None = None, num_shard: int = 1,
+         memory_fraction: float = 1.0, prompt_tokens: int | None = None, output_tokens: int | None = None,
          max_input_tokens: int | None = None, max_total_tokens: int | None = None,
          max_batch_prefill_tokens: int | None = None, overhead_bytes: int | None = None,
-         wiggle_room: float = TGI_WIGGLE_ROOM, block_size: int = 1, model_id: str | None = None,
-         chunking: bool = True, _suggest: bool = True) -> Plan:
+         wiggle_room: float = TGI_WIGGLE_ROOM, block_size: int = 1, model_id: str | None = None, chunking: bool = True,
+         _suggest: bool = True) -> Plan:
     """Plan a TGI deployment of `model_config` on `gpu` before launching it.
 
     `model_config`: a config.json dict, a path to one or to a model directory, or a transformers
@@ -318,11 +317,11 @@ def _suggestions(shape: ModelShape, card: Gpu, *, quantize: str | None, num_shar
     return out
 
 
-def plan_embedded(model_config: Any, *, dtype: str | None = None, quantize: str | None = None,
-                  memory_fraction: float = 1.0, prompt_tokens: int | None = None, output_tokens: int | None = None,
-                  max_input_tokens: int | None = None, max_total_tokens: int | None = None,
-                  max_batch_prefill_tokens: int | None = None, model_id: str | None = None,
-                  env: Mapping[str, str] | None = None) -> Plan:
+def plan_embedded(model_config: ModelShape | ModelConfigSource, *, dtype: str | None = None,
+                  quantize: str | None = None, memory_fraction: float = 1.0, prompt_tokens: int | None = None,
+                  output_tokens: int | None = None, max_input_tokens: int | None = None,
+                  max_total_tokens: int | None = None, max_batch_prefill_tokens: int | None = None,
+                  model_id: str | None = None, env: Mapping[str, str] | None = None) -> Plan:
     """Predict what the embedded CPU engine logs as "Setting max batch total tokens to N".
 
     The engine follows TGI 3 (tgi_toolkit.config.scheduling and its neighbours, the same functions): its scheduling mode

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from tgi_toolkit.planner.dtypes import canonical_dtype, dtype_bytes, kv_dtype_bytes, quant_scheme
 from tgi_toolkit.planner.gpus import GiB
-from tgi_toolkit.planner.shape import ModelShape
+from tgi_toolkit.planner.shape import ModelConfigSource, ModelShape
 
 
 def num(value: float) -> str:
@@ -51,7 +50,7 @@ def kv_bytes_per_token(shape: ModelShape, dtype: str, kv_cache_dtype: str | None
         kv_dtype_bytes(kv_cache_dtype, dtype)
 
 
-def kv_capacity_tokens(model_config: Any, kv_cache_bytes: int, *, dtype: str = "bfloat16",
+def kv_capacity_tokens(model_config: ModelShape | ModelConfigSource, kv_cache_bytes: int, *, dtype: str = "bfloat16",
                        kv_cache_dtype: str | None = None, num_shard: int = 1, block_size: int = 1) -> int:
     """Tokens a KV space of `kv_cache_bytes` holds, in whole blocks of `block_size` tokens.
 
@@ -108,10 +107,10 @@ class VllmKvCache:
         return self.num_blocks * self.block_size
 
 
-def vllm_kv_cache(model_config: Any, gpu_memory_bytes: int, *, gpu_memory_utilization: float = 0.9,
-                  max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, dtype: str = "bfloat16",
-                  quantize: str | None = None, kv_cache_dtype: str | None = None, num_shard: int = 1,
-                  block_size: int = 16, non_torch_bytes: int = VLLM_NON_TORCH_BYTES,
+def vllm_kv_cache(model_config: ModelShape | ModelConfigSource, gpu_memory_bytes: int, *,
+                  gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 2048, max_num_seqs: int = 256,
+                  dtype: str = "bfloat16", quantize: str | None = None, kv_cache_dtype: str | None = None,
+                  num_shard: int = 1, block_size: int = 16, non_torch_bytes: int = VLLM_NON_TORCH_BYTES,
                   cuda_graph_bytes: int = VLLM_CUDA_GRAPH_BYTES) -> VllmKvCache:
     """The KV pool vLLM V1 finds at start-up on one GPU of `gpu_memory_bytes` (per shard with `num_shard`).
 

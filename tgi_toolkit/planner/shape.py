@@ -10,7 +10,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeAlias
+
+
+class TransformersConfig(Protocol):
+    """A transformers `PretrainedConfig` as the planner reads it: its config.json fields."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+# What the planner reads a model's shape from: config.json's fields, a config.json path or model directory, a model
+# by id (a shipped shape, a .gguf file, a model in the local cache), or a transformers config.
+ModelConfigSource: TypeAlias = "dict[str, Any] | str | Path | TransformersConfig"
 
 # Families whose MLP is gated (gate, up and down projections) whatever their activation name.
 _GATED = {
@@ -41,7 +52,7 @@ def _names_a_model(model: str, path: Path) -> bool:
     return not model.startswith(("/", ".", "~")) and not model.endswith(".json")
 
 
-def load_config(model_config: Any) -> dict[str, Any]:
+def load_config(model_config: ModelConfigSource) -> dict[str, Any]:
     """config.json contents from a dict, a path (file or model directory), a transformers config, or a model
     by id: a shipped shape (data/models/), a .gguf file or a model found as the embedded engine finds it
     (tgi_toolkit.models.files.model_config, which reads a GGUF's header, never its weights)."""
@@ -113,7 +124,7 @@ class ModelShape:
     config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_config(cls, model_config: Any) -> ModelShape:
+    def from_config(cls, model_config: ModelConfigSource) -> ModelShape:
         cfg = load_config(model_config)
         model_type = str(cfg.get("model_type") or "unknown")
         notes: list[str] = []
