@@ -15,18 +15,20 @@ from typing import Any
 from scipy.optimize import brentq
 
 from tgi_toolkit.costs.features import Shape, row_pairs
+from tgi_toolkit.costs.linear import CostModel
+from tgi_toolkit.costs.roofline import RooflineCostModel
 from tgi_toolkit.simulate.corpus import METRICS, Figure
 
 VLLM_MAX_NUM_SEQS = 256  # vLLM's default --max-num-seqs
 INGESTION_SHORTEST = 32  # benchmark_llm_serving's shortest ingestion prompt, about
 
 
-def decode_step(cost: Any, rows: float, context: float) -> float:
+def decode_step(cost: CostModel, rows: float, context: float) -> float:
     """One forward of `rows` sequences emitting a token each, every row `context` tokens long."""
     return cost.seconds(Shape(rows, rows, rows * context, rows * context, False))  # rows: a mean, may be fractional
 
 
-def prefill(cost: Any, rows: int, prompt: int) -> float:
+def prefill(cost: CostModel, rows: int, prompt: int) -> float:
     """One forward prefilling `rows` prompts of `prompt` tokens."""
     return cost.seconds(Shape(rows, rows * prompt, rows * prompt, rows * row_pairs(0, prompt), True))
 
@@ -40,7 +42,7 @@ def _metrics(ttft: float, tpot: float, streams: float, figure: Figure, compute: 
             "tgi_time_per_token_ms": 1e3 * (compute + max(out - 1, 0) * tpot) / out}
 
 
-def steady(figure: Figure, cost: Any) -> float:
+def steady(figure: Figure, cost: RooflineCostModel) -> float:
     """The figure's metric in closed form (NaN when an open-loop rate saturates the server).
 
     A batch prefills together and decodes side by side. Users and rates are out of phase, as real clients
@@ -135,7 +137,7 @@ class MultiStep:
         return getattr(self.cost, name)
 
 
-def batch_cap(figure: Figure, cost: Any) -> float:
+def batch_cap(figure: Figure, cost: RooflineCostModel) -> float:
     """The most requests the server runs at once: its KV capacity over a request's tokens, and vLLM's
     max_num_seqs (256 unless the figure's set-up says otherwise)."""
     cap = float(figure.max_batch_size or (VLLM_MAX_NUM_SEQS if getattr(cost.profile, "name", "").startswith("vllm")
@@ -157,7 +159,7 @@ def _limits(figure: Figure, cost: Any, max_input: int, total: int, prefill: int)
             "--max-batch-prefill-tokens", str(prefill)]
 
 
-def simulated(figure: Figure, cost: Any, *, waves: int = 3) -> float:
+def simulated(figure: Figure, cost: RooflineCostModel, *, waves: int = 3) -> float:
     """The figure's metric from the simulator: the server profile's scheduler (vLLM V1's for vllm-v1, else TGI's
     with the profile's batching rule) on a virtual clock; medians over requests, as the corpus's figures mostly
     are."""
