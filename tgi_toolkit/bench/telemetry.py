@@ -56,7 +56,7 @@ from tgi_toolkit.schema import (
     SCRAPE_INTERVAL,
 )
 
-Sample = tuple[float, str, str, float]
+MetricSample = tuple[float, str, str, float]  # (seconds, metric name, labels, value): one scraped value
 
 LAG_FLOOR_MS = 2.0
 LAG_SHARE = 0.25
@@ -114,7 +114,7 @@ class Telemetry:
         self.url, self.clock_ns, self.session = url.rstrip("/"), clock_ns, session
         self.headers = headers or {}
         self.interval, self.lag_interval = interval, lag_interval
-        self.samples: list[Sample] = []
+        self.samples: list[MetricSample] = []
         self.lag: list[tuple[float, float]] = []  # (t_s, lag ms), every lag_interval
         self._cpu: list[tuple[float, float]] = []  # (t_s, client process seconds)
         self._flushed = 0
@@ -153,7 +153,7 @@ class Telemetry:
         if self._gpu is not None:
             self._gpu.close()
 
-    def drain(self) -> list[Sample]:
+    def drain(self) -> list[MetricSample]:
         """Samples taken since the last drain (to append to server.parquet)."""
         new = self.samples[self._flushed:]
         self._flushed = len(self.samples)
