@@ -27,7 +27,7 @@ Two comparisons, both printed:
    scrape (between the first generated token and the last) is compared with the simulator's states after the
    steps that had generated as many tokens: it MATCHES when one of them has the same running, waiting,
    preemptions so far (as vLLM's counter counts them: see play_sim) and KV blocks in use.
-2. By time, interval by interval (SCRAPE_S x 5), side by side: the real scrape and the simulated state at
+2. By time, interval by interval (every INTERVAL_S), side by side: the real scrape and the simulated state at
    the interval's end; this one also tests the cost model, on a machine shared with other work.
 
 Targets, declared with the trace (exit 1 on a miss):
@@ -73,7 +73,8 @@ MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, MAX_MODEL_LEN, BLOCK_SIZE, NUM_GPU_BLOCKS 
 # requests, then four long ones that cannot all decode in 10 blocks.
 TRACE = [(224, 16), (40, 48), (48, 40), (32, 56), (40, 48), (56, 32), (128, 96), (112, 112), (144, 80), (120, 104)]
 SEED = 40
-SCRAPE_S = 0.1
+SCRAPE_S = 0.1  # --scrape-s changes it (a diagnostic: how much the scrapes themselves slow vLLM)
+INTERVAL_S = 0.5
 PREEMPTION_FACTOR = 1.5
 MATCH_SHARE = 0.9
 DURATION_TOLERANCE = 0.30
@@ -121,7 +122,7 @@ def scrape(client: httpx.Client, t0: float) -> State:
 
 
 def play_real(server: Server, ids: list[list[int]],
-              added: threading.Semaphore) -> tuple[list[State], list[dict], float]:
+              added: threading.Semaphore, scrape_s: float) -> tuple[list[State], list[dict], float]:
     """TRACE on the real server: queued in order while its scheduler is paused, then released at t = 0."""
     model = server.info()["served_model_name"]
     control = httpx.Client(base_url=server.url, timeout=60)
@@ -138,7 +139,7 @@ def play_real(server: Server, ids: list[list[int]],
                 states.append(State(s.t, s.generated - base.generated, s.running, s.waiting,
                                     s.preemptions - base.preemptions, s.kv_blocks,
                                     s.prompt_tokens - base.prompt_tokens))
-                time.sleep(max(0.0, SCRAPE_S - (time.monotonic() - origin[0] - s.t)))
+                time.sleep(max(0.0, scrape_s - (time.monotonic() - origin[0] - s.t)))
 
     def send(i: int) -> None:
         with httpx.Client(base_url=server.url, timeout=600) as client:
@@ -164,7 +165,7 @@ def play_real(server: Server, ids: list[list[int]],
         for f in futures:
             f.result()
     duration = time.monotonic() - origin[0]
-    time.sleep(2 * SCRAPE_S)  # the last step's state
+    time.sleep(2 * scrape_s)  # the last step's state
     done.set()
     watcher.join()
     control.close()
@@ -235,6 +236,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", default=os.environ.get(EXECUTABLE_VARIABLE, str(ROOT / ".venv-vllm/bin/vllm")))
     parser.add_argument("--cost", help="a saved cost model instead of profiling the server first")
+    parser.add_argument("--scrape-s", type=float, default=SCRAPE_S, help=f"seconds between scrapes ({SCRAPE_S})")
     args = parser.parse_args()
     ids = prompts()
     model_dir = converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
@@ -266,11 +268,11 @@ def main() -> int:
             cost = profile(server, **PROFILE_GRID, output=str(out))
             print(f"profiled in {time.monotonic() - t:.0f} s -> {out.relative_to(ROOT)}")
         counting.set()
-        real, answers, real_end = play_real(server, ids, added)
+        real, answers, real_end = play_real(server, ids, added, args.scrape_s)
     sim, sim_end = play_sim(cost, ids)
 
     # -- by time, interval by interval
-    step = SCRAPE_S * 5
+    step = INTERVAL_S
     print(f"\nBy time (every {step:g} s; running / waiting / preemptions / KV blocks of {NUM_GPU_BLOCKS - 1}):")
     print(f"{'t s':>6} | {'vLLM':>18} {'gen':>5} | {'simulator':>18} {'gen':>5}")
     kv_diffs = []
