@@ -392,3 +392,29 @@ def test_tuning_the_embedded_engine_chooses_a_configuration_that_meets_its_objec
     impossible = choose(points, Objectives(ttft_s=1e-4, tpot_s=1e-4))
     assert not impossible.met and impossible.closest is not None
     assert impossible.message.startswith("no configuration met the objectives")
+
+
+@pytest.mark.slow
+def test_tuning_in_simulation_measures_the_simulations_best_and_saves_a_whole_result(tmp_path):
+    from tgi_toolkit.simulate import LinearCostModel
+    from tgi_toolkit.tune.simulated import tune_simulated
+
+    # max_batch_size 1 and 2 are simulated; measure=1, spread=0: only the simulation's first is measured
+    cost = LinearCostModel(forward_s=0.05, source={"server": {"max_batch_total_tokens": 46603, "chunking": True}})
+    result = tune_simulated(None, Workload("concurrency", users=[2], prompt_tokens=16, max_new_tokens=4, requests=4),
+                            Objectives(ttft_s=20.0, tpot_s=5.0), output=tmp_path, cost_model=cost,
+                            knobs=["max_batch_size"], levels=2, measure=1, spread=0, progress=False,
+                            server={"health_timeout": 180, "env": {"OMP_NUM_THREADS": "1"}})
+    simulation = result.simulation
+    assert (simulation["simulated_configs"], simulation["measured_configs"]) == (2, 1)
+    (ranked,) = simulation["ranks"]
+    assert ranked["simulated_rank"] == 1 and list(result.table[S.CONFIG_ID]) == [ranked["config_id"]]
+    assert result.space["max_batch_size"]["values"] == [1, 2] and result.workload["slo_ttft_s"] == 20.0
+    assert [r["kind"] for r in result.rounds] == ["simulation of 2 configurations",
+                                                  "measured: the simulation's best and a spread"]
+    # built whole, then saved where it says: tune.json reads back the same, simulation.json beside it
+    assert result.path == tmp_path / "tune.json" and (tmp_path / "simulation.json").exists()
+    again = load_tune(tmp_path)
+    assert again.rounds == result.rounds and again.space == result.space and again.best["label"] == ranked["label"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.best = None  # type: ignore[misc]
