@@ -87,7 +87,6 @@ class Capacity:
     output_tokens: int | None
     tokens_per_request: int  # KV tokens one request reserves (window-capped, block-padded)
     concurrent_users: int
-    fits: bool
 
 
 # The record's keys in their order (to_dict, `tgi-toolkit plan --json`): flat, as before the fields were grouped.
@@ -111,13 +110,10 @@ class Plan:
     hardware: Hardware
     limits: LauncherLimits
     capacity: Capacity
+    fits: bool  # the weights, one request's KV cache and max_total_tokens all fit: the flags can be launched
     steps: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     suggestions: tuple[str, ...] = ()
-
-    @property
-    def fits(self) -> bool:
-        return self.capacity.fits
 
     # -- outputs ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -127,6 +123,7 @@ class Plan:
             flat.update(asdict(group))
         flat["model"] = flat.pop("name")
         flat["cuda_graphs"] = list(self.limits.cuda_graphs)
+        flat["fits"] = self.fits
         flat.update(steps=list(self.steps), warnings=list(self.warnings), suggestions=list(self.suggestions))
         return {key: flat[key] for key in RECORD_KEYS}
 
