@@ -26,9 +26,10 @@ KEY = "s3cret-KEY-4f1c9e"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 SLOTS = 4
 SPEC = SHARED / "reference" / "tgi-openapi.json"  # TGI's own document, beside this project's checkout only
-# Examples per operation and generation mode (twice as many invalid ones): 56 sends over 1,000 requests
-# across the engine's ten operations (GETs without parameters have no invalid case).
-EXAMPLES = int(os.environ.get("TGI_TOOLKIT_SPEC_EXAMPLES", "56"))
+# Examples per operation and generation mode (twice as many invalid ones): 28 send over 500 requests across
+# the engine's ten operations (GETs without parameters have no invalid case), 84 to each route with a body;
+# 56 (over 1,000) passed as well in every full run and took twice as long on 2 cores.
+EXAMPLES = int(os.environ.get("TGI_TOOLKIT_SPEC_EXAMPLES", "28"))
 # TGI routes the engine does not serve, and why.
 NOT_SERVED = {"/invocations": "SageMaker's alias of /", "/chat_tokenize": "the chat template's tokenization"}
 # TGI's request properties the engine's document lacks (it accepts and ignores them): tools and structured
@@ -122,12 +123,13 @@ def _own_document(url: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a bound on a hang: 30 s on 2 quiet cores, 634 s (pyproject's 600 s hit) at load 15
 def test_the_engines_own_openapi_document_drives_no_server_error(keyed):
     errors, seen = _no_5xx_from_the_document(keyed.url, _own_document(keyed.url), EXAMPLES)
     assert not errors, "\n".join(errors)
     assert seen.get(200, 0) > 0 and sum(n for code, n in seen.items() if 400 <= code < 500) > 0, seen
     if "TGI_TOOLKIT_SPEC_EXAMPLES" not in os.environ:
-        assert sum(seen.values()) >= 1000, seen
+        assert sum(seen.values()) >= 500, seen
     assert httpx.get(keyed.url + "/health").status_code == 200
 
 
@@ -184,7 +186,9 @@ async def test_burst_of_ten_times_the_slots_gets_quick_429s_and_completes_the_re
 
 @pytest.mark.slow
 def test_bounded_soak_keeps_resident_memory_flat(keyed):
-    soak_s = float(os.environ.get("TGI_TOOLKIT_SOAK_S", "75"))
+    # 45 s: ~11 s to grow what a first use allocates, then 34 s of 4 users that must not grow it by 10 %
+    # (75 s passed as well in every full run)
+    soak_s = float(os.environ.get("TGI_TOOLKIT_SOAK_S", "45"))
     process = psutil.Process(keyed.proc.pid)
     bodies = [
         ("/generate", {"inputs": "Once upon a time", "parameters": {"max_new_tokens": 8, "details": True}}),
