@@ -33,7 +33,7 @@ from tgi_toolkit import schema as S
 from tgi_toolkit.bench.checks import check_options
 from tgi_toolkit.bench.errors import BenchError
 from tgi_toolkit.bench.results import Results
-from tgi_toolkit.bench.run import Run
+from tgi_toolkit.bench.run import PLAY_OPTIONS, Run
 from tgi_toolkit.bench.target import Target, resolve
 from tgi_toolkit.scenarios.base import Scenario, split, wrapper_signature
 from tgi_toolkit.scenarios.kinds import (
@@ -86,9 +86,7 @@ def _run_sync(make: Callable[[], Coroutine[Any, Any, Results]]) -> Results:
 
 
 def _options(target: Target, options: dict[str, Any]) -> dict[str, Any]:
-    allowed = {"output", "resume", "progress", "tokenizer", "seed", "prefix_tokens", "dataset", "ignore_eos",
-               "sampling", "slo_ttft_s", "slo_tpot_s", "scrape_interval", "request_timeout", "on_point",
-               "command", "accept_server_count"}
+    allowed = set(PLAY_OPTIONS)
     unknown = set(options) - allowed
     if unknown:
         raise BenchError(sorted(unknown)[0], "is not an option", ", ".join(sorted(allowed | {"api", "api_key"})))

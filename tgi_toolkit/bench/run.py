@@ -10,6 +10,7 @@ record's tables, run_tables.py).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -149,3 +150,7 @@ class Run:
     def results(self) -> Results:
         """This run's tables: read back from the folder (with earlier sessions' points) or from memory."""
         return self.record.results()
+
+
+# play_scenario's options: Run.of's keywords, one list (bench.api refuses any other, naming these).
+PLAY_OPTIONS = tuple(name for name, p in inspect.signature(Run.of).parameters.items() if p.kind is p.KEYWORD_ONLY)
