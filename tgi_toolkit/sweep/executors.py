@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tgi_toolkit.bench.provenance import utc_now
 from tgi_toolkit.sweep.config_job import GPU_BACKENDS, ConfigJob, error_text, resources_for, run_config
 from tgi_toolkit.sweep.grid import SweepError
-from tgi_toolkit.sweep.manifest import Manifest, utc_now
+from tgi_toolkit.sweep.manifest import Manifest
 
 
 @dataclass

@@ -18,7 +18,6 @@ never see half a file. The bench's tables share the folder under their own lock 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import fcntl
 import json
 import os
@@ -27,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tgi_toolkit.bench.provenance import redact_argv
+from tgi_toolkit.bench.provenance import redact_argv, utc_now
 from tgi_toolkit.sweep.grid import SweepConfig, SweepPlan
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,10 +38,6 @@ LOCK = ".sweep.lock"
 STATUSES = ("pending", "running", "complete", "failed", "invalid", "interrupted")
 # Statuses that a resumed sweep does not launch again (failed ones only with retry_failed).
 DONE = ("complete", "invalid")
-
-
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def new_entry(config: SweepConfig) -> dict[str, Any]:
