@@ -21,7 +21,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit.advise.advice import Advice
 from tgi_toolkit.advise.candidates import DEFAULT_GPUS, DEFAULT_SHARDS, Candidate, enumerate_candidates
@@ -30,8 +30,11 @@ from tgi_toolkit.advise.prices import load_prices
 from tgi_toolkit.advise.ranking import rank
 from tgi_toolkit.advise.traffic import Traffic, load_lengths, objectives
 
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.planner.shape import ModelConfigSource
 
-def advise(model: Any, *, rate: float | None = None, users: int | None = None, prompt_tokens: int = 512,
+
+def advise(model: ModelConfigSource, *, rate: float | None = None, users: int | None = None, prompt_tokens: int = 512,
            max_new_tokens: int = 128, ttft: float | None = None, tpot: float | None = None,
            percentile: int | str = 90, gpus: Sequence[str] = DEFAULT_GPUS, shards: Sequence[int] = DEFAULT_SHARDS,
            quantize: Sequence[str | None] = ("none",), prices: Any = None, dataset: str | Path | None = None,

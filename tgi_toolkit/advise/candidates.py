@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.costs.linear import CostModel
+    from tgi_toolkit.planner.shape import ModelConfigSource, ModelShape
 
 DEFAULT_GPUS = ("A10G", "L4", "A100-80GB", "H100")
 DEFAULT_SHARDS = (1, 2, 4, 8)
@@ -88,7 +89,8 @@ def gpu_kinds(values: Sequence[str]) -> list[str]:
     return out
 
 
-def refusal(model: Any, candidate: Candidate, prompt_tokens: int, output_tokens: int) -> str | None:
+def refusal(model: ModelShape | ModelConfigSource, candidate: Candidate, prompt_tokens: int,
+            output_tokens: int) -> str | None:
     """Why `candidate` cannot serve `model` with these lengths, or None when the planner says it fits."""
     from tgi_toolkit.planner import plan
     from tgi_toolkit.planner.gpus import KNOWN_GPUS
@@ -112,8 +114,9 @@ def refusal(model: Any, candidate: Candidate, prompt_tokens: int, output_tokens:
     return None
 
 
-def enumerate_candidates(model: Any, gpus: Sequence[str], shards: Sequence[int], quantize: Sequence[str | None],
-                         prompt_tokens: int, output_tokens: int) -> tuple[list[Candidate], list[Refusal]]:
+def enumerate_candidates(model: ModelShape | ModelConfigSource, gpus: Sequence[str], shards: Sequence[int],
+                         quantize: Sequence[str | None], prompt_tokens: int,
+                         output_tokens: int) -> tuple[list[Candidate], list[Refusal]]:
     """Every GPU kind x shard count x quantization, split into those that fit and those refused (with why)."""
     from tgi_toolkit.planner.shape import ModelShape
 

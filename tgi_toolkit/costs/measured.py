@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.kernel_tables import (
@@ -42,6 +42,9 @@ from tgi_toolkit.costs.kernel_tables import (
 )
 from tgi_toolkit.costs.roofline import EFFICIENCY_HELP, RooflineCostModel, gpu_spec
 from tgi_toolkit.costs.server_profiles import server_profile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.planner.shape import ModelConfigSource, ModelShape
 
 # The planner's card names -> the database's system folders (what aiconfigurator-core measured; the A100-40GB
 # and the PCIe boards have other memory and clocks, so they are not stood in for by the SXM tables).
@@ -344,8 +347,9 @@ def covered(gpu: str, server: str) -> bool:
 COST_MODELS = ("auto", "measured", "roofline")
 
 
-def gpu_cost_model(gpu: str, model: Any, *, cost_model: str = "auto", kernel_times: str | Path | None = None,
-                   server_version: str | None = None, engine: bool = False, **roof: Any) -> RooflineCostModel:
+def gpu_cost_model(gpu: str, model: ModelShape | ModelConfigSource, *, cost_model: str = "auto",
+                   kernel_times: str | Path | None = None, server_version: str | None = None, engine: bool = False,
+                   **roof: Any) -> RooflineCostModel:
     """The GPU cost model of `model` on `gpu` (the roofline's arguments, `roof`): `measured` prices from kernel
     times (the operator database, or `kernel_times`, a folder `profile-gpu` wrote), `roofline` from the
     datasheet, `auto` (the default) measured where the database covers the card and the server's framework,

@@ -32,7 +32,7 @@ from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.hardware import GPU_SPECS, GpuSpec, achievable
 from tgi_toolkit.costs.server_profiles import DEFAULT_SERVER, HOST_HELP, server_profile
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, resolve_gpu
-from tgi_toolkit.planner.shape import ModelShape
+from tgi_toolkit.planner.shape import ModelConfigSource, ModelShape
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.planner import Plan
@@ -262,8 +262,9 @@ class RooflineCostModel:
         return path
 
 
-def roofline(gpu: str, model: Any, *, num_shard: int = 1, dtype: str = "bfloat16", quantize: str | None = None,
-             memory_fraction: float = 1.0, server: str = DEFAULT_SERVER, **efficiency: float) -> RooflineCostModel:
+def roofline(gpu: str, model: ModelShape | ModelConfigSource, *, num_shard: int = 1, dtype: str = "bfloat16",
+             quantize: str | None = None, memory_fraction: float = 1.0, server: str = DEFAULT_SERVER,
+             **efficiency: float) -> RooflineCostModel:
     """The roofline cost model of `model` (config.json path, model directory, dict, or a name in
     PUBLISHED_MODELS) on `num_shard` x `gpu` served by `server` (a server_profiles.SERVERS profile); `efficiency`
     overrides a fitted factor by name."""

@@ -15,11 +15,15 @@ one source's figure on one GPU predicted from its figure on another.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.costs.roofline import RooflineCostModel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.costs.load import CostModelSource
+    from tgi_toolkit.planner.shape import ModelConfigSource, ModelShape
 
 
 @dataclass
@@ -56,8 +60,9 @@ class TransferredCostModel:
                            "hardware": self.target.hardware()}}
 
 
-def transfer(measured: Any, *, measured_on: str, gpu: str, model: Any, server: str | None = None,
-             num_shard: int = 1, dtype: str = "bfloat16", quantize: str | None = None) -> TransferredCostModel:
+def transfer(measured: CostModelSource, *, measured_on: str, gpu: str, model: ModelShape | ModelConfigSource,
+             server: str | None = None, num_shard: int = 1, dtype: str = "bfloat16",
+             quantize: str | None = None) -> TransferredCostModel:
     """`measured` (a cost model, or its JSON path) carried from card `measured_on` to card `gpu` for `model`
     (config.json path or dict) served by `server` (default: the profile's, else tgi-3)."""
     from tgi_toolkit.costs.load import load_cost_model

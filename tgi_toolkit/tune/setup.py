@@ -21,6 +21,7 @@ from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob, build_space, repair
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.planner import Plan
+    from tgi_toolkit.planner.shape import ModelConfigSource
 
 # The plan's fields a TuneResult keeps (tune.json's "plan").
 PLAN_RECORD = ("model", "gpu", "dtype", "quantize", "kv_capacity_tokens", "concurrent_users", "tokens_per_request",
@@ -40,8 +41,9 @@ class TuningSetup:
     kv: KvSizing
 
     @classmethod
-    def prepare(cls, base: LauncherConfig, backend: str, workload: Workload, *, model_config: Any = None,
-                gpu: str | int | None = None, env: Mapping[str, str] | None = None) -> TuningSetup:
+    def prepare(cls, base: LauncherConfig, backend: str, workload: Workload, *,
+                model_config: ModelConfigSource | None = None, gpu: str | int | None = None,
+                env: Mapping[str, str] | None = None) -> TuningSetup:
         """Plan `base` on `backend` for `workload`'s demand (model_config / gpu / env: as tune.sizing.plan_for)."""
         demand = workload_demand(workload)
         plan = plan_for(base, backend, demand, model_config=model_config, gpu=gpu, env=env)

@@ -37,6 +37,7 @@ from tgi_toolkit.sweep.spec import Workload
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.planner import Plan
+    from tgi_toolkit.planner.shape import ModelConfigSource
 
 TUNABLE_SCENARIOS = ("concurrency", "rate", "batch")
 
@@ -110,7 +111,7 @@ def _gpu_plan(model: Any, gpu: str | int, base: LauncherConfig, backend: str, co
                 **{**common, **vllm, **kwargs})
 
 
-def plan_for(base: LauncherConfig, backend: str, demand: Demand, *, model_config: Any = None,
+def plan_for(base: LauncherConfig, backend: str, demand: Demand, *, model_config: ModelConfigSource | None = None,
              gpu: str | int | None = None, env: Mapping[str, str] | None = None) -> Plan:
     """The capacity plan for `base` serving `demand`: the CPU engine's, or a GPU's for other backends.
 
@@ -190,8 +191,9 @@ def _chunking(base: LauncherConfig, backend: str, env: Mapping[str, str]) -> boo
         raise ValueError(str(exc)) from None
 
 
-def kv_sizing(base: LauncherConfig, backend: str, demand: Demand, plan: Plan, *, model_config: Any = None,
-              gpu: str | int | None = None, env: Mapping[str, str] | None = None) -> KvSizing:
+def kv_sizing(base: LauncherConfig, backend: str, demand: Demand, plan: Plan, *,
+              model_config: ModelConfigSource | None = None, gpu: str | int | None = None,
+              env: Mapping[str, str] | None = None) -> KvSizing:
     """How `backend`'s KV capacity follows --cuda-memory-fraction for `base` (module docstring, "The KV knob").
 
     `env`: the server's environment, read now (TGI_TOOLKIT_KV_CACHE_GIB, PREFILL_CHUNKING, ...; None: this
