@@ -13,7 +13,7 @@ from tests.test_engine_scripted import PROMPTS, decode_logits
 from tgi_toolkit.config.embedded import UnsupportedSetting, quantize_refusal
 from tgi_toolkit.engine import device as engine_device
 from tgi_toolkit.engine.cli import main as engine_main
-from tgi_toolkit.engine.cli import split_engine_args
+from tgi_toolkit.engine.cli import passive_omp_wait, split_engine_args
 from tgi_toolkit.engine.graphs import GraphDecode, span_buckets
 from tgi_toolkit.engine.model import load_random, random_config
 from tgi_toolkit.engine.quantization import Fp8Linear
@@ -70,6 +70,16 @@ def test_the_engine_flags_are_split_from_the_launchers():
 
 
 # -- one code path on any device -------------------------------------------------------------------------
+def test_the_engine_makes_openmp_threads_wait_passively_unless_the_user_chose():
+    env: dict[str, str] = {}
+    assert passive_omp_wait(env, modules={}) and env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    for chosen in ({"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "300000"}, {"KMP_BLOCKTIME": "5"}):
+        env = dict(chosen)
+        assert not passive_omp_wait(env, modules={}) and env == chosen
+    env = {}  # torch loaded: its OpenMP runtime has read the variables already, so setting one would mislead
+    assert not passive_omp_wait(env, modules={"torch": torch}) and env == {}
+
+
 def test_the_runner_makes_every_tensor_on_the_models_device(tiny_config):
     """On the meta device (shapes only) a tensor the runner made on the CPU meets the weights in an op and fails:
     prompts, decode steps, a mixed forward storing into the pool, and a prefix copied back out all run."""

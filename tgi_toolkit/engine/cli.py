@@ -44,8 +44,29 @@ def split_engine_args(argv: list[str], environ: Any = None) -> tuple[Any, list[s
     return EngineOptions(device=known.device or environ.get(DEVICE_ENV) or None, random_weights=random_weights), rest
 
 
+# What chooses how OpenMP threads wait between parallel regions; the user's choice wins.
+OMP_WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+
+
+def passive_omp_wait(environ: Any = None, modules: Any = None) -> bool:
+    """Set OMP_WAIT_POLICY=PASSIVE in `environ` (os.environ) unless a variable of OMP_WAIT_VARIABLES is set, or
+    torch is already in `modules` (sys.modules): its OpenMP runtime reads them when it loads. Return whether set.
+
+    Why: by default a thread done with its share of a matmul spins (libgomp: ~300,000 rounds) for the others.
+    On a CPU the engine shares (its HTTP thread, the client, another server, other jobs) the partner it
+    spins for is often off its core, and the spinning takes that core: decode steps of 1.0-1.7 s against
+    56-110 ms passive, 2 threads at load 8-16 on 2 cores (benchmarks/results/engine_vs_vllm.txt)."""
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    if "torch" in modules or any(name in environ for name in OMP_WAIT_VARIABLES):
+        return False
+    environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
+
+
 def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engine") -> int:
     """Serve with the launcher flags in `argv`; `prog` is the command the help names (how it was started)."""
+    passive_omp_wait()  # before the imports below load torch
     from tgi_toolkit.config import ConfigError, LauncherConfig
     from tgi_toolkit.config.embedded import resolve_device
     from tgi_toolkit.engine.runner import UnsupportedModelError
