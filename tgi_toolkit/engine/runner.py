@@ -82,9 +82,9 @@ class _Layer:
 class LlamaRunner:
     """Forward passes for Llama-shaped decoders (Llama, Mistral, Qwen2, SmolLM)."""
 
-    def __init__(self, model: Any, max_rows: int, max_positions: int, kv_capacity: int | None = None,
+    def __init__(self, model: Any, max_rows: int, max_positions: int, kv_capacity_tokens: int | None = None,
                  pool_slots: int | None = None) -> None:
-        """`max_rows` sequences at once, each of at most `max_positions` tokens; `kv_capacity` positions of
+        """`max_rows` sequences at once, each of at most `max_positions` tokens; `kv_capacity_tokens` positions of
         KV cache in all (default: enough for `max_rows` rows of `max_positions`), allocated now; with
         `pool_slots`, the prefix cache's KV pool of that many token slots (`enable_pool`)."""
         cfg = model.config
@@ -114,7 +114,7 @@ class LlamaRunner:
         self.cos = cos[0].to(self.dtype)
         self.sin = sin[0].to(self.dtype)
         self.cache = SlotCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype,
-                               max_rows, max_positions, kv_capacity, device=self.device)
+                               max_rows, max_positions, kv_capacity_tokens, device=self.device)
         self.pool: KVPool | None = None
         self.compiled: CompiledDecode | None = None  # see compile_decode()
         self.graphs: GraphDecode | None = None  # CUDA graphs of the decode step (compile_decode on a GPU)

@@ -164,7 +164,7 @@ def _load(cfg: Any, device: str = "cpu", random_weights: bool = False) -> tuple[
     # longest request need less.
     rows, positions = max(cfg.max_concurrent_requests * max(cfg.max_best_of, 1), 1), config.max_total_tokens + 1
     runner = LlamaRunner(loaded.model, max_rows=rows, max_positions=positions,
-                         kv_capacity=min(rows * positions, config.max_batch_total_tokens + positions),
+                         kv_capacity_tokens=min(rows * positions, config.max_batch_total_tokens + positions),
                          pool_slots=config.slots if config.prefix_caching else None)
     log.info("KV cache: %d rows x %d positions (%.0f MiB, allocated at start-up)", runner.cache.rows,
              runner.cache.positions, 2 * runner.cache.k.numel() * runner.cache.k.element_size() / 2**20)

@@ -164,7 +164,7 @@ def predict(card: Card, cost: RooflineCostModel | None = None, *, ingestion_poin
     cost = cost or roofline(card.gpu, card.model, server=card.server)
     return {"prompt_ingestion_speed": ingestion_speed(card, cost, points=ingestion_points),
             "generation_speed_per_request": generation_speed(card, cost, requests=requests),
-            "kv_cache_capacity": float(vllm_kv_capacity(cost, vllm_batched_tokens(card)))}
+            "kv_cache_capacity": float(vllm_kv_capacity_tokens(cost, vllm_batched_tokens(card)))}
 
 
 def vllm_batched_tokens(card: Card) -> int:
@@ -175,7 +175,7 @@ def vllm_batched_tokens(card: Card) -> int:
     return max(card.max_model_len, 2048)
 
 
-def vllm_kv_capacity(cost: RooflineCostModel, batched_tokens: int | None = None) -> int:
+def vllm_kv_capacity_tokens(cost: RooflineCostModel, batched_tokens: int | None = None) -> int:
     """The planner's KV capacity under vLLM's rule; `batched_tokens` sizes the activations (default: the
     planner's own prefill budget for the GPU)."""
     from tgi_toolkit.planner import plan
