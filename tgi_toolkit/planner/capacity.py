@@ -118,7 +118,8 @@ def _finish(shape: ModelShape, model: ModelMemory, hardware: Hardware, lengths: 
     warnings += list(shape.notes)
 
     limits = LauncherLimits(max_input_tokens=lengths.max_input, max_total_tokens=lengths.max_total,
-                    max_batch_prefill_tokens=prefill, max_batch_size=users if users >= 1 else None, cuda_graphs=graphs)
+                            max_batch_prefill_tokens=prefill, max_batch_size=users if users >= 1 else None,
+                            cuda_graphs=graphs)
     capacity = Capacity(kv_capacity_tokens=tokens, prompt_tokens=lengths.prompt, output_tokens=lengths.output,
                         tokens_per_request=reserved, concurrent_users=users)
     return Plan(model=model, hardware=hardware, limits=limits, capacity=capacity, fits=fits, steps=tuple(steps),
