@@ -121,7 +121,7 @@ info = server.info()
 from tgi_toolkit.planner import compare, parse_reported_capacity
 
 reported = parse_reported_capacity("\n".join(server.logs(None)))
-print("reported by the server:", reported.get("kv_capacity_tokens"), "tokens")
+print("reported by the server:", reported.kv_capacity_tokens, "tokens")
 if backend == "embedded":
     from tgi_toolkit.models.files import converted_model_dir, resolve_model
     from tgi_toolkit.planner import plan_embedded

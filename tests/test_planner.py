@@ -366,10 +366,10 @@ def test_embedded_engine_reports_what_was_planned(engine):
     dtype = "bfloat16" if "torch.bfloat16" in log else "float16" if "torch.float16" in log else "float32"
     # The session engine runs with --max-input-tokens 1000 --max-total-tokens 1200 (tests/conftest.py).
     predicted = plan_embedded(SMOLLM2, dtype=dtype, max_input_tokens=1000, max_total_tokens=1200)
-    assert reported["max_batch_total_tokens"] == predicted.capacity.kv_capacity_tokens
+    assert reported.max_batch_total_tokens == reported.kv_capacity_tokens == predicted.capacity.kv_capacity_tokens
     assert compare(predicted, reported) == 0.0
     # The engine logs its weights in MiB with one decimal.
-    assert reported["weight_bytes"] == pytest.approx(predicted.model.weight_bytes, abs=0.05 * 2**20)
+    assert reported.weight_bytes == pytest.approx(predicted.model.weight_bytes, abs=0.05 * 2**20)
 
 
 def test_parse_tgi_log_lines():
@@ -382,15 +382,17 @@ def test_parse_tgi_log_lines():
         "2024-08-16T12:08:42.001Z  INFO text_generation_router::server: router/src/server.rs:2404: Connected\n"
     )
     found = parse_reported_capacity(compact)
-    assert found == {"max_batch_prefill_tokens": 4096, "num_blocks": 455003, "block_size": 1,
-                     "max_batch_total_tokens": 455003, "server": "tgi", "kv_capacity_tokens": 455003}
+    assert found.to_dict() == {"max_batch_prefill_tokens": 4096, "num_blocks": 455003, "block_size": 1,
+                               "max_batch_total_tokens": 455003, "server": "tgi", "kv_capacity_tokens": 455003}
     as_json = json.dumps({"timestamp": "2024-08-16T12:08:41.889Z", "level": "INFO",
                           "fields": {"message": "Setting max batch total tokens to 1048576"},
                           "target": "text_generation_router_v3"})
-    assert parse_reported_capacity(as_json)["kv_capacity_tokens"] == 1_048_576
+    assert parse_reported_capacity(as_json).kv_capacity_tokens == 1_048_576
     # A restart logs it again: the last one counts.
-    assert parse_reported_capacity(compact + as_json)["max_batch_total_tokens"] == 1_048_576
-    assert parse_reported_capacity("nothing here") == {}
+    assert parse_reported_capacity(compact + as_json).max_batch_total_tokens == 1_048_576
+    assert parse_reported_capacity("nothing here").to_dict() == {}
+    with pytest.raises(ValueError, match="states no KV capacity"):
+        compare(1000, parse_reported_capacity("nothing here"))
 
 
 def test_parse_vllm_log_lines():
@@ -403,14 +405,14 @@ def test_parse_vllm_log_lines():
         "tokens per request: 53.62x\n"
     )
     found = parse_reported_capacity(v1)
-    assert found["kv_capacity_tokens"] == 439_232 and found["server"] == "vllm"
-    assert found["max_concurrency"] == 53.62 and found["max_concurrency_tokens"] == 8192
-    assert found["kv_cache_bytes"] == int(53.62 * GiB)
-    assert found["weight_bytes"] == int(14.9889 * GiB)
+    assert found.kv_capacity_tokens == 439_232 and found.server == "vllm"
+    assert found.max_concurrency == 53.62 and found.max_concurrency_tokens == 8192
+    assert found.kv_cache_bytes == int(53.62 * GiB)
+    assert found.weight_bytes == int(14.9889 * GiB)
     v0 = "INFO 07-05 15:07:40 gpu_executor.py:83] # GPU blocks: 7281, # CPU blocks: 512\n"
-    assert parse_reported_capacity(v0)["kv_capacity_tokens"] == 7281 * 16
+    assert parse_reported_capacity(v0).kv_capacity_tokens == 7281 * 16
     cpu = "INFO 07-05 15:07:40 cpu_executor.py:72] # CPU blocks: 728\n"
-    assert parse_reported_capacity(cpu, block_size=128)["kv_capacity_tokens"] == 93_184
+    assert parse_reported_capacity(cpu, block_size=128).kv_capacity_tokens == 93_184
 
 
 def test_compare_is_the_relative_error():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit.planner.capacity_plan import Plan
@@ -37,14 +38,32 @@ def _int(text: str) -> int:
     return int(text.replace(",", "").replace("_", ""))
 
 
-def parse_reported_capacity(log_text: str, *, block_size: int | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReportedCapacity:
+    """What a server's start-up log said about its KV capacity; each field None where the log did not say it."""
+
+    server: str | None = None  # "tgi" (TGI and the embedded engine) or "vllm"
+    kv_capacity_tokens: int | None = None  # whichever server logged it
+    max_batch_total_tokens: int | None = None  # TGI's name for the same number, as its router logs it
+    num_blocks: int | None = None
+    block_size: int | None = None
+    max_batch_prefill_tokens: int | None = None
+    max_concurrency: float | None = None  # vLLM: requests of max_concurrency_tokens the cache holds
+    max_concurrency_tokens: int | None = None
+    kv_cache_bytes: int | None = None
+    weight_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The facts the log stated, by name."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def parse_reported_capacity(log_text: str, *, block_size: int | None = None) -> ReportedCapacity:
     """The capacity facts found in a server's start-up log; the last occurrence of each wins.
 
-    Keys, each present only when found: `kv_capacity_tokens`, the KV capacity in tokens whichever server logged
-    it (TGI and the embedded engine as `max_batch_total_tokens`, also kept under that name; vLLM as "GPU KV
-    cache size", or "# GPU blocks" x `block_size`, default 16, when only blocks are logged), `num_blocks`,
-    `block_size`, `max_batch_prefill_tokens`, `max_concurrency` and `max_concurrency_tokens`, `kv_cache_bytes`,
-    `weight_bytes`; `server` ("tgi" or "vllm").
+    `kv_capacity_tokens` is the KV capacity in tokens whichever server logged it: TGI and the embedded engine as
+    "max batch total tokens" (also kept as `max_batch_total_tokens`), vLLM as "GPU KV cache size", or "# GPU
+    blocks" x `block_size` (default 16) when only blocks are logged.
     """
     text = _ANSI.sub("", log_text)
     found: dict[str, Any] = {}
@@ -79,7 +98,7 @@ def parse_reported_capacity(log_text: str, *, block_size: int | None = None) -> 
         found["server"], found["kv_capacity_tokens"] = "tgi", found["max_batch_total_tokens"]
     elif "kv_capacity_tokens" in found:
         found["server"] = "vllm"
-    return found
+    return ReportedCapacity(**found)
 
 
 def _tokens(value: Any, what: str) -> int:
@@ -94,17 +113,19 @@ def _tokens(value: Any, what: str) -> int:
         raise ValueError(f"{what} has no kv_capacity_tokens or max_batch_total_tokens")
     if isinstance(value, Plan):
         return value.capacity.kv_capacity_tokens
+    if isinstance(value, ReportedCapacity) and value.kv_capacity_tokens is None:
+        raise ValueError(f"{what}: the log states no KV capacity (no max batch total tokens, no KV cache size)")
     for attr in ("kv_capacity_tokens", "max_batch_total_tokens"):
         if getattr(value, attr, None) is not None:
             return int(getattr(value, attr))
     raise ValueError(f"{what} must be a token count, a Plan, a parsed log or a Server; got {type(value).__name__}")
 
 
-def compare(plan: Plan | float, reported: float | Mapping[str, Any] | ServerHandle) -> float:
-    """Relative error of the plan's max_batch_total_tokens against the reported figure: (plan - reported) / reported.
+def compare(plan: Plan | float, reported: float | ReportedCapacity | Mapping[str, Any] | ServerHandle) -> float:
+    """Relative error of the plan's KV capacity against the reported one: (plan - reported) / reported.
 
-    `plan` is a Plan or a token count; `reported` a token count, the dict from
-    `parse_reported_capacity` (or a Server's `facts`), or a started Server.
+    `plan` is a Plan or a token count; `reported` a token count, what `parse_reported_capacity` read, a Server's
+    `facts`, or a started Server.
     """
     predicted = _tokens(plan, "plan")
     actual = _tokens(reported, "reported")
