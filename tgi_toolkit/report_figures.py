@@ -30,7 +30,7 @@ class CardFigure:
     figure: Any = field(repr=False)
 
 
-def card_figures(results: Any) -> list[Figure]:
+def card_figures(results: Any) -> list[CardFigure]:
     """The figures the results can draw, in card order: total throughput and per-request speed with
     TTFT against parallel users (one per prompt/output pair, as the seeds), prompt ingestion,
     text-generation-benchmark's latency against throughput, ITL distributions, the server's queue and
@@ -42,14 +42,14 @@ def card_figures(results: Any) -> list[Figure]:
     figures = []
     concurrency = results.points[results.points[S.SCENARIO] == "concurrency"]
     if len(concurrency):
-        figures.append(Figure("total_speed_generation_graph", "Total generation speed",
+        figures.append(CardFigure("total_speed_generation_graph", "Total generation speed",
                               "Total output throughput against the number of parallel requests, one line per "
                               "prompt/output length.", plots.throughput_vs_users(concurrency)))
         pairs = concurrency[[S.PROMPT_TOKENS, S.MAX_NEW_TOKENS]].drop_duplicates().sort_values(
             [S.PROMPT_TOKENS, S.MAX_NEW_TOKENS], ascending=False)
         for prompt, output in pairs.itertuples(index=False):
             part = concurrency[(concurrency[S.PROMPT_TOKENS] == prompt) & (concurrency[S.MAX_NEW_TOKENS] == output)]
-            figures.append(Figure(
+            figures.append(CardFigure(
                 f"speed_generation/speed_generation_graph_input_{prompt}_output_{output}",
                 "Generation speed and latency",
                 f"Prompt of {prompt} tokens and {output} tokens generated: the lines show the median, the bars "
@@ -71,30 +71,30 @@ def card_figures(results: Any) -> list[Figure]:
             # the number first, so that nothing pushes it out of the title; why it is unreliable in the subtitle
             speed = f": {fit['speed_tok_s']:,.0f} tokens/s" if np.isfinite(fit["speed_tok_s"]) else ""
             title = f"Prompt ingestion{speed}, {short[config]}"
-        figures.append(Figure(name, "Prompt ingestion",
+        figures.append(CardFigure(name, "Prompt ingestion",
                               "TTFT against prompt length, one request at a time; the slope of the fitted line is "
                               "the time per prompt token, its inverse the ingestion speed.",
                               plots.ingestion_plot(ingestion, title=title)))
     if len(results.batch):
-        figures.append(Figure("batch_latency_throughput", "Batch benchmark (text-generation-benchmark)",
+        figures.append(CardFigure("batch_latency_throughput", "Batch benchmark (text-generation-benchmark)",
                               "Prefill and decode latency against throughput, one colour per batch size, one "
                               "marker per run: up and to the right is more throughput bought with more latency.",
                               plots.batch_latency_throughput(results.batch)))
     conc_requests = results.requests[results.requests[S.SCENARIO] == "concurrency"]
     if len(conc_requests):
-        figures.append(Figure("itl_distribution", "Inter-token latency",
+        figures.append(CardFigure("itl_distribution", "Inter-token latency",
                               "Gaps between consecutive tokens of every request, per point: a wide or bimodal "
                               "violin shows decode steps held up by other requests' prefills.",
                               plots.itl_distribution(conc_requests)))
     if len(results.server) and len(conc_requests):
         run_id = conc_requests[S.RUN_ID].iloc[-1]
-        figures.append(Figure("server_timeline", "Server", "Queue and running batch size during the last "
+        figures.append(CardFigure("server_timeline", "Server", "Queue and running batch size during the last "
                               "concurrency run, with each request's TTFT at the moment it was sent.",
                               plots.server_timeline(results.server, requests=conc_requests, run_id=run_id)))
-        figures.append(Figure("kv_usage", "Server", "Share of the KV-cache budget in use during the same run.",
+        figures.append(CardFigure("kv_usage", "Server", "Share of the KV-cache budget in use during the same run.",
                               plots.kv_usage_timeline(results.server, run_id=run_id)))
     if results.points[S.CONFIG_ID].nunique() > 1 and len(concurrency):
-        figures.append(Figure("pareto", "Configurations", "Every point of every configuration: output throughput "
+        figures.append(CardFigure("pareto", "Configurations", "Every point of every configuration: output throughput "
                               "against median TTFT; the joined points are the ones no other configuration beats "
                               "on both.", plots.pareto_plot(concurrency)))
     return figures
