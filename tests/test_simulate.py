@@ -602,3 +602,16 @@ def test_an_engine_started_with_a_pace_holds_each_forward_to_its_price(tmp_path)
     assert [s.prefilling for s, _ in forwards] == [True, False, False]
     assert [seconds >= price for (_, seconds), price in zip(forwards, (0.4, 0.3, 0.3), strict=True)] == [True] * 3
     assert took >= 1.0
+
+
+def test_simulated_requests_are_short_by_their_own_max_new_tokens_as_the_harness_counts():
+    # decode-stall: 2 streams asking 32 tokens and a long prompt asking 4, on a point whose max_new_tokens is the
+    # streams': each got what it asked, so none is short (bench.run_points.PointRows, the harness's one rule; the
+    # simulator once counted the long prompt's 4 tokens short against the streams' 32)
+    from tgi_toolkit.simulate.api import run_scenario
+
+    cost = LinearCostModel(forward_s=0.01, source={"server": {"max_batch_total_tokens": 46603, "chunking": True}})
+    results = run_scenario("decode_stall", cost, streams=2, long_prompt=64, stream_tokens=32, repeats=1, warmups=0)
+    requests = results.requests
+    assert list(requests[S.MAX_NEW_TOKENS]) == [32, 32, 4] and list(requests[S.OUTPUT_TOKENS]) == [32, 32, 4]
+    assert not requests[S.SHORT_OUTPUT].any() and list(results.points[S.SHORT_OUTPUTS]) == [0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -16,6 +17,60 @@ from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.results import frame
 from tgi_toolkit.bench.run_record import RunRecord
 from tgi_toolkit.bench.telemetry import Telemetry, client_bound, machine_busy
+
+
+@dataclass(frozen=True)
+class PointRows:
+    """A finished point's request rows and its measured summary, by one rule for a measured run (RunPoints.save)
+    and a simulated one (simulate.record.SimRun.save_point): `ident`, the columns naming the run and point;
+    `workload`, the operating point's columns (None where the scenario has none); `requests`, one row per request;
+    `measured`, the (row, record) pairs that are not warm-ups; `windows`, the measured spans (ns); `summary`, the
+    point's measured columns; `columns`, the point's own (a closed loop's phase columns added)."""
+
+    ident: dict[str, Any]
+    workload: dict[str, Any]
+    requests: list[dict[str, Any]]
+    measured: list[tuple[dict[str, Any], StreamRecord]]
+    windows: list[tuple[int, int]]
+    summary: dict[str, Any]
+    columns: dict[str, Any]
+
+    @classmethod
+    def of(cls, ident: dict[str, Any], workload: dict[str, Any],
+           requests: Sequence[tuple[StreamRecord, int, bool, int]], *, clock_ns: int,
+           request_columns: Sequence[dict[str, Any]] | None = None,
+           windows: Sequence[tuple[int, int]] | None = None, point_columns: dict[str, Any] | None = None,
+           slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> PointRows:
+        """The rows of `requests` ((record, repeat, warm-up, index) each, times from `clock_ns`; `request_columns`:
+        per request, columns of its own, in order) and the summary of the measured ones over `windows` (default:
+        the first measured send to the last token)."""
+        base = {S.USERS: None, S.BATCH_SIZE: None, S.RATE_RPS: None, S.ARRIVAL: None, S.PROMPT_TOKENS: None,
+                S.MAX_NEW_TOKENS: None, **workload}
+        max_new = base[S.MAX_NEW_TOKENS]
+        rows = []
+        for record, repeat, warmup, index in requests:
+            row = {**ident, **base, S.REPEAT: repeat, S.WARMUP: warmup, S.REQUEST_INDEX: index,
+                   **stats.request_metrics(record, clock_ns)}
+            if request_columns is not None:
+                row.update(request_columns[len(rows)])
+                max_new = row[S.MAX_NEW_TOKENS]
+            row[S.SHORT_OUTPUT] = bool(record.ok and max_new is not None and row[S.OUTPUT_TOKENS] < max_new)
+            if row[S.FINISH_REASON] == "eos_token" and max_new is not None and row[S.OUTPUT_TOKENS] >= max_new:
+                # The output reached its cap: that is a length stop whatever the server called it
+                # (some OpenAI servers say "stop" there); server_finish_reason keeps its word.
+                row[S.FINISH_REASON] = "length"
+            rows.append(row)
+        measured = [(r, rec) for r, (rec, _, warm, _) in zip(rows, requests, strict=True) if not warm]
+        windows, summary = stats.measured_point(measured, windows, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+        columns = dict(point_columns or {})
+        if S.RAMP_UP_S in columns:  # a closed loop: were its users in step?
+            columns.update(phase.phase_columns([r[S.SENT_S] for r, _ in measured],
+                                               summary[S.stat_column("itl", "p50")], columns[S.RAMP_UP_S]))
+        return cls(ident, base, rows, measured, windows, summary, columns)
+
+    def point(self, server: dict[str, Any]) -> dict[str, Any]:
+        """The points table's row: these columns with the server side's (`server`)."""
+        return {**self.ident, **self.workload, **self.summary, **server, **self.columns}
 
 
 class RunPoints:
@@ -71,34 +126,14 @@ class RunPoints:
                    point_columns: dict[str, Any] | None = None) -> dict[str, Any]:
         """Turn a finished point's records into rows and save them (bench.run.Run.save_point's arguments)."""
         ident = self.record.ident(point_id)
-        clock_ns = self.record.clock_ns
-        base = {S.USERS: None, S.BATCH_SIZE: None, S.RATE_RPS: None, S.ARRIVAL: None, S.PROMPT_TOKENS: None,
-                S.MAX_NEW_TOKENS: None, **workload}
-        max_new = base[S.MAX_NEW_TOKENS]
-        rows = []
-        for record, repeat, warmup, index in requests:
-            row = {**ident, **base, S.REPEAT: repeat, S.WARMUP: warmup, S.REQUEST_INDEX: index,
-                   **stats.request_metrics(record, clock_ns)}
-            if request_columns is not None:
-                row.update(request_columns[len(rows)])
-                max_new = row[S.MAX_NEW_TOKENS]
-            row[S.SHORT_OUTPUT] = bool(record.ok and max_new is not None and row[S.OUTPUT_TOKENS] < max_new)
-            if row[S.FINISH_REASON] == "eos_token" and max_new is not None and row[S.OUTPUT_TOKENS] >= max_new:
-                # The output reached its cap: that is a length stop whatever the server called it
-                # (some OpenAI servers say "stop" there); server_finish_reason keeps its word.
-                row[S.FINISH_REASON] = "length"
-            rows.append(row)
-        measured = [(r, rec) for r, (rec, _, warm, _) in zip(rows, requests, strict=True) if not warm]
-        windows, summary = stats.measured_point(measured, windows, slo_ttft_s=self.slo_ttft_s,
-                                                slo_tpot_s=self.slo_tpot_s)
-        point_columns = dict(point_columns or {})
-        if S.RAMP_UP_S in point_columns:  # a closed loop: were its users in step?
-            point_columns.update(phase.phase_columns([r[S.SENT_S] for r, _ in measured],
-                                                     summary[S.stat_column("itl", "p50")], point_columns[S.RAMP_UP_S]))
-        server = self.server_side(telemetry, windows, [rec for _, rec in measured], base, summary, send_lag_s)
-        point = {**ident, **base, **summary, **server, **point_columns}
+        rows = PointRows.of(ident, workload, requests, clock_ns=self.record.clock_ns, request_columns=request_columns,
+                            windows=windows, point_columns=point_columns, slo_ttft_s=self.slo_ttft_s,
+                            slo_tpot_s=self.slo_tpot_s)
+        server = self.server_side(telemetry, rows.windows, [rec for _, rec in rows.measured], rows.workload,
+                                  rows.summary, send_lag_s)
+        point = rows.point(server)
         batch = [{**ident, **row} for row in batch_rows]
-        self.record.tables.save({"requests": frame(rows, "requests"), "batch": frame(batch, "batch"),
+        self.record.tables.save({"requests": frame(rows.requests, "requests"), "batch": frame(batch, "batch"),
                                  "points": frame([point], "points"), "server": self.server_frame(telemetry)})
         self.finished.add(point_id)
         self.saved += 1

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from tgi_toolkit import schema as S
-from tgi_toolkit.bench import phase, provenance, stats
+from tgi_toolkit.bench import provenance, stats
 from tgi_toolkit.bench.results import Results, ResultsFolder, frame
+from tgi_toolkit.bench.run_points import PointRows
 from tgi_toolkit.bench.run_tables import RunTables
 from tgi_toolkit.costs.linear import CostModel
 from tgi_toolkit.simulate.events import Sample, Simulator
@@ -97,23 +98,11 @@ class SimRun:
         self._write()
 
     def save_point(self, point: Point, sim: Simulator, samples: Sequence[Sample], started: float) -> dict[str, Any]:
-        """Rows of a finished point, with the point's server samples; as bench's Run.save_point."""
+        """Rows of a finished point (bench.run_points.PointRows, as a measured run's), with the point's server
+        samples."""
         ident = {S.RUN_ID: self.run_id, S.CONFIG_ID: self.config_id, S.CONFIG_LABEL: self.config_label,
                  S.BACKEND: BACKEND, S.MODEL_ID: self.target.model_id, S.SCENARIO: self.scenario,
                  S.POINT_ID: point.point_id}
-        base = {S.USERS: None, S.BATCH_SIZE: None, S.RATE_RPS: None, S.ARRIVAL: None, S.PROMPT_TOKENS: None,
-                S.MAX_NEW_TOKENS: None, **point.workload}
-        max_new = base[S.MAX_NEW_TOKENS]
-        rows, measured = [], []
-        for request in point.requests:
-            repeat, warmup, index = request.tag
-            record = request.record
-            row = {**ident, **base, S.REPEAT: repeat, S.WARMUP: warmup, S.REQUEST_INDEX: index,
-                   **stats.request_metrics(record, 0), **request.columns}
-            row[S.SHORT_OUTPUT] = bool(record.ok and max_new is not None and row[S.OUTPUT_TOKENS] < max_new)
-            rows.append(row)
-            if not warmup:
-                measured.append((row, record))
         batch_rows, windows = [], point.windows
         if point.batch is not None:
             size, seq, dec = point.batch
@@ -128,27 +117,23 @@ class SimRun:
                 ended = [r.token_ns[-1] for r in records if r.token_ns]
                 if not warm and ended:
                     windows.append((min(r.sent_ns for r in records), max(ended)))
-        windows, summary = stats.measured_point(measured, windows, slo_ttft_s=self.slo_ttft_s,
-                                                slo_tpot_s=self.slo_tpot_s)
-        lo = windows[0][0] / 1e9 if windows else started
-        hi = windows[-1][1] / 1e9 if windows else sim.clock.t
+        rows = PointRows.of(ident, point.workload, [(r.record, *r.tag) for r in point.requests], clock_ns=0,
+                            request_columns=[r.columns for r in point.requests], windows=windows,
+                            point_columns=point.columns, slo_ttft_s=self.slo_ttft_s, slo_tpot_s=self.slo_tpot_s)
+        lo = rows.windows[0][0] / 1e9 if rows.windows else started
+        hi = rows.windows[-1][1] / 1e9 if rows.windows else sim.clock.t
         inside = [s for s in samples if lo <= s.t <= hi] or list(samples[-1:])
         capacity = float(self.target.scheduler.max_batch_total_tokens)
         server = {S.CLIENT_LAG_P99_MS: 0.0, S.CLIENT_LAG_MAX_MS: 0.0, S.CLIENT_BOUND: False,
                   S.SERVER_BATCH_SIZE_MAX: float(max((s.batch_size for s in inside), default=float("nan"))),
                   S.SERVER_QUEUE_SIZE_MAX: float(max((s.queue_size for s in inside), default=float("nan"))),
                   S.KV_CAPACITY_TOKENS: capacity,
-                  S.KV_USAGE_MAX: max((s.kv_tokens for s in inside), default=float("nan")) / capacity}
-        if hasattr(S, "MACHINE_BUSY"):
-            server[S.MACHINE_BUSY] = False  # nothing else shared a virtual clock
-        if S.RAMP_UP_S in point.columns:  # a closed loop: were its users in step? (as bench's Run.save_point)
-            point.columns.update(phase.phase_columns([r[S.SENT_S] for r, _ in measured],
-                                                     summary[S.stat_column("itl", "p50")], point.columns[S.RAMP_UP_S]))
-        point_row = {**ident, **base, **summary, **server, **prediction_errors(self.target.cost, base),
-                     **point.columns}
+                  S.KV_USAGE_MAX: max((s.kv_tokens for s in inside), default=float("nan")) / capacity,
+                  S.MACHINE_BUSY: False}  # nothing else shared a virtual clock
+        point_row = rows.point({**server, **prediction_errors(self.target.cost, rows.workload)})
         if self.light:
             self.point_rows.append(point_row)
-            self.request_rows.extend(rows)
+            self.request_rows.extend(rows.requests)
             return point_row
         server_rows = []
         for s in samples:
@@ -156,7 +141,7 @@ class SimRun:
                                   (S.KV_USED_METRIC, s.kv_tokens), (S.KV_TOTAL_METRIC, capacity)):
                 server_rows.append({S.RUN_ID: self.run_id, S.CONFIG_ID: self.config_id, S.T_S: s.t,
                                     S.METRIC: metric, S.LABELS: "", S.VALUE: float(value)})
-        self.tables.save({"requests": frame(rows, "requests"), "batch": frame(batch_rows, "batch"),
+        self.tables.save({"requests": frame(rows.requests, "requests"), "batch": frame(batch_rows, "batch"),
                           "server": frame(server_rows, "server"), "points": frame([point_row], "points")})
         return point_row
 
