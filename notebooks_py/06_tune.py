@@ -88,7 +88,7 @@ print(result.message)
 # capacity in tokens each fraction yields.
 
 # %%
-{knob: knob_space for knob, knob_space in result.space.items()}
+{knob: knob_space for knob, knob_space in result.searched.space.items()}
 
 # %% [markdown]
 # ## Every configuration, ranked
@@ -98,7 +98,7 @@ print(result.message)
 # failed to start).
 
 # %% tags=["nbval-ignore-output"]
-result.table
+result.choice.table
 
 # %% [markdown]
 # ## The trade-off
@@ -115,7 +115,7 @@ from tgi_toolkit.bench import load_results
 
 points = load_results(output_dir).points
 # the folder may hold configurations of an earlier tuning (resume=True): draw this one's
-points = points[(points["scenario"] == "concurrency") & points["config_id"].isin(result.table["config_id"])]
+points = points[(points["scenario"] == "concurrency") & points["config_id"].isin(result.choice.table["config_id"])]
 ttft = f"ttft_{percentile}_s"
 plots.pareto_plot(points, y=ttft, objectives={ttft: ttft_s})
 

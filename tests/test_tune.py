@@ -18,6 +18,9 @@ from tgi_toolkit.config import LauncherConfig
 from tgi_toolkit.sweep import Workload, load_manifest
 from tgi_toolkit.tune import (
     Objectives,
+    Round,
+    Searched,
+    TuneResult,
     build_space,
     choose,
     load_tune,
@@ -81,7 +84,7 @@ def test_goodput_ranks_the_configurations_that_meet_the_objectives_at_their_best
     assert table.loc[2, "violation"] == pytest.approx(1.2)  # TPOT 0.12 against 0.1
     assert result.met and result.best[S.CONFIG_ID] == "a" and result.closest is None
     assert result.best["overrides"] == {"max_batch_size": 4}
-    assert result.to_launcher_config().max_batch_size == 4
+    assert TuneResult(result).to_launcher_config().max_batch_size == 4
     assert result.message.startswith("best: max_batch_size=4 — goodput 3.5 req/s")
     assert "TTFT p90 0.5 s, TPOT p90 0.08 s" in result.message
 
@@ -118,8 +121,8 @@ def test_objectives_nobody_meets_give_no_best_and_name_the_closest():
                               " closest: max_batch_size=4 at users=1: TTFT p90 0.3 s, TPOT p90 0.05 s "
                               "(3x the tightest limit)")
     with pytest.raises(ValueError, match=r"no configuration met.*to_launcher_config\(closest=True\)"):
-        result.to_launcher_config()
-    assert result.to_launcher_config(closest=True).max_batch_size == 4
+        TuneResult(result).to_launcher_config()
+    assert TuneResult(result).to_launcher_config(closest=True).max_batch_size == 4
     assert list(result.table[S.CONFIG_ID]) == ["a", "b", "x"]  # measured nothing: last, with its status
     assert result.table.loc[2, "status"] == "failed"
 
@@ -159,14 +162,20 @@ def test_objectives_are_checked():
 
 def test_result_saves_as_tune_json_and_reads_back(tmp_path):
     points = frame([point("a", 4, 0.5, 0.08, 3.5, 90), point("b", 4, 0.4, 0.2, 3.0, 100)], "points")
-    result = dataclasses.replace(choose(points, LIMITS, configs=[entry("a", max_batch_size=4),
-                                                                 entry("b", max_batch_size=8)]),
-                                 base={"max_input_tokens": 16, "max_total_tokens": 20, "api_key": "***"})
+    choice = choose(points, LIMITS, configs=[entry("a", max_batch_size=4), entry("b", max_batch_size=8)])
+    rounds = (Round(1, "coarse grid", ("max_batch_size=4", "max_batch_size=8"), "max_batch_size=4"),)
+    result = TuneResult(choice, Searched(base={"max_input_tokens": 16, "max_total_tokens": 20, "api_key": "***"}),
+                        rounds)
     path = result.save(tmp_path)
-    assert path == tmp_path / "tune.json" and json.loads(path.read_text())["met"] is True
+    saved = json.loads(path.read_text())  # tune.json stays one flat record
+    assert path == tmp_path / "tune.json" and saved["met"] is True and saved["backend"] == "embedded"
+    assert saved["rounds"] == [{"round": 1, "kind": "coarse grid", "configs": ["max_batch_size=4", "max_batch_size=8"],
+                                "center": "max_batch_size=4"}]
     again = load_tune(tmp_path)
-    assert again.best["label"] == "max_batch_size=4" and again.objectives == LIMITS
-    assert list(again.table[S.CONFIG_ID]) == ["a", "b"] and math.isinf(result.table.loc[1, "violation"]) is False
+    assert again.choice.best["label"] == "max_batch_size=4" and again.choice.objectives == LIMITS
+    assert again.rounds == rounds and again.searched.base == result.searched.base and again.path == path
+    assert list(again.choice.table[S.CONFIG_ID]) == ["a", "b"]
+    assert math.isinf(result.choice.table.loc[1, "violation"]) is False
     config = again.to_launcher_config()  # the redacted secret is dropped, not used
     assert (config.max_batch_size, config.max_total_tokens, config.api_key) == (4, 20, None)
     assert again.command() == ("tgi-toolkit serve --model-id HuggingFaceTB/SmolLM2-135M-Instruct "
@@ -328,10 +337,10 @@ def test_tuning_launches_exactly_the_configurations_its_table_lists(tmp_path, mo
                   backend="tgi", model_config=SMOLLM2, gpu="L4", knobs=["max_batch_size"], max_configs=2, levels=2,
                   rounds=1, confirm=0, server={"health_timeout": 20}, progress=False)
     manifest = load_manifest(tmp_path)["configs"]
-    assert len(result.table) == 2 and set(result.table["status"]) == {"failed"}
+    assert len(result.choice.table) == 2 and set(result.choice.table["status"]) == {"failed"}
     # every configuration measured is ranked in the table; the shared base was not measured on the side
-    assert [e["config_id"] for e in manifest] == list(result.table[S.CONFIG_ID])
-    assert sorted(c.max_batch_size for c in launches) == sorted(result.table["max_batch_size"]) == [1, 4]
+    assert [e["config_id"] for e in manifest] == list(result.choice.table[S.CONFIG_ID])
+    assert sorted(c.max_batch_size for c in launches) == sorted(result.choice.table["max_batch_size"]) == [1, 4]
     assert "base" not in [e["label"] for e in manifest]
 
 
@@ -348,8 +357,8 @@ def test_tuning_the_embedded_engine_chooses_a_configuration_that_meets_its_objec
                   # one thread a server: torch's default threads on this loaded 2-core machine made a decode
                   # step ~3 s and erratic (TPOT p90 3.3 s under a load average of 13), one thread ~0.2 s
                   server={"health_timeout": 180, "env": {"OMP_NUM_THREADS": "1"}})
-    assert result.met and result.confirmed, result.message
-    best = result.best
+    assert result.met and result.choice.confirmed, result.message
+    best = result.choice.best
     # the chosen configuration's own measurement, read back from the folder, meets the objectives
     points = load_results(tmp_path).points
     (measured,) = points[(points[S.RUN_ID] == best[S.RUN_ID]) & (points[S.POINT_ID] == best[S.POINT_ID])
@@ -361,32 +370,33 @@ def test_tuning_the_embedded_engine_chooses_a_configuration_that_meets_its_objec
     records = {e["config_id"]: e for e in load_manifest(tmp_path)["configs"]}[best[S.CONFIG_ID]]["workloads"]
     assert [r["run_id"] for r in records.values()] == [best[S.RUN_ID], confirmation["run_id"]]
     # and it has the most goodput of those that met them
-    meeting = result.table[result.table["meets"]]
+    meeting = result.choice.table[result.choice.table["meets"]]
     assert best[S.GOODPUT_RPS] == meeting[S.GOODPUT_RPS].max()
 
     # the planner bounded the space to what the workload can use: 4 requests of 16 + 4 tokens, so KV
     # memory for 20 (one request, max_total_tokens) to 80 tokens (all four) in steps of doubling
-    assert result.space["max_batch_size"]["values"] == [1, 2, 4]
-    fractions = result.space["cuda_memory_fraction"]["values"]
-    assert len(fractions) == 3 and "-> 20, " in result.space["cuda_memory_fraction"]["source"]
-    assert [r["kind"] for r in result.rounds][0] == "coarse grid" and len(result.table) == 3
+    assert result.searched.space["max_batch_size"]["values"] == [1, 2, 4]
+    fractions = result.searched.space["cuda_memory_fraction"]["values"]
+    assert len(fractions) == 3 and "-> 20, " in result.searched.space["cuda_memory_fraction"]["source"]
+    assert [r.kind for r in result.rounds][0] == "coarse grid" and len(result.choice.table) == 3
     # the knob changes what the server does: the engine infers its KV capacity (TGI 3 L2, the
     # tgi_batch_max_total_tokens gauge) from each configuration's fraction, 20, 40 or 80 tokens, and a
     # 20-token cache admits one request (16 + 4 - 1 = 19 reserved tokens) at a time
-    by_config = points[points[S.CONFIG_ID].isin(result.table[S.CONFIG_ID])].groupby(S.CONFIG_ID)
-    chosen = dict(zip(result.table[S.CONFIG_ID], result.table["cuda_memory_fraction"], strict=True))
+    by_config = points[points[S.CONFIG_ID].isin(result.choice.table[S.CONFIG_ID])].groupby(S.CONFIG_ID)
+    chosen = dict(zip(result.choice.table[S.CONFIG_ID], result.choice.table["cuda_memory_fraction"], strict=True))
     capacity = {chosen[c]: set(g[S.KV_CAPACITY_TOKENS]) for c, g in by_config}
     assert capacity == {f: {dict(zip(fractions, (20.0, 40.0, 80.0), strict=True))[f]} for f in capacity}
     assert len(capacity) >= 2  # the coarse round spans the ladder's ends
     smallest = points[points[S.CONFIG_ID].isin([c for c, f in chosen.items() if f == fractions[0]])]
     assert (smallest[S.SERVER_BATCH_SIZE_MAX].dropna() <= 1).all()
-    assert result.rounds[-1]["kind"] == "confirmation (seed + 1)"
+    assert result.rounds[-1].kind == "confirmation (seed + 1)"
     config = result.to_launcher_config()
     assert (config.max_input_tokens, config.max_total_tokens) == (16, 20)
     assert config.max_batch_size == best["max_batch_size"]
     saved = load_tune(tmp_path)
-    assert saved.best["label"] == best["label"] and saved.to_launcher_config() == config
-    assert not result.pareto.empty and set(result.pareto[S.CONFIG_ID]) <= set(result.table[S.CONFIG_ID])
+    assert saved.choice.best["label"] == best["label"] and saved.to_launcher_config() == config
+    pareto = result.choice.pareto
+    assert not pareto.empty and set(pareto[S.CONFIG_ID]) <= set(result.choice.table[S.CONFIG_ID])
 
     # the same measurements against objectives this CPU cannot meet: none met, the closest named
     impossible = choose(points, Objectives(ttft_s=1e-4, tpot_s=1e-4))
@@ -408,13 +418,16 @@ def test_tuning_in_simulation_measures_the_simulations_best_and_saves_a_whole_re
     simulation = result.simulation
     assert (simulation["simulated_configs"], simulation["measured_configs"]) == (2, 1)
     (ranked,) = simulation["ranks"]
-    assert ranked["simulated_rank"] == 1 and list(result.table[S.CONFIG_ID]) == [ranked["config_id"]]
-    assert result.space["max_batch_size"]["values"] == [1, 2] and result.workload["slo_ttft_s"] == 20.0
-    assert [r["kind"] for r in result.rounds] == ["simulation of 2 configurations",
+    assert ranked["simulated_rank"] == 1 and list(result.choice.table[S.CONFIG_ID]) == [ranked["config_id"]]
+    searched = result.searched
+    assert searched.space["max_batch_size"]["values"] == [1, 2] and searched.workload["slo_ttft_s"] == 20.0
+    assert searched.plan["max_total_tokens"] == 20 and searched.config is not None  # the plan that bounded it
+    assert [r.kind for r in result.rounds] == ["simulation of 2 configurations",
                                                   "measured: the simulation's best and a spread"]
     # built whole, then saved where it says: tune.json reads back the same, simulation.json beside it
     assert result.path == tmp_path / "tune.json" and (tmp_path / "simulation.json").exists()
     again = load_tune(tmp_path)
-    assert again.rounds == result.rounds and again.space == result.space and again.best["label"] == ranked["label"]
+    assert again.rounds == result.rounds and again.searched.space == searched.space
+    assert again.choice.best["label"] == ranked["label"]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        result.best = None  # type: ignore[misc]
+        result.choice = None  # type: ignore[misc]

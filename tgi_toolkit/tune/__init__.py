@@ -6,10 +6,11 @@
     result = tune({"model_id": "HuggingFaceTB/SmolLM2-135M-Instruct"},
                   Workload("concurrency", users=[4], prompt_tokens=64, max_new_tokens=16, requests=8),
                   Objectives(ttft_s=1.0, tpot_s=0.25), output="results/tune")
-    result.best                  # the configuration to use (None when none met the objectives)
-    result.closest               # then: the one nearest to meeting them
-    result.table                 # every configuration tried, ranked
-    result.pareto                # operating points on the latency/throughput frontier
+    result.choice.best           # the configuration to use (None when none met the objectives)
+    result.choice.closest        # then: the one nearest to meeting them
+    result.choice.table          # every configuration tried, ranked
+    result.choice.pareto         # operating points on the latency/throughput frontier
+    result.searched.space        # the knobs' ladders and where their bounds came from; result.rounds: the rounds
     result.to_launcher_config()  # the winner as a LauncherConfig
 
 The capacity planner bounds the space (tgi_toolkit.tune.sizing explains how, and why the KV knob is
@@ -29,22 +30,16 @@ from tgi_toolkit.tune.cli import add_parser
 _LAZY = {
     "tune": ".search", "build_space": ".space", "workload_demand": ".sizing", "plan_for": ".sizing", "Knob": ".space",
     "DEFAULT_KNOBS": ".space", "KvSizing": ".sizing", "kv_sizing": ".sizing",
-    "Objectives": ".select", "TuneResult": ".select", "choose": ".select",
-    "rank_configs": ".select", "pareto_points": ".select", "evaluate_points": ".select", "load_tune": ".select",
+    "Objectives": ".select", "Choice": ".select", "TuneResult": ".result", "Searched": ".result", "Round": ".result",
+    "choose": ".select", "rank_configs": ".select", "pareto_points": ".select", "evaluate_points": ".select",
+    "load_tune": ".result",
     "tune_simulated": ".simulated", "TuningSetup": ".setup",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.tune.result import Round, Searched, TuneResult, load_tune
     from tgi_toolkit.tune.search import tune
-    from tgi_toolkit.tune.select import (
-        Objectives,
-        TuneResult,
-        choose,
-        evaluate_points,
-        load_tune,
-        pareto_points,
-        rank_configs,
-    )
+    from tgi_toolkit.tune.select import Choice, Objectives, choose, evaluate_points, pareto_points, rank_configs
     from tgi_toolkit.tune.setup import TuningSetup
     from tgi_toolkit.tune.simulated import tune_simulated
     from tgi_toolkit.tune.sizing import KvSizing, kv_sizing, plan_for, workload_demand
@@ -55,7 +50,8 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
-    "DEFAULT_KNOBS", "Knob", "KvSizing", "Objectives", "TuneResult", "TuningSetup", "add_parser", "build_space",
+    "DEFAULT_KNOBS", "Choice", "Knob", "KvSizing", "Objectives", "Round", "Searched", "TuneResult", "TuningSetup",
+    "add_parser", "build_space",
     "choose", "evaluate_points", "kv_sizing", "load_tune", "pareto_points", "plan_for", "rank_configs", "tune",
     "tune_simulated", "workload_demand",
 ]

@@ -134,14 +134,14 @@ def main(args: argparse.Namespace) -> int:
         return 130
     p = objectives.percentile
     shown = [c for c in ("rank", "label", "status", "meets", S.GOODPUT_RPS, S.OUTPUT_THROUGHPUT,
-                         S.stat_column("ttft", p), S.stat_column("tpot", p), S.POINT_ID) if c in result.table]
+                         S.stat_column("ttft", p), S.stat_column("tpot", p), S.POINT_ID) if c in result.choice.table]
     print(result.message + "\n")
-    print(result.table[shown].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    front = [c for c in (S.CONFIG_LABEL, S.POINT_ID, S.OUTPUT_THROUGHPUT, S.stat_column("ttft", p))
-             if c in result.pareto]
-    if not result.pareto.empty:
+    print(result.choice.table[shown].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    pareto = result.choice.pareto
+    front = [c for c in (S.CONFIG_LABEL, S.POINT_ID, S.OUTPUT_THROUGHPUT, S.stat_column("ttft", p)) if c in pareto]
+    if not pareto.empty:
         print("\nPareto set (output throughput against TTFT):")
-        print(result.pareto[front].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(pareto[front].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if result.met:
         print("\nserve it with: " + result.command())
     print(f"\nsaved: {result.path}")

@@ -26,6 +26,7 @@ The numbers that bound the space come from tgi_toolkit.tune.sizing (which also e
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -36,7 +37,8 @@ import pandas as pd
 
 from tgi_toolkit import schema as S
 from tgi_toolkit.sweep.spec import Sweep, Workload, as_base, make_config
-from tgi_toolkit.tune.select import MEETS, Objectives, TuneResult, choose, config_row, rank_configs
+from tgi_toolkit.tune.result import Round, TuneResult
+from tgi_toolkit.tune.select import MEETS, Choice, Objectives, choose, config_row, rank_configs
 from tgi_toolkit.tune.setup import TuningSetup, searched_workload, server_env
 from tgi_toolkit.tune.space import DEFAULT_KNOBS, KV_KNOB, Knob
 
@@ -152,7 +154,7 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
     config.json; gpu is needed for GPU backends). max_configs: configurations measured in all;
     levels: values per knob in the coarse round; rounds: coarse + refinement rounds; confirm: how
     many of the best to measure again until one still meets the objectives (0: none).
-    Returns a TuneResult: .best, .closest, .table, .pareto, .to_launcher_config().
+    Returns a TuneResult: .choice (.best, .closest, .table, .pareto), .searched, .rounds, .to_launcher_config().
     """
     objectives = Objectives.of(objectives)
     if not objectives.limits():
@@ -179,8 +181,8 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
     first_budget = max_configs if rounds == 1 else max(2, math.ceil(max_configs / 2))
     candidates = coarse(knob_space, levels, min(first_budget, max_configs), seed)
     tried: list[dict[str, Any]] = []
-    history: list[dict[str, Any]] = []
-    result: TuneResult | None = None
+    history: list[Round] = []
+    result: Choice | None = None
     for number in range(1, rounds + 1):
         new = []
         for candidate in candidates:
@@ -191,7 +193,7 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
         if not new:
             break
         tried += new
-        kind = "coarse grid" if number == 1 else f"refinement around {history[-1]['center']}"
+        kind = "coarse grid" if number == 1 else f"refinement around {history[-1].center}"
         Sweep(shared, workloads=[searched], configs=tried, backend=backend, server=server,
               name=f"tune round {number}").run(folder, resume=resume, progress=progress, executor=executor)
         ids = {make_config(shared, c).config_id for c in tried}
@@ -199,8 +201,8 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
         result = choose(workload_points(folder, entries, searched), objectives, configs=entries,
                         knobs=list(knob_space))
         center = result.best or result.closest
-        history.append({"round": number, "kind": kind, "configs": [overrides_label(c) for c in new],
-                        "center": center["label"] if center else None})
+        history.append(Round(number, kind, tuple(overrides_label(c) for c in new),
+                             center["label"] if center else None))
         if center is None:
             break
         candidates = refine(knob_space, {n: center["overrides"].get(n) for n in knob_space}, tried)
@@ -223,12 +225,11 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
         if row[S.CONFIG_ID] != best[S.CONFIG_ID]:  # the first winner did not hold; the next one did
             best = config_row(table, row[S.CONFIG_ID], entries)
         best = {**best, "confirmation": check}
-        history.append({"round": len(history) + 1, "kind": "confirmation (seed + 1)",
-                        "configs": [r["label"] for r, _ in confirmations], "center": best["label"]})
+        history.append(Round(len(history) + 1, "confirmation (seed + 1)", tuple(r["label"] for r, _ in confirmations),
+                             best["label"]))
         if S.CONFIG_ID in table:
             table = table.assign(confirmed=table[S.CONFIG_ID].map({r[S.CONFIG_ID]: c[MEETS] for r, c in confirmations}))
 
-    result = setup.result(result, searched, knob_space, history, folder, best=best, table=table,
-                          plan=setup.plan_record())
-    result.save(folder)
-    return result
+    tuned = setup.result(dataclasses.replace(result, best=best, table=table), searched, knob_space, history, folder)
+    tuned.save(folder)
+    return tuned

@@ -15,11 +15,9 @@ one with the smallest distance.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +26,6 @@ import pandas as pd
 from tgi_toolkit import schema as S
 from tgi_toolkit.pareto import pareto_front
 
-TUNE_FILE = "tune.json"
 OPERATING_POINT = (S.POINT_ID, S.USERS, S.BATCH_SIZE, S.RATE_RPS, S.PROMPT_TOKENS, S.MAX_NEW_TOKENS)
 MEETS, VIOLATION, ERROR_RATE, SCORE = "meets", "violation", "error_rate", "score"
 
@@ -181,37 +178,19 @@ def pareto_points(points: pd.DataFrame, objectives: Objectives, *, throughput: s
     return front.sort_values(throughput).reset_index(drop=True)
 
 
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    # JSON's own encoder turns NaN, inf and pandas' NA into null.
-    return json.loads(df.to_json(orient="records", default_handler=str))
-
-
 @dataclass(frozen=True)
-class TuneResult:
-    """What tuning found: the configuration to use, the trade-offs, and how the search went.
-
-    best: the top configuration meeting the objectives (a row of `table` plus its overrides and
-    launcher settings), None when none did; closest: then the configuration nearest to meeting
-    them. table: every configuration tried, ranked (rank_configs). pareto: the operating points on
-    the latency/throughput frontier (pareto_points). Saved as tune.json beside the results.
-    Frozen: `choose` ranks points into one, a tuner builds its final one whole (dataclasses.replace)
-    with the search's set-up, rounds and where it is saved.
-    """
+class Choice:
+    """What a ranking of measured points chose (`choose`): `table`, every configuration tried, ranked
+    (rank_configs); `best`, its top configuration meeting the objectives (a row of `table` plus its overrides and
+    launcher settings; after a confirmation, its second measurement too), None when none did; `closest`: then the
+    configuration nearest to meeting them; `pareto`: the operating points on the latency/throughput frontier
+    (pareto_points)."""
 
     objectives: Objectives
     table: pd.DataFrame
     pareto: pd.DataFrame
     best: dict[str, Any] | None = None
     closest: dict[str, Any] | None = None
-    base: dict[str, Any] = field(default_factory=dict)  # the settings every configuration shared
-    workload: dict[str, Any] = field(default_factory=dict)
-    space: dict[str, Any] = field(default_factory=dict)  # knob -> candidate values and where they came from
-    plan: dict[str, Any] | None = None  # the capacity plan that bounded the space
-    rounds: list[dict[str, Any]] = field(default_factory=list)
-    path: Path | None = None
-    backend: str = "embedded"
-    base_config: Any = None  # the LauncherConfig itself (secrets included), when in memory
-    simulation: dict[str, Any] | None = None  # tune --simulate: how its ranking agreed (simulation.json)
 
     @property
     def met(self) -> bool:
@@ -243,73 +222,8 @@ class TuneResult:
                      f"({c[VIOLATION]:.3g}x the tightest limit)")
         return text
 
-    def to_launcher_config(self, closest: bool = False) -> Any:
-        """The chosen configuration as a LauncherConfig (closest=True: the closest when none met them)."""
-        from tgi_toolkit.config import LauncherConfig
-
-        chosen = self.best if self.best is not None else (self.closest if closest else None)
-        if chosen is None:
-            raise ValueError(self.message + ("" if self.closest is None else
-                                             "; to_launcher_config(closest=True) gives the closest one"))
-        if self.base_config is not None:
-            values = {**self.base_config.model_dump(exclude_unset=True), **chosen["overrides"]}
-        else:  # read back from tune.json: secrets were redacted there
-            values = {k: v for k, v in {**self.base, **chosen["overrides"]}.items() if v != "***"}
-        return LauncherConfig(**values)
-
-    def command(self, closest: bool = False) -> str:
-        """The shell command that serves the chosen configuration on this result's backend."""
-        import shlex
-
-        config = self.to_launcher_config(closest=closest)
-        if self.backend == "vllm":
-            from tgi_toolkit.config import to_vllm_args
-
-            return shlex.join(to_vllm_args(config).argv)
-        if self.backend == "tgi-docker":  # not shlex-quoted: its volume names $PWD for the shell to expand
-            return " ".join(config.docker_command())
-        program = ["tgi-toolkit", "serve"] if self.backend == "embedded" else ["text-generation-launcher"]
-        return shlex.join([*program, *config.to_cli()])
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": "tgi_toolkit.tune", "version": 1, "objectives": self.objectives.to_dict(),
-                "met": self.met, "message": self.message, "best": _plain(self.best), "closest": _plain(self.closest),
-                "backend": self.backend, "base": self.base, "workload": self.workload, "space": self.space,
-                "plan": self.plan, "rounds": self.rounds, "table": _records(self.table),
-                "pareto": _records(self.pareto)}
-
-    def save(self, folder: str | Path) -> Path:
-        """Write tune.json into `folder` (beside the sweep's results); returns its path (a tuner builds its
-        result with that `path`)."""
-        path = Path(folder) / TUNE_FILE
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str))
-        tmp.replace(path)
-        return path
-
     def __str__(self) -> str:
         return self.message
-
-    def _repr_markdown_(self) -> str:
-        shown = [c for c in self.table.columns if c not in (S.CONFIG_LABEL, "error", SCORE)]
-        table = self.table[shown].head(20).to_string(index=False, float_format=lambda v: f"{v:.4g}")
-        return f"**{self.message}**\n\n```\n{table}\n```"
-
-
-def _plain(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    return None if row is None else json.loads(json.dumps(dict(row), default=_json_default))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return None if not np.isfinite(value) else float(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if value is pd.NA:
-        return None
-    return str(value)
 
 
 def _seconds(value: Any) -> str:
@@ -328,7 +242,7 @@ def _measured(row: Mapping[str, Any], objectives: Objectives) -> str:
 
 def choose(points: pd.DataFrame, objectives: Objectives | Mapping[str, Any], *,
            configs: Sequence[Mapping[str, Any]] = (), knobs: Sequence[str] = (),
-           latency: str | None = None) -> TuneResult:
+           latency: str | None = None) -> Choice:
     """Rank the configurations in `points` against `objectives` and pick the best (or the closest)."""
     objectives = Objectives.of(objectives)
     table = rank_configs(points, objectives, configs=configs, knobs=knobs)
@@ -339,7 +253,7 @@ def choose(points: pd.DataFrame, objectives: Objectives | Mapping[str, Any], *,
             best = top
         elif np.isfinite(top[VIOLATION]):
             closest = top
-    return TuneResult(objectives, table, pareto_points(points, objectives, latency=latency), best, closest)
+    return Choice(objectives, table, pareto_points(points, objectives, latency=latency), best, closest)
 
 
 def config_row(table: pd.DataFrame, config_id: str, configs: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
@@ -352,13 +266,3 @@ def config_row(table: pd.DataFrame, config_id: str, configs: Sequence[Mapping[st
     if not out.get("label"):
         out["label"] = ",".join(f"{k}={v}" for k, v in out["overrides"].items()) or row.get(S.CONFIG_LABEL)
     return out
-
-
-def load_tune(folder: str | Path) -> TuneResult:
-    """A TuneResult read back from the tune.json in `folder`."""
-    path = Path(folder) / TUNE_FILE
-    data = json.loads(path.read_text())
-    return TuneResult(Objectives(**data["objectives"]), pd.DataFrame(data["table"]), pd.DataFrame(data["pareto"]),
-                      data["best"], data["closest"], data.get("base", {}), data.get("workload", {}),
-                      data.get("space", {}), data.get("plan"), data.get("rounds", []), path,
-                      data.get("backend", "embedded"))

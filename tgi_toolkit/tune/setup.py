@@ -6,7 +6,6 @@ repeated the same four calls (tune.sizing's and tune.space's).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit.sweep.spec import Workload
-from tgi_toolkit.tune.select import TUNE_FILE, Objectives, TuneResult
+from tgi_toolkit.tune.result import TUNE_FILE, Round, Searched, TuneResult
+from tgi_toolkit.tune.select import Choice, Objectives
 from tgi_toolkit.tune.sizing import Demand, KvSizing, kv_sizing, plan_for, tuned_base, workload_demand
 from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob, build_space, repair
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.planner import Plan
     from tgi_toolkit.planner.shape import ModelConfigSource
 
-# The plan's fields a TuneResult keeps (tune.json's "plan").
+# The plan's fields a TuneResult keeps (its Searched.plan, tune.json's "plan").
 PLAN_RECORD = ("model", "gpu", "dtype", "quantize", "kv_capacity_tokens", "concurrent_users", "tokens_per_request",
                "max_input_tokens", "max_total_tokens", "max_batch_prefill_tokens", "max_batch_size", "steps")
 
@@ -60,15 +60,16 @@ class TuningSetup:
         """`candidate` brought within the launcher's rules for these shared settings (tune.space.repair)."""
         return repair(candidate, self.base, self.kv)
 
-    def result(self, ranked: TuneResult, searched: Workload, space: Mapping[str, Knob],
-               rounds: Sequence[Mapping[str, Any]], folder: str | Path, **changes: Any) -> TuneResult:
-        """`ranked` (tune.select.choose's, from the measured points) made whole: what was searched (these shared
-        settings, redacted and as the config itself, the backend, `searched` and the knobs' ladders), the
-        `rounds`, and where it is saved (tune.json in `folder`); `changes`: any other field."""
-        return dataclasses.replace(ranked, base=self.base.to_dict(non_default_only=True, redact=True),
-                                   base_config=self.base, backend=self.backend, workload=searched.to_dict(),
-                                   space={n: k.to_dict() for n, k in space.items()},
-                                   rounds=[dict(r) for r in rounds], path=Path(folder) / TUNE_FILE, **changes)
+    def result(self, choice: Choice, searched: Workload, space: Mapping[str, Knob], rounds: Sequence[Round],
+               folder: str | Path, simulation: Mapping[str, Any] | None = None) -> TuneResult:
+        """The tuning's result, whole: `choice` (tune.select.choose's, from the measured points), what was searched
+        (these shared settings, redacted and as the config itself, the backend, `searched`, the knobs' ladders and
+        the plan's record), the `rounds`, where it is saved (tune.json in `folder`) and, for tune --simulate, how
+        the `simulation` agreed."""
+        what = Searched(self.backend, self.base.to_dict(non_default_only=True, redact=True), searched.to_dict(),
+                        {n: k.to_dict() for n, k in space.items()}, self.plan_record(), self.base)
+        return TuneResult(choice, what, tuple(rounds), Path(folder) / TUNE_FILE,
+                          None if simulation is None else dict(simulation))
 
     def plan_record(self) -> dict[str, Any]:
         """The plan as a TuneResult keeps it: its sizing fields and the steps that derived them."""

@@ -26,8 +26,9 @@ import pandas as pd
 
 from tgi_toolkit import schema as S
 from tgi_toolkit.sweep.spec import Sweep, Workload, as_base, make_config
+from tgi_toolkit.tune.result import Round, TuneResult
 from tgi_toolkit.tune.search import manifest_entries, overrides_label, workload_points
-from tgi_toolkit.tune.select import Objectives, TuneResult, choose, rank_configs
+from tgi_toolkit.tune.select import Objectives, choose, rank_configs
 from tgi_toolkit.tune.setup import TuningSetup, searched_workload, server_env
 from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob
 
@@ -150,17 +151,16 @@ def tune_simulated(base: Any, workload: Workload | Mapping[str, Any], objectives
                    "simulated_rank": sim_rank[c], "measured_rank": measured_rank[c]} for c in order_sim],
         "cost_model": getattr(cost_model, "name", str(cost_model)),
     }
-    rounds = [{"round": 1, "kind": f"simulation of {len(simulated)} configurations", "configs": [], "center": None},
-              {"round": 2, "kind": "measured: the simulation's best and a spread",
-               "configs": [a["label"] for a in agreement["ranks"]],
-               "center": (result.best or result.closest or {}).get("label")}]
-    result = setup.result(result, searched, knob_space, rounds, folder, simulation=agreement)
-    result.save(folder)
+    rounds = [Round(1, f"simulation of {len(simulated)} configurations"),
+              Round(2, "measured: the simulation's best and a spread", tuple(a["label"] for a in agreement["ranks"]),
+                    (result.best or result.closest or {}).get("label"))]
+    tuned = setup.result(result, searched, knob_space, rounds, folder, simulation=agreement)
+    tuned.save(folder)
     (folder / "simulation.json").write_text(json.dumps(
         {**agreement, "simulated_table": json.loads(simulated.head(50).to_json(orient="records",
                                                                                default_handler=str))},
         indent=2, default=str) + "\n")
-    return result
+    return tuned
 
 
 def agreement_text(simulation: Mapping[str, Any]) -> str:
