@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from tgi_toolkit import schema as S
-from tgi_toolkit.bench import BenchError, DecodeStall, MultiTurn, SharedPrefix
+from tgi_toolkit.bench import BenchError, DecodeStallScenario, MultiTurn, SharedPrefix
 from tgi_toolkit.bench.client import StreamRecord
 from tgi_toolkit.bench.play import hit_rate_columns, shared_prefix_texts, stall_gaps, turn_text
 from tgi_toolkit.bench.prompts import LocalTokenizer, PromptFactory
@@ -48,10 +48,10 @@ def test_multi_turn_plan() -> None:
 
 
 def test_decode_stall_plan() -> None:
-    plan = DecodeStall(streams=8, long_prompt_tokens=2000, lead_tokens=4).requests()
+    plan = DecodeStallScenario(streams=8, long_prompt=2000, lead_tokens=4).requests()
     assert len(plan) == 9 and [r.group for r in plan] == [0] * 8 + [1]
     assert plan[-1].prompt_tokens == 2000 and plan[-1].wait_tokens == 4 and plan[0].wait_tokens == 0
-    assert plan[0].segments != DecodeStall().requests(1)[0].segments  # each round its own prompts
+    assert plan[0].segments != DecodeStallScenario().requests(1)[0].segments  # each round its own prompts
 
 
 @pytest.mark.parametrize(("make", "field"), [
@@ -59,7 +59,8 @@ def test_decode_stall_plan() -> None:
     (lambda: SharedPrefix(prefix_tokens=-1), "prefix_tokens"),
     (lambda: MultiTurn(turns=0), "turns"),
     (lambda: MultiTurn(system_tokens=-3), "system_tokens"),
-    (lambda: DecodeStall(lead_tokens=200, stream_tokens=100), "lead_tokens"),
+    (lambda: DecodeStallScenario(lead_tokens=200, stream_tokens=100), "lead_tokens"),
+    (lambda: DecodeStallScenario(long_prompt=0), "long_prompt"),  # the scenario's own name for it
 ])
 def test_bad_workload_names_its_field(make, field) -> None:
     with pytest.raises(BenchError) as info:

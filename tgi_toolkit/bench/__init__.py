@@ -23,7 +23,7 @@ _LAZY = {
     "run_shared_prefix_async": ".api", "run_multi_turn_async": ".api", "run_decode_stall_async": ".api",
     "play_scenario": ".api", "play_scenario_async": ".api",
     "SharedPrefix": "tgi_toolkit.scenarios.plans", "MultiTurn": "tgi_toolkit.scenarios.plans",
-    "DecodeStall": "tgi_toolkit.scenarios.plans",
+    "DecodeStallScenario": "tgi_toolkit.scenarios.plans",
     "Results": ".results", "load_results": ".results",
     "BenchError": ".errors", "ServerDiedError": ".errors",
     "PromptFactory": ".prompts",
@@ -63,5 +63,5 @@ __all__ = [
     "measure_ingestion", "measure_ingestion_async", "run_batch", "run_batch_async", "run_concurrency",
     "run_concurrency_async", "run_rate", "run_rate_async", "run_scenario", "run_shared_prefix",
     "run_shared_prefix_async", "run_multi_turn", "run_multi_turn_async", "run_decode_stall", "run_decode_stall_async",
-    "SharedPrefix", "MultiTurn", "DecodeStall", "play_scenario", "play_scenario_async"
+    "SharedPrefix", "MultiTurn", "DecodeStallScenario", "play_scenario", "play_scenario_async"
 ]

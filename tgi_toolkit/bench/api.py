@@ -39,12 +39,11 @@ from tgi_toolkit.scenarios.base import Scenario, split, wrapper_signature
 from tgi_toolkit.scenarios.kinds import (
     BatchScenario,
     ConcurrencyScenario,
-    DecodeStallScenario,
     IngestionScenario,
     RateScenario,
     scenario_class,
 )
-from tgi_toolkit.scenarios.plans import MultiTurn, SharedPrefix
+from tgi_toolkit.scenarios.plans import DecodeStallScenario, MultiTurn, SharedPrefix
 
 if TYPE_CHECKING:  # pragma: no cover
     from tgi_toolkit.bench.target import ServerRef
@@ -130,7 +129,7 @@ async def _send(run: Run, scenario: Scenario, seed: int) -> None:
     elif isinstance(scenario, MultiTurn):
         await play.multi_turn(run, scenario)
     elif isinstance(scenario, DecodeStallScenario):
-        await play.decode_stall(run, scenario.plan(), scenario.repeats, scenario.warmups)
+        await play.decode_stall(run, scenario)
 
 
 async def play_scenario_async(server: ServerRef, scenario: Scenario, **options: Any) -> Results:

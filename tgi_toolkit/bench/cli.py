@@ -27,11 +27,10 @@ from tgi_toolkit.scenarios.base import Scenario
 from tgi_toolkit.scenarios.kinds import (
     BatchScenario,
     ConcurrencyScenario,
-    DecodeStallScenario,
     IngestionScenario,
     RateScenario,
 )
-from tgi_toolkit.scenarios.plans import MultiTurn, SharedPrefix
+from tgi_toolkit.scenarios.plans import DecodeStallScenario, MultiTurn, SharedPrefix
 from tgi_toolkit.schema import SCRAPE_INTERVAL
 
 SCENARIOS = ("batch", "concurrency", "rate", "ingestion", "shared-prefix", "multi-turn", "decode-stall")

@@ -24,7 +24,7 @@ from tgi_toolkit.bench.prometheus import parse_prometheus
 from tgi_toolkit.bench.prompts import PromptFactory
 from tgi_toolkit.bench.run import Run
 from tgi_toolkit.bench.run_requests import gather_all
-from tgi_toolkit.scenarios.plans import DecodeStall, MultiTurn, PlannedRequest, SharedPrefix
+from tgi_toolkit.scenarios.plans import DecodeStallScenario, MultiTurn, PlannedRequest, SharedPrefix
 
 NO_COUNTERS = ("prefix-cache hit rate: the server exposes no tgi_toolkit_prefix_cache_*_tokens_total counters "
                "(TGI and vLLM have none; the embedded engine's prefix cache does): prefix_cache_hit_rate is NaN")
@@ -237,8 +237,8 @@ def stall_gaps(streams: Sequence[StreamRecord], long: StreamRecord) -> tuple[lis
     return inside, before, spanning
 
 
-async def decode_stall(run: Run, workload: DecodeStall, repeats: int, warmups: int) -> None:
-    point_id = workload.point_id
+async def decode_stall(run: Run, workload: DecodeStallScenario) -> None:
+    point_id, repeats, warmups = workload.point_id, workload.repeats, workload.warmups
     run.plan([point_id])
     if run.skip(point_id):
         return
@@ -284,6 +284,6 @@ async def decode_stall(run: Run, workload: DecodeStall, repeats: int, warmups: i
              S.STALL_P99_GAP_S: float(np.percentile(inside, 99)) if inside else math.nan,
              S.STALL_BASELINE_GAP_S: float(np.median(before)) if before else math.nan,
              S.LONG_PROMPT_TTFT_S: float(np.median(ttfts)) if ttfts else math.nan}
-    await run.save_point(point_id, {S.USERS: workload.streams, S.PROMPT_TOKENS: workload.long_prompt_tokens,
+    await run.save_point(point_id, {S.USERS: workload.streams, S.PROMPT_TOKENS: workload.long_prompt,
                                     S.MAX_NEW_TOKENS: workload.stream_tokens}, done, request_columns=columns,
                          point_columns=point)

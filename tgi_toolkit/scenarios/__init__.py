@@ -7,13 +7,12 @@ from tgi_toolkit.scenarios.kinds import (
     SCENARIOS,
     BatchScenario,
     ConcurrencyScenario,
-    DecodeStallScenario,
     IngestionScenario,
     RateScenario,
     check_scenario,
     scenario_class,
 )
-from tgi_toolkit.scenarios.plans import MultiTurn, SharedPrefix
+from tgi_toolkit.scenarios.plans import DecodeStallScenario, MultiTurn, SharedPrefix
 from tgi_toolkit.scenarios.shapes import LengthDistribution, Stage
 
 __all__ = ["SCENARIOS", "BatchScenario", "ConcurrencyScenario", "DecodeStallScenario", "IngestionScenario",

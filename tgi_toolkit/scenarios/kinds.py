@@ -1,5 +1,5 @@
-"""The seven scenarios (docs/measurement.md), one frozen dataclass each (shared-prefix and multi-turn are the plans
-of scenarios.plans themselves): their parameters, defaults, checks and
+"""The seven scenarios (docs/measurement.md), one frozen dataclass each (shared-prefix, multi-turn and decode-stall,
+which plan their requests, are in scenarios.plans): their parameters, defaults, checks and
 what they generate. bench.api and simulate.api build one from their keywords; bench.scenarios / bench.play send
 it, simulate.workloads plays it on the virtual clock; bench.cli makes its flags from the fields.
 """
@@ -14,7 +14,7 @@ from tgi_toolkit.bench.checks import ARRIVALS, Limits, count, listed
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.bench.phase import check_ramp
 from tgi_toolkit.scenarios.base import Scenario, param
-from tgi_toolkit.scenarios.plans import DecodeStall, MultiTurn, SharedPrefix
+from tgi_toolkit.scenarios.plans import DecodeStallScenario, MultiTurn, SharedPrefix
 from tgi_toolkit.scenarios.shapes import FIXED, LengthDistribution, Lengths, Stage, arrival_offsets, stage_offsets
 
 REPEAT = "repeat for several"
@@ -248,37 +248,6 @@ class IngestionScenario(Scenario):
 
     def workload(self) -> dict[str, Any]:
         return {"prompt_tokens": list(self.prompt_tokens or []), "repeats": self.repeats}
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodeStallScenario(Scenario):
-    """A long prompt joining running streams, `repeats` rounds after `warmups` (scenarios.plans.DecodeStall plans
-    one round)."""
-
-    name = "decode_stall"
-    streams: int = param(8, "streams decoding when the long prompt arrives (default 8)")
-    long_prompt: int = param(2000, "tokens of the long prompt (default 2000)")
-    stream_prompt: int = param(32, "tokens of each stream's prompt (default 32)")
-    stream_tokens: int = param(128, "tokens each stream generates; enough to outlast the long prefill (default 128)")
-    long_max_new_tokens: int = param(4, "tokens the long prompt generates (default 4)")
-    lead_tokens: int = param(4, "tokens every stream has when the long prompt is sent (default 4)")
-    repeats: int = param(3, "measured rounds (default 3)")
-    warmups: int = param(1, "unmeasured rounds first (default 1)")
-
-    def __post_init__(self) -> None:
-        self.plan()
-        count("repeats", self.repeats, 1)
-        count("warmups", self.warmups, 0)
-
-    def plan(self) -> DecodeStall:
-        return DecodeStall(streams=self.streams, stream_prompt_tokens=self.stream_prompt,
-                           stream_tokens=self.stream_tokens, long_prompt_tokens=self.long_prompt,
-                           long_max_new_tokens=self.long_max_new_tokens, lead_tokens=self.lead_tokens)
-
-    def check(self, limits: Limits | None) -> DecodeStallScenario:
-        _lengths(limits, self.stream_prompt, self.stream_tokens, "stream_prompt")
-        _lengths(limits, self.long_prompt, self.long_max_new_tokens, "long_prompt")
-        return self
 
 
 SCENARIOS: dict[str, type[Scenario]] = {cls.name: cls for cls in (

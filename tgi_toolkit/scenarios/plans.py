@@ -1,8 +1,8 @@
 """Workloads that a prefix cache and chunked prefill change, as plain data: what a point sends, in
 which order, with which lengths. No server, tokenizer or event loop is needed to build or read them,
 so the harness (bench.play) and the simulator (simulate.workloads) play the same objects. SharedPrefix and
-MultiTurn are scenarios themselves (scenarios.base: their fields are their parameters, flags and checks);
-DecodeStall is one round of the decode-stall scenario (scenarios.kinds.DecodeStallScenario).
+MultiTurn and DecodeStallScenario are scenarios themselves (scenarios.base: their fields are their parameters,
+flags and checks).
 
 - SharedPrefix: `groups` groups of `requests_per_group` requests; every prompt of a group starts with
   the group's prefix of `prefix_tokens` tokens and ends with its own suffix of `suffix_tokens`.
@@ -13,8 +13,8 @@ DecodeStall is one round of the decode-stall scenario (scenarios.kinds.DecodeSta
   every conversation) plus a user message of `user_tokens`; turn t resends turn t-1's prompt, its
   answer (`max_new_tokens`) and a new user message, so its prompt is exactly
   `system_tokens + user_tokens + t * (max_new_tokens + user_tokens)` tokens.
-- DecodeStall: `streams` requests start decoding; once each has `lead_tokens` tokens, one prompt of
-  `long_prompt_tokens` arrives. The running streams' inter-token gaps around its prefill show how
+- DecodeStallScenario: `streams` requests start decoding; once each has `lead_tokens` tokens, one prompt of
+  `long_prompt` tokens arrives, in each of its rounds. The running streams' inter-token gaps around its prefill show how
   long they stalled (unchunked: the whole prefill; chunked: one chunk's forward).
 
 A request's prompt is a sequence of `Segment`s: equal keys are equal tokens, so a simulator can give
@@ -27,7 +27,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tgi_toolkit.bench.checks import Limits
+from tgi_toolkit.bench.checks import Limits, count
 from tgi_toolkit.bench.errors import BenchError, check_positive_ints
 from tgi_toolkit.scenarios.base import Scenario, param
 
@@ -44,7 +44,7 @@ class Segment:
 class PlannedRequest:
     """One request of a workload.
 
-    index: position in the point's list. group: shared-prefix group, conversation, or (DecodeStall)
+    index: position in the point's list. group: shared-prefix group, conversation, or (decode-stall)
     0 for the running streams and 1 for the long prompt. turn: position within the group (0 = first).
     after: index of a request that must have ended before this one is sent (None: no such wait).
     wait_tokens: sent only once every request listed before it has emitted this many tokens (0: no wait).
@@ -204,41 +204,50 @@ class MultiTurn(Scenario):
 
 
 @dataclass(frozen=True)
-class DecodeStall:
-    """Streams decoding while one long prompt joins. The streams must outlast its prefill: with
-    chunking that takes about 2 * ceil(long / max_batch_prefill_tokens) forwards, without it up to
-    max_waiting_tokens (20) decode steps of waiting and one prefill, so `stream_tokens` should be
-    well over `lead_tokens` plus either."""
+class DecodeStallScenario(Scenario):
+    """Streams decoding while one long prompt joins, `repeats` rounds after `warmups` (`requests(round)` plans one).
+    The streams must outlast its prefill: with chunking that takes about 2 * ceil(long / max_batch_prefill_tokens)
+    forwards, without it up to max_waiting_tokens (20) decode steps of waiting and one prefill, so `stream_tokens`
+    should be well over `lead_tokens` plus either."""
 
-    streams: int = 8
-    stream_prompt_tokens: int = 32
-    stream_tokens: int = 128
-    long_prompt_tokens: int = 2000
-    long_max_new_tokens: int = 4
-    lead_tokens: int = 4  # tokens every stream has emitted when the long prompt is sent
-
-    scenario = "decode_stall"
+    name = "decode_stall"
+    streams: int = param(8, "streams decoding when the long prompt arrives (default 8)")
+    long_prompt: int = param(2000, "tokens of the long prompt (default 2000)")
+    stream_prompt: int = param(32, "tokens of each stream's prompt (default 32)")
+    stream_tokens: int = param(128, "tokens each stream generates; enough to outlast the long prefill (default 128)")
+    long_max_new_tokens: int = param(4, "tokens the long prompt generates (default 4)")
+    lead_tokens: int = param(4, "tokens every stream has when the long prompt is sent (default 4)")
+    repeats: int = param(3, "measured rounds (default 3)")
+    warmups: int = param(1, "unmeasured rounds first (default 1)")
 
     def __post_init__(self) -> None:
-        for name in ("streams", "stream_prompt_tokens", "stream_tokens", "long_prompt_tokens", "long_max_new_tokens",
-                     "lead_tokens"):
+        for name in ("streams", "stream_prompt", "stream_tokens", "long_prompt", "long_max_new_tokens", "lead_tokens"):
             _positive(name, getattr(self, name))
         if self.lead_tokens >= self.stream_tokens:
             raise BenchError("lead_tokens", f"{self.lead_tokens} leaves the streams no tokens to decode after the "
                                             f"long prompt arrives", f"integers < stream_tokens ({self.stream_tokens})")
+        count("repeats", self.repeats, 1)
+        count("warmups", self.warmups, 0)
+
+    def check(self, limits: Limits | None) -> DecodeStallScenario:
+        _lengths(limits, self.stream_prompt, self.stream_tokens, "stream_prompt")
+        _lengths(limits, self.long_prompt, self.long_max_new_tokens, "long_prompt")
+        return self
 
     @property
     def point_id(self) -> str:
-        return (f"streams={self.streams},stream_prompt={self.stream_prompt_tokens},stream_output={self.stream_tokens},"
-                f"long_prompt={self.long_prompt_tokens}")
+        return (f"streams={self.streams},stream_prompt={self.stream_prompt},stream_output={self.stream_tokens},"
+                f"long_prompt={self.long_prompt}")
 
     @property
     def max_in_flight(self) -> int:
         return self.streams + 1
 
     def requests(self, repeat: int = 0) -> list[PlannedRequest]:
-        plan = [PlannedRequest(i, 0, i, (Segment(f"stream/{repeat}/{i}", self.stream_prompt_tokens),),
-                               self.stream_tokens) for i in range(self.streams)]
-        plan.append(PlannedRequest(self.streams, 1, 0, (Segment(f"long/{repeat}", self.long_prompt_tokens),),
+        """One round: the streams (group 0), then the long prompt (group 1), sent once each stream has
+        `lead_tokens` tokens; each round its own prompts."""
+        plan = [PlannedRequest(i, 0, i, (Segment(f"stream/{repeat}/{i}", self.stream_prompt),), self.stream_tokens)
+                for i in range(self.streams)]
+        plan.append(PlannedRequest(self.streams, 1, 0, (Segment(f"long/{repeat}", self.long_prompt),),
                                    self.long_max_new_tokens, wait_tokens=self.lead_tokens))
         return plan

@@ -34,12 +34,11 @@ from tgi_toolkit.scenarios.base import Scenario, split, wrapper_signature
 from tgi_toolkit.scenarios.kinds import (
     BatchScenario,
     ConcurrencyScenario,
-    DecodeStallScenario,
     IngestionScenario,
     RateScenario,
     scenario_class,
 )
-from tgi_toolkit.scenarios.plans import MultiTurn, SharedPrefix
+from tgi_toolkit.scenarios.plans import DecodeStallScenario, MultiTurn, SharedPrefix
 from tgi_toolkit.simulate.events import Simulator
 from tgi_toolkit.simulate.record import SimRun
 from tgi_toolkit.simulate.target import SimTarget, make_target
@@ -143,8 +142,7 @@ def _points(scenario: Scenario, seed: int) -> Any:
     if isinstance(scenario, MultiTurn):
         return lambda p: multi_turn_points(scenario)
     assert isinstance(scenario, DecodeStallScenario)
-    plan = scenario.plan()
-    return lambda p: decode_stall_points(plan, scenario.repeats, scenario.warmups)
+    return lambda p: decode_stall_points(scenario)
 
 
 def play_scenario(cost_model: CostModelSource | SimTarget, scenario: Scenario, **options: Any) -> Results:

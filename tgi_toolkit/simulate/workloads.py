@@ -20,6 +20,7 @@ from tgi_toolkit import schema as S
 from tgi_toolkit.bench.phase import AUTO, resolve_ramp
 from tgi_toolkit.bench.scenarios import batch_point_id, concurrency_point_id, ingestion_point_id
 from tgi_toolkit.scenarios.kinds import BatchScenario, ConcurrencyScenario, IngestionScenario, RateScenario
+from tgi_toolkit.scenarios.plans import DecodeStallScenario
 from tgi_toolkit.scenarios.shapes import Lengths
 from tgi_toolkit.simulate.drivers import Bursts, ClosedLoop, Driver, OpenLoop, PlanDriver, SimRequest
 
@@ -234,12 +235,13 @@ def _stall(point: Point, hit: float, lookup: float) -> None:
                           S.LONG_PROMPT_TTFT_S: float(np.median(ttfts)) if ttfts else float("nan")})
 
 
-def decode_stall_points(workload: Any, repeats: int, warmups: int) -> list[Point]:
+def decode_stall_points(workload: DecodeStallScenario) -> list[Point]:
+    repeats, warmups = workload.repeats, workload.warmups
     phases = []
     for step in range(warmups + repeats):
         warm = step < warmups
         plan = workload.requests(step)
         reqs = _planned(plan, step if warm else step - warmups, warm)
         phases.append(Phase(PlanDriver(reqs, plan, workload.max_in_flight), reqs))
-    return [Point(workload.point_id, {S.USERS: workload.streams, S.PROMPT_TOKENS: workload.long_prompt_tokens,
+    return [Point(workload.point_id, {S.USERS: workload.streams, S.PROMPT_TOKENS: workload.long_prompt,
                                       S.MAX_NEW_TOKENS: workload.stream_tokens}, phases, finish=_stall)]
