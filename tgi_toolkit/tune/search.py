@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from tgi_toolkit import schema as S
-from tgi_toolkit.sweep.spec import Sweep, Workload, as_base, make_config
+from tgi_toolkit.sweep.spec import Sweep, Workload, make_config
 from tgi_toolkit.tune.result import Round, TuneResult
 from tgi_toolkit.tune.select import MEETS, Choice, Objectives, choose, config_row, rank_configs
-from tgi_toolkit.tune.setup import TuningSetup, searched_workload, server_env
+from tgi_toolkit.tune.setup import search_start
 from tgi_toolkit.tune.space import DEFAULT_KNOBS, KV_KNOB, Knob
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -156,18 +156,13 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
     many of the best to measure again until one still meets the objectives (0: none).
     Returns a TuneResult: .choice (.best, .closest, .table, .pareto), .searched, .rounds, .to_launcher_config().
     """
-    objectives = Objectives.of(objectives)
-    if not objectives.limits():
-        raise ValueError("objectives: give ttft_s and/or tpot_s (seconds at the percentile) to tune for")
     if max_configs < 1 or rounds < 1 or levels < 2:
         raise ValueError("max_configs and rounds must be >= 1, levels >= 2")
-    workload = Workload.from_dict(workload)
     server = dict(server or {})
-    setup = TuningSetup.prepare(as_base(base), backend, workload, model_config=model_config, gpu=gpu,
-                                env=server_env(server))
+    objectives, setup, searched = search_start(base, backend, workload, objectives, model_config=model_config,
+                                               gpu=gpu, server=server)
     shared, plan, kv = setup.base, setup.plan, setup.kv
     knob_space = setup.space(knobs, space)
-    searched = searched_workload(workload, objectives)
     folder = Path(output).resolve()
 
     # The coarse round starts from what the planner would launch for this workload.

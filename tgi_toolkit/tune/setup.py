@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tgi_toolkit.sweep.spec import Workload
+from tgi_toolkit.sweep.spec import Workload, as_base
 from tgi_toolkit.tune.result import TUNE_FILE, Round, Searched, TuneResult
 from tgi_toolkit.tune.select import Choice, Objectives
 from tgi_toolkit.tune.sizing import Demand, KvSizing, kv_sizing, plan_for, tuned_base, workload_demand
@@ -81,6 +81,22 @@ def server_env(server: Mapping[str, Any] | None) -> dict[str, str]:
     """The environment the server will run in, as the sweep gives it (KV space, scheduling mode): the tuner's
     arithmetic must be the server's."""
     return {**os.environ, **{str(k): str(v) for k, v in ((server or {}).get("env") or {}).items()}}
+
+
+def search_start(base: LauncherConfig | Mapping[str, Any] | str | None, backend: str,
+                 workload: Workload | Mapping[str, Any], objectives: Objectives | Mapping[str, Any], *,
+                 model_config: ModelConfigSource | None = None, gpu: str | int | None = None,
+                 server: Mapping[str, Any] | None = None) -> tuple[Objectives, TuningSetup, Workload]:
+    """What tune and tune --simulate both start from: the objectives (refused when they set no limit: a search needs
+    one to meet), the set-up for the workload's demand in the server's environment (`server_env`), and the workload
+    searched, the objectives its SLOs (`searched_workload`)."""
+    objectives = Objectives.of(objectives)
+    if not objectives.limits():
+        raise ValueError("objectives: give ttft_s and/or tpot_s (seconds at the percentile) to tune for")
+    workload = Workload.from_dict(workload)
+    setup = TuningSetup.prepare(as_base(base), backend, workload, model_config=model_config, gpu=gpu,
+                                env=server_env(server))
+    return objectives, setup, searched_workload(workload, objectives)
 
 
 def searched_workload(workload: Workload, objectives: Objectives) -> Workload:

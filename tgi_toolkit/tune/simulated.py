@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from tgi_toolkit import schema as S
-from tgi_toolkit.sweep.spec import Sweep, Workload, as_base, make_config
+from tgi_toolkit.sweep.spec import Sweep, Workload, make_config
 from tgi_toolkit.tune.result import Round, TuneResult
 from tgi_toolkit.tune.search import manifest_entries, overrides_label, workload_points
 from tgi_toolkit.tune.select import Objectives, choose, rank_configs
-from tgi_toolkit.tune.setup import TuningSetup, searched_workload, server_env
+from tgi_toolkit.tune.setup import search_start
 from tgi_toolkit.tune.space import DEFAULT_KNOBS, Knob
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,17 +98,12 @@ def tune_simulated(base: Any, workload: Workload | Mapping[str, Any], objectives
                    progress: bool = True) -> TuneResult:
     """Search in simulation with `cost_model` (a CostModel or cost.json), then measure the best `measure`
     and `spread` others on `backend`; the TuneResult carries `.simulation` (module docstring)."""
-    objectives = Objectives.of(objectives)
-    if not objectives.limits():
-        raise ValueError("objectives: give ttft_s and/or tpot_s (seconds at the percentile) to tune for")
     if measure < 1 or spread < 0 or levels < 2:
         raise ValueError("measure must be >= 1, spread >= 0, levels >= 2")
-    workload = Workload.from_dict(workload)
-    setup = TuningSetup.prepare(as_base(base), backend, workload, model_config=model_config, gpu=gpu,
-                                env=server_env(server))
+    objectives, setup, searched = search_start(base, backend, workload, objectives, model_config=model_config,
+                                               gpu=gpu, server=server)
     shared = setup.base
     knob_space = {n: widen(k, levels) for n, k in setup.space(knobs, space).items()}
-    searched = searched_workload(workload, objectives)
 
     candidates: list[dict[str, Any]] = []
     for combo in itertools.product(*(k.values for k in knob_space.values())):
