@@ -103,9 +103,12 @@ def turn_text(prompts: PromptFactory, history: str, request: PlannedRequest, sal
 
 
 # -- sending ----------------------------------------------------------------------------------------------
-async def play(run: Run, plan: Sequence[PlannedRequest],
-               body_for: Callable[[PlannedRequest, list[StreamRecord]], Awaitable[bytes | None]], *,
-               users: int, point_id: str, bar: Any = None) -> list[StreamRecord]:
+# A request's body, from the records so far (a conversation's next turn resends the answer it got); None: not sent.
+BodyFor = Callable[[PlannedRequest, list[StreamRecord]], Awaitable[bytes | None]]
+
+
+async def play(run: Run, plan: Sequence[PlannedRequest], body_for: BodyFor, *, users: int, point_id: str,
+               bar: Any = None) -> list[StreamRecord]:
     """Send `plan`: each request after the one it follows has ended (`after`) and once every earlier
     request has its `wait_tokens` tokens, at most `users` in flight. `body_for` builds a body when
     the request is due (None: it set the record's error and nothing is sent)."""
@@ -147,6 +150,21 @@ def _columns(plan: Sequence[PlannedRequest]) -> list[dict[str, Any]]:
             for r in plan]
 
 
+async def play_cached(run: Run, plan: list[PlannedRequest], body_for: BodyFor, users: int, point_id: str, desc: str,
+                      operating_point: dict[str, Any]) -> None:
+    """Send a plan whose point is judged by the prefix cache (shared-prefix, multi-turn): the server's prefix counters
+    read before and after it, the lengths checked, and the point saved with its hit rate."""
+    bar = run.request_bar(len(plan), desc)
+    before = await prefix_counters(run)
+    records = await play(run, plan, body_for, users=users, point_id=point_id, bar=bar)
+    after = await prefix_counters(run)
+    check_lengths(run, plan, records)
+    if before is None:
+        note(run, NO_COUNTERS)
+    await run.save_point(point_id, operating_point, [(rec, 0, False, i) for i, rec in enumerate(records)],
+                         request_columns=_columns(plan), point_columns=hit_rate_columns(before, after))
+
+
 async def shared_prefix(run: Run, workload: SharedPrefix) -> None:
     point_id = workload.point_id
     run.plan([point_id])
@@ -162,17 +180,10 @@ async def shared_prefix(run: Run, workload: SharedPrefix) -> None:
     async def body_for(request: PlannedRequest, _records: list[StreamRecord]) -> bytes:
         return bodies[request.index]
 
-    bar = run.request_bar(len(plan), f"{workload.groups} groups sharing {workload.prefix_tokens} tokens")
-    before = await prefix_counters(run)
-    records = await play(run, plan, body_for, users=workload.max_in_flight, point_id=point_id, bar=bar)
-    after = await prefix_counters(run)
-    check_lengths(run, plan, records)
-    if before is None:
-        note(run, NO_COUNTERS)
-    await run.save_point(point_id, {S.USERS: workload.users, S.PROMPT_TOKENS: workload.prefix_tokens +
-                                    workload.suffix_tokens, S.MAX_NEW_TOKENS: workload.max_new_tokens},
-                         [(rec, 0, False, i) for i, rec in enumerate(records)], request_columns=_columns(plan),
-                         point_columns=hit_rate_columns(before, after))
+    await play_cached(run, plan, body_for, workload.max_in_flight, point_id,
+                      f"{workload.groups} groups sharing {workload.prefix_tokens} tokens",
+                      {S.USERS: workload.users, S.PROMPT_TOKENS: workload.prefix_tokens + workload.suffix_tokens,
+                       S.MAX_NEW_TOKENS: workload.max_new_tokens})
 
 
 async def multi_turn(run: Run, workload: MultiTurn) -> None:
@@ -202,17 +213,10 @@ async def multi_turn(run: Run, workload: MultiTurn) -> None:
         sent[request.index] = text
         return run.encode(text, request.max_new_tokens)
 
-    bar = run.request_bar(len(plan), f"{workload.conversations} conversations x {workload.turns} turns")
-    before = await prefix_counters(run)
-    records = await play(run, plan, body_for, users=workload.max_in_flight, point_id=point_id, bar=bar)
-    after = await prefix_counters(run)
-    check_lengths(run, plan, records)
-    if before is None:
-        note(run, NO_COUNTERS)
-    await run.save_point(point_id, {S.USERS: workload.max_in_flight, S.PROMPT_TOKENS: workload.prompt_tokens(0),
-                                    S.MAX_NEW_TOKENS: workload.max_new_tokens},
-                         [(rec, 0, False, i) for i, rec in enumerate(records)], request_columns=_columns(plan),
-                         point_columns=hit_rate_columns(before, after))
+    await play_cached(run, plan, body_for, workload.max_in_flight, point_id,
+                      f"{workload.conversations} conversations x {workload.turns} turns",
+                      {S.USERS: workload.max_in_flight, S.PROMPT_TOKENS: workload.prompt_tokens(0),
+                       S.MAX_NEW_TOKENS: workload.max_new_tokens})
 
 
 # -- decode stall ---------------------------------------------------------------------------------------------
