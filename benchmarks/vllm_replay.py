@@ -173,13 +173,25 @@ def play_real(server: Server, ids: list[list[int]],
 
 
 # -- the simulator --------------------------------------------------------------------------------------------------
-def play_sim(cost, ids: list[list[int]]) -> tuple[list[State], float]:
+@dataclass
+class Step:
+    """One simulated step: generated tokens after it, its rows, the prompt (or recomputed) tokens it computed,
+    and the seconds the cost model charged it."""
+
+    generated: int
+    rows: int
+    prompt_tokens: int
+    seconds: float
+
+
+def play_sim(cost, ids: list[list[int]]) -> tuple[list[State], float, list[Step]]:
     config = VllmConfig(num_gpu_blocks=NUM_GPU_BLOCKS, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
                         max_num_seqs=MAX_NUM_SEQS, max_model_len=MAX_MODEL_LEN, block_size=BLOCK_SIZE)
     sim = Simulator(config, cost, scrape_interval=SCRAPE_S, seed=SEED)
     requests = [SimRequest(list(p), out) for p, (_, out) in zip(ids, TRACE, strict=True)]
     states = [State(0.0, 0, 0, 0, 0, 0)]
     tokens = {"generated": 0, "prompt": 0}
+    steps: list[Step] = []
 
     def on_forward(forward, seconds: float) -> None:
         for row in forward.rows:
@@ -187,6 +199,8 @@ def play_sim(cost, ids: list[list[int]]) -> tuple[list[State], float]:
                 tokens["generated"] += 1
                 if row.entry.generated == 0:  # vLLM counts a prompt once, at its first token, preempted or not
                     tokens["prompt"] += row.entry.input_length
+        steps.append(Step(tokens["generated"], len(forward.rows),
+                          sum(row.length for row in forward.rows if row.length > 1 or row.prompt), seconds))
 
     publish = sim.observer.batch_state
 
@@ -200,7 +214,31 @@ def play_sim(cost, ids: list[list[int]]) -> tuple[list[State], float]:
     sim.observer.batch_state = batch_state
     # sent before the clock starts (as vLLM's were, while it was paused): at the first step all wait, in order
     end = sim.run(OpenLoop(requests, [-1.0] * len(requests)), requests)
-    return states, end
+    return states, end, steps
+
+
+def by_step_kind(real: list[State], steps: list[Step]) -> dict[str, list[float]]:
+    """Where the time went, by the kind of step (a diagnostic of the cost model, not a target): each stretch
+    between two scrapes where vLLM's generated count rose from g0 to g1 is matched with the simulated steps
+    that took the count there, and its seconds go to the kind of those steps: decodes of one row, decodes of
+    several, or steps computing prompt tokens (chunks, recomputation after preemption, mixed with decodes).
+    Returns kind -> [vLLM seconds, model seconds, steps]."""
+    kinds: dict[str, list[float]] = {}
+    t0, g0 = 0.0, 0
+    for r in real:
+        if r.generated <= g0:
+            continue
+        span = [s for s in steps if g0 < s.generated <= r.generated or (g0 == 0 and s.generated == 0)]
+        if any(s.prompt_tokens for s in span):
+            kind = "with prompt tokens"
+        else:
+            kind = "decodes of 1 row" if all(s.rows == 1 for s in span) else "decodes of 2-4 rows"
+        acc = kinds.setdefault(kind, [0.0, 0.0, 0])
+        acc[0] += r.t - t0
+        acc[1] += sum(s.seconds for s in span)
+        acc[2] += len(span)
+        t0, g0 = r.t, r.generated
+    return kinds
 
 
 # -- the comparison -------------------------------------------------------------------------------------------------
@@ -269,7 +307,7 @@ def main() -> int:
             print(f"profiled in {time.monotonic() - t:.0f} s -> {out.relative_to(ROOT)}")
         counting.set()
         real, answers, real_end = play_real(server, ids, added, args.scrape_s)
-    sim, sim_end = play_sim(cost, ids)
+    sim, sim_end, steps = play_sim(cost, ids)
 
     # -- by time, interval by interval
     step = INTERVAL_S
@@ -288,6 +326,11 @@ def main() -> int:
           f"generated tokens ({len(real)} scrapes in all)")
     for line in misses[:15]:
         print(line)
+
+    print("\nBy kind of step (a diagnostic: where vLLM's time went against what the cost model charged):")
+    print(f"  {'kind':<20} {'vLLM s':>7} {'model s':>7} {'steps':>5} {'ratio':>6} {'vLLM ms/step':>12}")
+    for kind, (real_s, model_s, n) in sorted(by_step_kind(real, steps).items()):
+        print(f"  {kind:<20} {real_s:7.2f} {model_s:7.2f} {n:5d} {real_s / model_s:6.2f} {1e3 * real_s / n:12.0f}")
 
     last_real, last_sim = real[-1], sim[-1]
     checks = [
