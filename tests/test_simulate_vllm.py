@@ -180,3 +180,13 @@ def test_a_profile_carried_to_another_card_sizes_vllms_pool_on_that_card(l4_vllm
     carried = transfer(roofline("A100-80GB", LLAMA3, server="vllm-v1"), measured_on="A100-80GB", gpu="L4",
                        model=LLAMA3, server="vllm-v1")
     assert make_target(carried, server="vllm-v1").scheduler == make_target(l4_vllm).scheduler
+
+
+def test_a_profile_decodes_each_context_in_the_batches_its_kv_cache_holds():
+    from tgi_toolkit.simulate.calibrate import batches_within
+
+    # the replay's pool of 352 tokens: 4 x (48 + 12) = 240 fits; at 192 tokens only one row does (2 x 204 = 408)
+    assert batches_within((1, 2, 4), 48, 12, 352) == [1, 2, 4]
+    assert batches_within((1, 2, 4), 192, 12, 352) == [1]
+    assert batches_within((1, 2, 4), 400, 12, 352) == []
+    assert batches_within((1, 2, 4), 192, 12, None) == [1, 2, 4]  # a pool of unknown size: every batch, as before

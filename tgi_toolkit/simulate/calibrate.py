@@ -132,6 +132,18 @@ def _measure_frontend(server: Any, trace: str, facts: Mapping[str, Any], progres
                    + "; ".join(notes))
 
 
+def batches_within(batch_sizes: Sequence[int], context: int, decode_length: int, kv_tokens: int | None) -> list[int]:
+    """The batch sizes whose prompts of `context` tokens and answers of `decode_length` fit a KV cache of `kv_tokens`
+    together (every size when its size is unknown). A batch that overflows it is queued or preempted by the server,
+    so its times are not one forward's; and a long context need not wait for one that fits the largest batch: one
+    row of a long context is what prices attention over it (a vLLM replay decoding one row at 120-224 tokens was
+    priced from contexts of 16 and 48 only, its context term set by noise). Tokens, not blocks: a server's blocks
+    round each request up, so a size at the limit may still queue."""
+    if kv_tokens is None:
+        return [int(b) for b in batch_sizes]
+    return [int(b) for b in batch_sizes if int(b) * (context + decode_length) <= kv_tokens]
+
+
 def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[int] | None = None,
             batch_sizes: Sequence[int] | None = None, contexts: Sequence[int] | None = None,
             decode_length: int | None = None, repeats: int | None = None, environ: Mapping[str, str] | None = None,
@@ -178,7 +190,10 @@ def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[in
     batches = []
     d = int(grid["decode_length"])
     for ctx in contexts_ok:
-        res = run_batch(server, batch_sizes=list(grid["batch_sizes"]), sequence_length=ctx, decode_length=d,
+        sizes = batches_within(grid["batch_sizes"], ctx, d, facts.get("max_batch_total_tokens"))
+        if not sizes:
+            continue
+        res = run_batch(server, batch_sizes=sizes, sequence_length=ctx, decode_length=d,
                         runs=int(grid["repeats"]), warmups=1, progress=progress)
         batches.append(res)
         batch = res.batch[~res.batch[S.WARMUP]]
