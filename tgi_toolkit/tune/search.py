@@ -177,7 +177,7 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
     candidates = coarse(knob_space, levels, min(first_budget, max_configs), seed)
     tried: list[dict[str, Any]] = []
     history: list[Round] = []
-    result: Choice | None = None
+    choice: Choice | None = None
     for number in range(1, rounds + 1):
         new = []
         for candidate in candidates:
@@ -193,18 +193,18 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
               name=f"tune round {number}").run(folder, resume=resume, progress=progress, executor=executor)
         ids = {make_config(shared, c).config_id for c in tried}
         entries = manifest_entries(folder, ids)
-        result = choose(workload_points(folder, entries, searched), objectives, configs=entries,
+        choice = choose(workload_points(folder, entries, searched), objectives, configs=entries,
                         knobs=list(knob_space))
-        center = result.best or result.closest
+        center = choice.best or choice.closest
         history.append(Round(number, kind, tuple(overrides_label(c) for c in new),
                              center["label"] if center else None))
         if center is None:
             break
         candidates = refine(knob_space, {n: center["overrides"].get(n) for n in knob_space}, tried)
-    if result is None:  # pragma: no cover - the coarse round always has a candidate
+    if choice is None:  # pragma: no cover - the coarse round always has a candidate
         raise ValueError("nothing to try: the search space is empty")
 
-    best, table = result.best, result.table
+    best, table = choice.best, choice.table
     if best is not None and confirm > 0:
         again = Workload(searched.scenario, name=searched.name,
                          **{**searched.params, "seed": int(searched.params.get("seed", 0)) + 1})
@@ -225,6 +225,6 @@ def tune(base: LauncherConfig | Mapping[str, Any] | str | None, workload: Worklo
         if S.CONFIG_ID in table:
             table = table.assign(confirmed=table[S.CONFIG_ID].map({r[S.CONFIG_ID]: c[MEETS] for r, c in confirmations}))
 
-    tuned = setup.result(dataclasses.replace(result, best=best, table=table), searched, knob_space, history, folder)
+    tuned = setup.result(dataclasses.replace(choice, best=best, table=table), searched, knob_space, history, folder)
     tuned.save(folder)
     return tuned

@@ -127,10 +127,10 @@ def tune_simulated(base: Any, workload: Workload | Mapping[str, Any], objectives
           name="tune --simulate: measured").run(folder, resume=resume, progress=progress)
     entries = manifest_entries(folder, set(chosen))
     measured_points = workload_points(folder, entries, searched)
-    result = choose(measured_points, objectives, configs=entries, knobs=list(knob_space))
+    choice = choose(measured_points, objectives, configs=entries, knobs=list(knob_space))
 
     sim_rank = {cid: i + 1 for i, cid in enumerate(ranked)}
-    measured_rank = {str(cid): int(rank) for cid, rank in zip(result.table[S.CONFIG_ID], result.table["rank"],
+    measured_rank = {str(cid): int(rank) for cid, rank in zip(choice.table[S.CONFIG_ID], choice.table["rank"],
                                                                 strict=True)}
     both = [c for c in chosen if c in measured_rank]
     order_sim = sorted(both, key=lambda c: sim_rank[c])
@@ -148,8 +148,8 @@ def tune_simulated(base: Any, workload: Workload | Mapping[str, Any], objectives
     }
     rounds = [Round(1, f"simulation of {len(simulated)} configurations"),
               Round(2, "measured: the simulation's best and a spread", tuple(a["label"] for a in agreement["ranks"]),
-                    (result.best or result.closest or {}).get("label"))]
-    tuned = setup.result(result, searched, knob_space, rounds, folder, simulation=agreement)
+                    (choice.best or choice.closest or {}).get("label"))]
+    tuned = setup.result(choice, searched, knob_space, rounds, folder, simulation=agreement)
     tuned.save(folder)
     (folder / "simulation.json").write_text(json.dumps(
         {**agreement, "simulated_table": json.loads(simulated.head(50).to_json(orient="records",
