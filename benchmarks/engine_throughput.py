@@ -18,6 +18,12 @@ Printed per stream count: each round's ratio and the median ratio, against the t
 when one is missed): engine over peer >= 1.3 at 1 and 4 streams and >= 1.5 at 16 and 32; TGI 3's
 path within 5 % of the older path everywhere.
 
+Not what a user comparing the two servers sees (issue 44): here the engine gets flags sized for the run,
+a server of its own started for each measurement, the machine idle before it, one burst of identical
+prompts through TGI's route, and the peer is measured with no engine running. benchmarks/engine_vs_vllm.py
+measures both servers as users run them (both up, one OpenAI-route client, closed-loop users, distinct
+prompts) and prints what each of those differences does to the ratio.
+
 Also measured: the time to first token of a request that arrives while a long batch runs (best and
 worst case under TGI's waiting rule); then, with the servers stopped, plain transformers `generate`
 on the same model, dtype and threads (one request at a time, and as a static batch of N) and the

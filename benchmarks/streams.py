@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import time
@@ -24,10 +25,13 @@ def start_engine(flags: list[str], env: dict[str, str] | None = None) -> Server:
 
 
 async def stream_one(session: aiohttp.ClientSession, url: str, prompt: str, new_tokens: int,
-                     first_token: Callable[[], None] | None = None) -> dict:
+                     first_token: Callable[[], None] | None = None, record: dict | None = None) -> dict:
+    """`record`, when given, holds the stamps as they come (read by a caller that cancels the request)."""
     body = {"inputs": prompt, "parameters": {"max_new_tokens": new_tokens, "ignore_eos": True, "details": True}}
     sent = time.perf_counter()
     stamps: list[float] = []
+    if record is not None:
+        record.update(sent=sent, stamps=stamps)
     details = None
     async with session.post(url + "/generate_stream", json=body) as response:
         async for raw in response.content:
@@ -46,7 +50,8 @@ async def stream_one(session: aiohttp.ClientSession, url: str, prompt: str, new_
 
 
 async def stream_one_openai(session: aiohttp.ClientSession, url: str, prompt: str, new_tokens: int,
-                            model: str) -> dict:
+                            model: str, record: dict | None = None,
+                            first_token: Callable[[], None] | None = None) -> dict:
     """The same request on an OpenAI-compatible server: /v1/completions, streamed, greedy, ignore_eos.
 
     Tokens are counted from the server's usage report where it sends one (vLLM may pack several
@@ -55,6 +60,8 @@ async def stream_one_openai(session: aiohttp.ClientSession, url: str, prompt: st
             "ignore_eos": True, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     sent = time.perf_counter()
     stamps: list[float] = []
+    if record is not None:
+        record.update(sent=sent, stamps=stamps)
     input_length = completion = None
     async with session.post(url + "/v1/completions", json=body) as response:
         if response.status != 200:
@@ -69,6 +76,8 @@ async def stream_one_openai(session: aiohttp.ClientSession, url: str, prompt: st
                 completion = event["usage"].get("completion_tokens")
             if event.get("choices") and event["choices"][0].get("text"):
                 stamps.append(time.perf_counter())
+                if first_token is not None and len(stamps) == 1:
+                    first_token()
     return {"sent": sent, "stamps": stamps, "tokens": completion or len(stamps), "input_length": input_length}
 
 
@@ -105,6 +114,90 @@ async def concurrent(url: str, prompt: str, streams: int, new_tokens: int, delay
             return await one(8)
 
         return await asyncio.gather(*tasks, late())
+
+
+async def complete_one(session: aiohttp.ClientSession, url: str, prompt: str, new_tokens: int,
+                       openai_model: str | None = None) -> dict:
+    """One request answered whole (not streamed): /v1/completions when `openai_model` is given, else TGI's
+    /generate. Its one stamp is the answer's arrival; tokens are the server's count."""
+    if openai_model is not None:
+        route, body = "/v1/completions", {"model": openai_model, "prompt": prompt, "max_tokens": new_tokens,
+                                          "min_tokens": new_tokens, "ignore_eos": True, "temperature": 0}
+    else:
+        route, body = "/generate", {"inputs": prompt, "parameters": {"max_new_tokens": new_tokens,
+                                                                      "ignore_eos": True, "details": True}}
+    sent = time.perf_counter()
+    async with session.post(url + route, json=body) as response:
+        if response.status != 200:
+            raise RuntimeError(f"{url}{route} answered {response.status}: {await response.text()}")
+        answer = await response.json()
+    end = time.perf_counter()
+    if openai_model is not None:
+        tokens, input_length = answer["usage"]["completion_tokens"], answer["usage"]["prompt_tokens"]
+    else:
+        tokens, input_length = answer["details"]["generated_tokens"], None
+    return {"sent": sent, "stamps": [end], "tokens": tokens, "input_length": input_length}
+
+
+async def closed_loop(url: str, prompts: Callable[[], str], streams: int, new_tokens: int, duration: float,
+                      openai_model: str | None = None, stream: bool = True, window: bool = False) -> list[dict]:
+    """`streams` users, each sending its next request when its last one ends, all starting at once: a closed
+    loop, as a user's load generator runs, rather than one burst. `prompts()` gives each request's prompt.
+
+    Without `window`: users send until `duration` seconds have passed, then finish the request in flight.
+    With `window` (streamed only): the measured window opens when every user has its first token (the
+    start's burst of prefills is over) and lasts `duration` seconds; then every request is cancelled, its
+    record keeping the tokens streamed so far (window_throughput counts those in the window), so a
+    measurement lasts the start plus `duration` however slow the server."""
+    connector = aiohttp.TCPConnector(limit=0)
+    records: list[dict] = []
+    started_users = 0
+    all_started = asyncio.Event()
+
+    def first_token() -> None:
+        nonlocal started_users
+        started_users += 1
+        if started_users == streams:
+            all_started.set()
+
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        deadline = time.perf_counter() + duration
+
+        async def user() -> None:
+            first: Callable[[], None] | None = first_token
+            while window or time.perf_counter() < deadline:
+                record: dict = {"stamps": [], "tokens": 0, "input_length": None}
+                records.append(record)
+                if not stream:
+                    record.update(await complete_one(session, url, prompts(), new_tokens, openai_model))
+                elif openai_model is not None:
+                    record.update(await stream_one_openai(session, url, prompts(), new_tokens, openai_model,
+                                                          record, first))
+                else:
+                    record.update(await stream_one(session, url, prompts(), new_tokens, first, record))
+                record["finished"] = True
+                first = None
+
+        users = asyncio.gather(*(user() for _ in range(streams)))
+        if not window:
+            await users
+            return records
+        with contextlib.suppress(TimeoutError):  # a server that never starts every user is measured anyway
+            await asyncio.wait_for(all_started.wait(), timeout=max(120.0, 10 * duration))
+        opened = time.perf_counter()
+        await asyncio.sleep(duration)
+        users.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await users
+    return [{**r, "window": (opened, opened + duration)} for r in records if "sent" in r]
+
+
+def window_throughput(records: list[dict]) -> dict:
+    """Output tokens/s streamed within a closed loop's window (every token stamped in it, over its length),
+    and the requests that finished in it."""
+    begin, end = records[0]["window"]
+    tokens = sum(1 for r in records for t in r["stamps"] if begin <= t <= end)
+    return {"tok_s": tokens / (end - begin), "finished": sum(1 for r in records if r.get("finished"))}
 
 
 def throughput(results: list[dict]) -> dict:
