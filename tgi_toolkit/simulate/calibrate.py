@@ -83,14 +83,19 @@ def _server_facts(server: Any) -> dict[str, Any]:
     info = dict(target.info or {})
     facts = {"model_id": target.model_id, "max_input_tokens": target.max_input_tokens,
              "max_total_tokens": target.max_total_tokens}
+    config = getattr(server, "config", None)  # a Server we started: its launcher settings
     for key in ("max_batch_prefill_tokens", "max_batch_size", "waiting_served_ratio", "max_waiting_tokens"):
         value = info.get(key, target.facts.get(key))
+        if value is None and key in ("max_batch_prefill_tokens", "max_batch_size"):
+            # vLLM does not say its token budget or cap (--max-num-batched-tokens, --max-num-seqs): the flags we
+            # started it with. Without the budget a vLLM of 64 tokens a step was profiled as if a 224-token prompt
+            # were one forward, where it ran four (the fit put the forwards' own cost on its tokens)
+            value = getattr(config, key, None)
         if value is not None:
             facts[key] = value
     capacity = kv_capacity_tokens(server)
     if math.isfinite(capacity):
         facts["max_batch_total_tokens"] = int(capacity)
-    config = getattr(server, "config", None)  # a Server we started: its launcher settings
     if getattr(config, "cuda_memory_fraction", None) is not None:
         facts["cuda_memory_fraction"] = float(config.cuda_memory_fraction)
     return {k: v for k, v in facts.items() if v is not None}
