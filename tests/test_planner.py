@@ -415,6 +415,27 @@ def test_parse_vllm_log_lines():
     assert parse_reported_capacity(cpu, block_size=128).kv_capacity_tokens == 93_184
 
 
+def test_a_starting_server_reads_its_capacity_lines_as_the_planner_reads_them():
+    from tgi_toolkit.server.tgi import TgiBackend
+    from tgi_toolkit.server.vllm import VllmBackend
+
+    vllm_lines = ["\x1b[1;36m(EngineCore_DP0 pid=4242)\x1b[0;0m INFO 11-22 10:12:01 [kv_cache_utils.py:1087] GPU KV "
+                  "cache size: 439,232 tokens",
+                  "INFO 11-22 10:12:01 [kv_cache_utils.py:1091] Maximum concurrency for 8,192 tokens per request: "
+                  "53.62x"]
+    facts: dict = {}
+    for line in vllm_lines:
+        VllmBackend().parse_line(line, facts)
+    assert facts == {"kv_capacity_tokens": 439_232, "max_concurrency": 53.62}
+    found = parse_reported_capacity("\n".join(vllm_lines))
+    assert (found.kv_capacity_tokens, found.max_concurrency) == (439_232, 53.62)
+    tgi_line = "\x1b[2m2024-08-16T12:08:41.889Z\x1b[0m INFO router: Setting max batch total tokens to 455_003"
+    facts = {}
+    TgiBackend().parse_line(tgi_line, facts)
+    assert facts == {"max_batch_total_tokens": 455_003} == {"max_batch_total_tokens":
+                                                            parse_reported_capacity(tgi_line).max_batch_total_tokens}
+
+
 def test_compare_is_the_relative_error():
     p = plan(LLAMA3, "A100-80GB")
     assert compare(p, p.capacity.kv_capacity_tokens) == 0.0

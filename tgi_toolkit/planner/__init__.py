@@ -16,8 +16,9 @@ from tgi_toolkit.planner.cli import add_parser
 from tgi_toolkit.planner.dtypes import QUANT_SCHEMES, QuantScheme
 from tgi_toolkit.planner.gpus import KNOWN_GPUS, Gpu, parse_size, resolve_gpu
 from tgi_toolkit.planner.memory import activation_bytes_per_token, kv_bytes_per_token, kv_capacity_tokens, weight_bytes
-from tgi_toolkit.planner.reported import ReportedCapacity, compare, parse_reported_capacity
+from tgi_toolkit.planner.reported import compare
 from tgi_toolkit.planner.shape import ModelShape, load_config
+from tgi_toolkit.server.capacity_log import ReportedCapacity, parse_reported_capacity
 
 __all__ = [
     "KNOWN_GPUS", "QUANT_SCHEMES", "TGI_WIGGLE_ROOM", "Capacity", "Gpu", "Hardware", "LauncherLimits",

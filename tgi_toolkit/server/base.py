@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import psutil
 
 from tgi_toolkit.config.embedded import PARENT_PID_ENV
+from tgi_toolkit.server.capacity_log import ANSI, log_number
 from tgi_toolkit.server.lifeline import spawn
 
 TAIL_LINES = 30  # log lines an error carries
@@ -86,7 +87,8 @@ class Backend:
     executable: str | None = None  # must be on PATH for `command` to run
     health_path = "/health"
     default_health_timeout = 600.0  # a first start may download weights
-    # log line patterns -> fact name; the first group is the value (digits, commas allowed)
+    # fact name -> log line pattern; the first group is the value (a count with or without separators, a decimal).
+    # What a server says of its KV capacity is matched with capacity_log's patterns, which the planner reads too.
     fact_patterns: dict[str, re.Pattern[str]] = {}
     ready_pattern: re.Pattern[str] | None = None  # the line saying the server answers
 
@@ -103,23 +105,15 @@ class Backend:
         """Stop what the process group does not hold (a Docker container); called before SIGTERM."""
 
     def parse_line(self, line: str, facts: dict[str, Any]) -> None:
+        line = ANSI.sub("", line)
         for name, pattern in self.fact_patterns.items():
             match = pattern.search(line)
             if match:
-                value = match.group(1)
-                digits = value.replace(",", "")
-                facts[name] = int(digits) if digits.isdigit() else _number(value)
+                facts[name] = log_number(match.group(1))
         if "args_line" not in facts and (start := line.find("Args {")) >= 0:
             facts["args_line"] = line[start:]
         if self.ready_pattern is not None and self.ready_pattern.search(line):
             facts["ready"] = True
-
-
-def _number(text: str) -> Any:
-    try:
-        return float(text)
-    except ValueError:
-        return text
 
 
 class ManagedProcess:

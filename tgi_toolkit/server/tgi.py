@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from tgi_toolkit.server.base import Backend
+from tgi_toolkit.server.capacity_log import CAPACITY_PATTERNS
 
 
 def set_flag(argv: list[str], flag: str, value: str) -> list[str]:
@@ -35,7 +36,7 @@ class TgiBackend(Backend):
     name = "tgi"
     executable = "text-generation-launcher"
     fact_patterns = {
-        "max_batch_total_tokens": re.compile(r"Setting max batch total tokens to (\d+)"),
+        "max_batch_total_tokens": CAPACITY_PATTERNS["max_batch_total_tokens"],
         "shard_ready_seconds": re.compile(r"Shard ready in ([\d.]+)m?s"),
     }
     ready_pattern = re.compile(r"\bConnected\b")

@@ -20,6 +20,7 @@ import warnings
 from typing import Any
 
 from tgi_toolkit.server.base import Backend, ServerError
+from tgi_toolkit.server.capacity_log import CAPACITY_PATTERNS
 from tgi_toolkit.server.tgi import set_flag
 
 EXECUTABLE_VARIABLE = "TGI_TOOLKIT_VLLM"
@@ -32,8 +33,8 @@ class VllmBackend(Backend):
     fact_patterns = {
         # vLLM's engine logs its KV-cache capacity in tokens ("GPU KV cache size: 1,234,560 tokens";
         # the CPU backend words it the same way): the counterpart of TGI's max batch total tokens.
-        "kv_capacity_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
-        "max_concurrency": re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+        "kv_capacity_tokens": CAPACITY_PATTERNS["kv_capacity_tokens"],
+        "max_concurrency": CAPACITY_PATTERNS["max_concurrency"],
         # older servers log "vLLM API server version 0.6.3"; 0.32 only "Initializing a V1 LLM engine (v0.32.0)"
         "version": re.compile(r"(?:vLLM API server version |Initializing a V1 LLM engine \(v)([^\s)]+)"),
     }
