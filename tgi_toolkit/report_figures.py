@@ -141,4 +141,3 @@ def write_htmls(figures: Sequence[CardFigure], folder: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         script = Path(os.path.relpath(folder / "plotly.min.js", path.parent)).as_posix()
         f.figure.write_html(path, include_plotlyjs=script, full_html=True)
-
