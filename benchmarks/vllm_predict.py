@@ -77,6 +77,20 @@ def metrics(results) -> dict[str, float]:
     return {name: float(row[column]) for name, column in METRICS.items()}
 
 
+def detail(results) -> str:
+    """How a run's duration came about (a diagnostic, compared with nothing): its duration (first send to last
+    token, over which output tok/s is counted) and, for a plan of dependent requests (a shared prefix), each
+    request's send time, TTFT and e2e, in the plan's order."""
+    text = f"duration {float(results.points.iloc[0][S.DURATION_S]):.3g} s"
+    req = results.requests
+    if S.GROUP in req.columns and req[S.GROUP].notna().all():
+        t0 = req[S.SENT_S].min()
+        text += "; requests (group.turn sent+ttft/e2e): " + " ".join(
+            f"{int(r[S.GROUP])}.{int(r[S.TURN])} {r[S.SENT_S] - t0:.2f}+{r[S.TTFT_S]:.2f}/{r[S.E2E_S]:.2f}"
+            for _, r in req.sort_values(S.REQUEST_INDEX).iterrows())
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", default=os.environ.get(EXECUTABLE_VARIABLE, str(ROOT / ".venv-vllm/bin/vllm")))
@@ -109,9 +123,12 @@ def main() -> int:
                 measured[name].append(metrics(res))
                 print(f"  measured {name} #{repeat + 1} in {time.monotonic() - t:.0f} s: "
                       + ", ".join(f"{m} {v:.4g}" for m, v in measured[name][-1].items()), flush=True)
-    predicted = {name: metrics(sim.play_scenario(cost, scenario, server="vllm-v1", config=VLLM_SETTINGS,
-                                                 seed=100 * k + 1))
+                print(f"    {detail(res)}", flush=True)
+    simulated = {name: sim.play_scenario(cost, scenario, server="vllm-v1", config=VLLM_SETTINGS, seed=100 * k + 1)
                  for k, (name, scenario) in enumerate(WORKLOADS.items())}
+    predicted = {name: metrics(res) for name, res in simulated.items()}
+    for name, res in simulated.items():
+        print(f"  simulated {name}: {detail(res)}")
 
     print(f"\n{'workload':<16} {'metric':<13} {'run 1':>9} {'run 2':>9} {'predicted':>9} {'pred/mean':>9}  within")
     inside = total = 0
