@@ -18,12 +18,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
-# torch's OpenMP threads wait for each other by spinning: where other processes keep the cores busy, a spinning
-# thread holds a core the thread with work needs, at every op. 50 tokens took 119-139 s beside other work
-# (load 17 on 2 cores) against 1.5-6 s with passive waits (and 5-6 s on one thread): issue 43's failures beside
-# a CPU burner. Every engine and notebook kernel the tests start inherits this environment.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 # Small limits keep the session engine's warm-up and tests quick on a 2-core CPU.
 ENGINE_ARGS = ["--max-input-tokens", "1000", "--max-total-tokens", "1200", "--max-batch-prefill-tokens", "2048",
                "--max-concurrent-requests", "64"]
