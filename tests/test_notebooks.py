@@ -286,6 +286,7 @@ def test_02_benchmark(server, tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a bound on a hang beside other work: 6 server starts, 216 s at load 9 (78 s quiet)
 def test_03_sweep(tmp_path) -> None:
     from tgi_toolkit.sweep import sweep_status
 
@@ -412,6 +413,7 @@ def test_07_simulate(tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a bound on a hang beside other work: four server starts: 38-50 s quiet
 def test_08_chunked_prefill_and_prefix_cache(tmp_path, monkeypatch) -> None:
     from tgi_toolkit.bench import load_results
 
