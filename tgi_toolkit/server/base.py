@@ -21,13 +21,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
 from tgi_toolkit.config.embedded import PARENT_PID_ENV
 from tgi_toolkit.server.capacity_log import ANSI, log_number
 from tgi_toolkit.server.lifeline import spawn
+
+if TYPE_CHECKING:
+    import httpx
+
+    from tgi_toolkit.config.launcher import LauncherConfig
 
 TAIL_LINES = 30  # log lines an error carries
 
@@ -92,10 +97,10 @@ class Backend:
     fact_patterns: dict[str, re.Pattern[str]] = {}
     ready_pattern: re.Pattern[str] | None = None  # the line saying the server answers
 
-    def command(self, config: Any, host: str, port: int, env: dict[str, str]) -> list[str]:
+    def command(self, config: LauncherConfig, host: str, port: int, env: dict[str, str]) -> list[str]:
         raise NotImplementedError
 
-    def info(self, client: Any) -> dict[str, Any]:
+    def info(self, client: httpx.Client) -> dict[str, Any]:
         """The server's /info as a dict (TGI's keys)."""
         response = client.get("/info")
         response.raise_for_status()

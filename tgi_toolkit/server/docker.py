@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import secrets
 import subprocess
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tgi_toolkit.server.tgi import TgiBackend, set_flag
+
+if TYPE_CHECKING:
+    from tgi_toolkit.config.launcher import LauncherConfig
 
 CONTAINER_PORT = "80"  # TGI's image listens on $PORT=80
 # `docker run` options that take a value (the image is the first word that is neither)
@@ -69,7 +72,7 @@ class DockerBackend(TgiBackend):
         self.container: str | None = None
         self._docker = "docker"
 
-    def command(self, config: Any, host: str, port: int, env: dict[str, str]) -> list[str]:
+    def command(self, config: LauncherConfig, host: str, port: int, env: dict[str, str]) -> list[str]:
         self.container = f"tgi-toolkit-{port}-{secrets.token_hex(3)}"
         head, options, image, args = split_run(list(config.docker_command()))
         self._docker = head[0]

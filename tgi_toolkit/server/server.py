@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -39,6 +39,9 @@ from tgi_toolkit.server.startup import LogLines, RedrawnLine, StartupDisplay
 from tgi_toolkit.server.tgi import TgiBackend
 from tgi_toolkit.server.url import UrlBackend
 from tgi_toolkit.server.vllm import VllmBackend
+
+if TYPE_CHECKING:
+    from tgi_toolkit.config.launcher import LauncherConfig
 
 BACKENDS: dict[str, type[Backend]] = {
     "embedded": EmbeddedBackend,
@@ -262,7 +265,7 @@ class Server:
             return self.log_path.read_text(errors="replace").splitlines()
         return self._proc.tail(n)
 
-    def reported_config(self) -> Any:
+    def reported_config(self) -> LauncherConfig | None:
         """The launcher's own `Args { ... }` log line read back into a LauncherConfig (None if absent)."""
         line = self.facts.get("args_line")
         if line is None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tgi_toolkit.server.base import Backend
 from tgi_toolkit.server.capacity_log import CAPACITY_PATTERNS
+
+if TYPE_CHECKING:
+    from tgi_toolkit.config.launcher import LauncherConfig
 
 
 def set_flag(argv: list[str], flag: str, value: str) -> list[str]:
@@ -25,7 +28,7 @@ def set_flag(argv: list[str], flag: str, value: str) -> list[str]:
     return [*out, flag, value]
 
 
-def launcher_argv(config: Any, host: str, port: int) -> list[str]:
+def launcher_argv(config: LauncherConfig, host: str, port: int) -> list[str]:
     # Host and port always on the command line: the launcher would otherwise fall back to
     # $HOSTNAME (usually the machine's name) and its own 0.0.0.0 / 3000 defaults.
     argv = list(config.to_cli())
@@ -41,5 +44,5 @@ class TgiBackend(Backend):
     }
     ready_pattern = re.compile(r"\bConnected\b")
 
-    def command(self, config: Any, host: str, port: int, env: dict[str, str]) -> list[str]:
+    def command(self, config: LauncherConfig, host: str, port: int, env: dict[str, str]) -> list[str]:
         return [self.executable, *launcher_argv(config, host, port)]

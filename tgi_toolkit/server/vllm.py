@@ -17,11 +17,16 @@ import os
 import re
 import shlex
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tgi_toolkit.server.base import Backend, ServerError
 from tgi_toolkit.server.capacity_log import CAPACITY_PATTERNS
 from tgi_toolkit.server.tgi import set_flag
+
+if TYPE_CHECKING:
+    import httpx
+
+    from tgi_toolkit.config.launcher import LauncherConfig
 
 EXECUTABLE_VARIABLE = "TGI_TOOLKIT_VLLM"
 ARGS_VARIABLE = "TGI_TOOLKIT_VLLM_ARGS"
@@ -43,7 +48,7 @@ class VllmBackend(Backend):
     def __init__(self) -> None:
         self.unmapped: list[str] = []
 
-    def command(self, config: Any, host: str, port: int, env: dict[str, str]) -> list[str]:
+    def command(self, config: LauncherConfig, host: str, port: int, env: dict[str, str]) -> list[str]:
         from tgi_toolkit.config import to_vllm_args
 
         rendered = to_vllm_args(config)
@@ -82,7 +87,7 @@ class VllmBackend(Backend):
                 raise ServerError(f"{ARGS_VARIABLE}: {flag} is the launcher's {owned[flag]} setting: set it there")
         return extra
 
-    def info(self, client: Any) -> dict[str, Any]:
+    def info(self, client: httpx.Client) -> dict[str, Any]:
         """vLLM has no /info: the same keys, read from /v1/models and /version."""
         response = client.get("/v1/models")
         response.raise_for_status()
