@@ -250,14 +250,18 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int]) ->
             1 if after["rpc"] == "decode" and after["rows"] == 1 else None
         if size not in found:
             continue
+        j = i + 2 if size > 1 else i + 1
+        decodes = []
+        while j < len(lines) and lines[j]["rpc"] == "decode" and lines[j]["rows"] == size:
+            decodes.append(lines[j]["seconds"])
+            j += 1
+        # one row decoding until others join is a larger batch whose requests came late (a busy machine), not B = 1
+        if size == 1 and j < len(lines) and lines[j]["decode_rows"]:
+            continue
         found[size]["first"].append(line["seconds"])
-        j = i + 1
         if size > 1:
             found[size]["rest"].append(after["seconds"])
-            j += 1
-        while j < len(lines) and lines[j]["rpc"] == "decode" and lines[j]["rows"] == size:
-            found[size]["decode"].append(lines[j]["seconds"])
-            j += 1
+        found[size]["decode"].extend(decodes)
 
     def ms(values: list[float]) -> float | None:
         return round(statistics.median(values) * 1e3, 3) if values else None

@@ -83,7 +83,8 @@ def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs
 def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path):
     """The first prompt's forward, the other B - 1 prompts' and the decode steps of each batch size, from the trace
     lines bench's batch runs added; a run the engine split otherwise (here the other 3 prompts in two forwards) is
-    left out rather than taken for another batch size."""
+    left out rather than taken for another batch size, and so is one whose first prompt decoded alone until the
+    others joined (not a run of batch 1)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_probe
 
@@ -98,13 +99,16 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
             + line("prefill", 1, 0, 0.020) + line("prefill", 4, 1, 0.050) + line("decode", 4, 0, 0.008)
             + line("decode", 4, 0, 0.008)
             + line("prefill", 1, 0, 0.030) + line("prefill", 2, 1, 0.040) + line("prefill", 4, 3, 0.045)
-            + line("decode", 4, 0, 0.009))
+            + line("decode", 4, 0, 0.009)
+            # a batch-4 run on a busy machine: its first prompt decoded alone twice before the other 3 joined
+            + line("prefill", 1, 0, 0.070) + line("decode", 1, 0, 0.080) + line("decode", 1, 0, 0.090)
+            + line("prefill", 3, 1, 0.100) + line("decode", 4, 0, 0.011))
     trace = tmp_path / "forwards.jsonl"
     trace.write_text(before + runs)
     start = len(before.encode())
     rows = gpu_probe.traced_batch(trace, [start, start + len(runs.encode())], [1, 4])
     # batch 1: two runs, first forwards 10 and 12 ms (median 11), decode steps 5, 7 and 6 ms (median 6);
-    # batch 4: the one run whose other 3 prompts came in one forward: 20, 50 and 8 ms
+    # batch 4: the one run whose other 3 prompts came in one forward: 20, 50 and 8 ms; the late run counts for neither
     assert rows == [
         {"batch_size": 1, "runs": 2, "first_prompt_ms": 11.0, "other_prompts_ms": None, "decode_step_ms": 6.0},
         {"batch_size": 4, "runs": 1, "first_prompt_ms": 20.0, "other_prompts_ms": 50.0, "decode_step_ms": 8.0}]
