@@ -81,20 +81,27 @@ async def stream_one_openai(session: aiohttp.ClientSession, url: str, prompt: st
     return {"sent": sent, "stamps": stamps, "tokens": completion or len(stamps), "input_length": input_length}
 
 
+def all_first_tokens(streams: int) -> tuple[asyncio.Event, Callable[[], None]]:
+    """An event set once `streams` first tokens have come, and the callback each stream calls at its first."""
+    event = asyncio.Event()
+    count = 0
+
+    def first_token() -> None:
+        nonlocal count
+        count += 1
+        if count == streams:
+            event.set()
+
+    return event, first_token
+
+
 async def concurrent(url: str, prompt: str, streams: int, new_tokens: int, delay_last: float | None = None,
                      openai_model: str | None = None, last_after_first_tokens: bool = False) -> list:
     """`streams` requests at once; with `delay_last` (seconds) or `last_after_first_tokens` (as soon as
     every stream has its first token, i.e. just after the batch's last prefill) one more, 8 tokens
     long, comes last in the list."""
     connector = aiohttp.TCPConnector(limit=0)
-    started = asyncio.Event()
-    firsts = 0
-
-    def first_token() -> None:
-        nonlocal firsts
-        firsts += 1
-        if firsts == streams:
-            started.set()
+    started, first_token = all_first_tokens(streams)
 
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
         def one(n: int, on_first: Callable[[], None] | None = None) -> Any:
@@ -151,14 +158,7 @@ async def closed_loop(url: str, prompts: Callable[[], str], streams: int, new_to
     measurement lasts the start plus `duration` however slow the server."""
     connector = aiohttp.TCPConnector(limit=0)
     records: list[dict] = []
-    started_users = 0
-    all_started = asyncio.Event()
-
-    def first_token() -> None:
-        nonlocal started_users
-        started_users += 1
-        if started_users == streams:
-            all_started.set()
+    all_started, first_token = all_first_tokens(streams)
 
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
         deadline = time.perf_counter() + duration
