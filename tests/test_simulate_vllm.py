@@ -190,3 +190,103 @@ def test_a_profile_decodes_each_context_in_the_batches_its_kv_cache_holds():
     assert batches_within((1, 2, 4), 192, 12, 352) == [1]
     assert batches_within((1, 2, 4), 400, 12, 352) == []
     assert batches_within((1, 2, 4), 192, 12, None) == [1, 2, 4]  # a pool of unknown size: every batch, as before
+
+
+def test_a_vllm_profile_decodes_up_to_the_longest_context_its_server_admits():
+    from tgi_toolkit.simulate.calibrate import longest_context
+
+    # vllm_predict's server: --max-model-len 1024, so 1,023 input tokens; decodes of 12 start by 1,011
+    assert longest_context((32, 256), 1023, 12) == [32, 256, 1011]
+    # vllm_replay's: 256 tokens, 255 in, a grid of 16, 48 and 192: 243 joins them
+    assert longest_context((16, 48, 192), 255, 12) == [16, 48, 192, 243]
+    assert longest_context((32, 2000), 1023, 12) == [32, 1011]  # a context past the limit is cut to it, once
+
+
+def test_a_mixed_step_holds_the_decodes_and_the_whole_prompt():
+    from tgi_toolkit.simulate.fit import mixed_step
+
+    # two streams after 40 and 41 cached tokens and a prompt of 128: 3 rows, 2 + 128 = 130 tokens; context
+    # 41 + 42 + 128 = 211; pairs: a decode row's query over start + 1 keys (41 + 42), the prompt's 128 x 129 / 2 =
+    # 8,256
+    shape = mixed_step([40, 41], 128)
+    assert (shape.rows, shape.tokens, shape.context, shape.pairs, shape.prefilling) == (3, 130, 211, 8339, True)
+    assert (shape.decode_rows, shape.decode_context) == (2, 83)
+
+
+def test_the_mixed_probe_keeps_prompts_vllm_takes_whole_beside_its_streams():
+    from tgi_toolkit.simulate.calibrate import mixed_prompts
+
+    # vllm_predict's server: 7 streams of 32 + 24 tokens (392), budget 2048, 2,560 tokens of KV: both fit
+    assert mixed_prompts((128, 512), 7, 2048, 2560, 1023, 56) == [128, 512]
+    # vllm_replay's: budget 64 less 3 streams leaves 61 tokens a step, so both lengths become one of 61;
+    # 3 x 56 + 61 + 1 = 230 of 352
+    assert mixed_prompts((128, 512), 3, 64, 352, 255, 56) == [61]
+    # a pool of 800 tokens: 392 + 128 + 1 = 521 fits, 392 + 512 + 1 = 905 does not
+    assert mixed_prompts((128, 512), 7, 2048, 800, 1023, 56) == [128]
+
+
+def test_mixed_steps_are_timed_by_the_streams_gap_that_ends_with_the_prompts_first_token():
+    import pandas as pd
+
+    from tgi_toolkit import schema as S
+    from tgi_toolkit.simulate.calibrate import mixed_steps
+    from tgi_toolkit.simulate.fit import mixed_step
+
+    def row(repeat, group, turn, sent, ttft, gaps, prompt, warmup=False, error=None):
+        return {S.REPEAT: repeat, S.WARMUP: warmup, S.ERROR: error, S.GROUP: group, S.TURN: turn, S.SENT_S: sent,
+                S.TTFT_S: ttft, S.ITL_S: gaps, S.PROMPT_TOKENS: prompt}
+
+    # stream 0: tokens at 0.20, 0.25, 0.30, 0.35, 0.47, 0.52; stream 1 at 0.21, 0.26, 0.31, 0.36, 0.46, 0.51;
+    # stream 2 ended at 0.30. The prompt of 256 tokens, sent at 0.32, has its first token at 0.32 + 0.15 = 0.47:
+    # stream 0's 5th token (gap 0.12 before it), stream 1's 5th 0.01 s away (within half its gap of 0.10); stream
+    # 2's nearest token is 0.17 s away, no gap of that step. Each decode fed token 4 at position 32 + 3 = 35.
+    rows = [row(0, 0, 0, 0.0, 0.2, [0.05] * 5, 32, warmup=True),  # the warm-up round: no sample
+            row(0, 1, 0, 0.1, 0.2, [], 256, warmup=True),
+            row(0, 0, 0, 0.0, 0.2, [0.05, 0.05, 0.05, 0.12, 0.05], 32),
+            row(0, 0, 1, 0.01, 0.2, [0.05, 0.05, 0.05, 0.10, 0.05], 32),
+            row(0, 0, 2, 0.0, 0.2, [0.05, 0.05], 32),
+            row(0, 1, 0, 0.32, 0.15, [], 256),
+            row(1, 1, 0, 0.3, None, [], 256, error="timeout")]  # a failed round: no sample
+    ((shape, seconds),) = mixed_steps(pd.DataFrame(rows), 32)
+    assert shape == mixed_step([35, 35], 256)
+    assert (shape.rows, shape.tokens, shape.context, shape.pairs) == (3, 258, 328, 72 + 32_896)
+    assert seconds == pytest.approx(0.11)  # the median of 0.12 and 0.10
+
+
+def test_mixed_steps_join_the_profile_fit():
+    from tgi_toolkit.costs.linear import uniform_shape
+    from tgi_toolkit.simulate.fit import fit_profile, mixed_step
+
+    # 40 ms a forward, 0.5 ms a token, 2 ms a row, 4 ms a request. A mixed step of 7 decodes after 35 tokens and a
+    # prompt of 128: 40 + 0.5 x 135 + 2 x 8 = 123.5 ms; TTFT of 64 tokens 4 + 40 + 32 + 2 = 78 ms, of 256 174 ms
+    truth = LinearCostModel(forward_s=0.04, token_s=5e-4, row_s=2e-3)
+    ingestion = [(64, 0.078), (256, 0.174)]
+    decode = [(s, truth.seconds(s)) for s in (uniform_shape(b, 1, 40, prefilling=False) for b in (1, 8))]
+    step = mixed_step([35] * 7, 128)
+    assert truth.seconds(step) == pytest.approx(0.1235)
+    model = fit_profile(ingestion, decode, mixed=[(step, 0.1235)], free_tokens=(0,), token_tiles=(1,))
+    assert (model.forward_s, model.token_s, model.row_s, model.request_overhead_s) == pytest.approx(
+        (0.04, 5e-4, 2e-3, 0.004), rel=1e-6)
+    (point,) = [p for p in model.points if p["kind"] == "mixed"]
+    assert (point["rows"], point["prompt_tokens"], point["ratio"]) == (8, 128, pytest.approx(1.0))
+
+
+def test_mixed_steps_read_back_the_step_the_simulated_vllm_priced():
+    # The simulator's vLLM, decode-stall rounds as the profile sends them (7 streams of 32 + 24 tokens, a prompt of
+    # 128 once each has 4): the streams' gap ending with the prompt's first token is the step vLLM's scheduler
+    # built, 7 decodes and the whole prompt, priced by the model; read back, its shape prices to that gap exactly
+    from tgi_toolkit.scenarios.plans import DecodeStallScenario
+    from tgi_toolkit.simulate.api import play_scenario
+    from tgi_toolkit.simulate.calibrate import mixed_steps
+
+    model = LinearCostModel(forward_s=0.04, token_s=5e-4, row_s=2e-3, context_token_s=1e-5, request_overhead_s=0.004)
+    stall = DecodeStallScenario(streams=7, long_prompt=128, stream_prompt=32, stream_tokens=24, long_max_new_tokens=1,
+                                lead_tokens=4, repeats=2, warmups=1)
+    res = play_scenario(model, stall, server="vllm-v1", config=["--max-num-seqs", "8", "--max-num-batched-tokens",
+                                                                "2048", "--block-size", "32", "--kv-capacity-tokens",
+                                                                "2560", "--max-model-len", "1024"])
+    steps = mixed_steps(res.requests, 32)
+    assert len(steps) == 2  # one a measured round
+    for shape, seconds in steps:
+        assert (shape.rows, shape.tokens, shape.decode_rows) == (8, 135, 7)
+        assert seconds == pytest.approx(model.seconds(shape), rel=1e-9)

@@ -26,6 +26,12 @@ model underpriced the served workloads' prefills of up to 100 tokens by 30 % (me
 `simulate_accuracy.py --local`). The trace also times the front end (`frontend_s`): bursts of one-token
 requests, where each forward holds what reached the queue during the one before (`frontend_seconds`).
 
+A vLLM server (its /v1/models) is measured in two more ways, because its scheduler runs what the rest never
+shows: its decodes go up to the longest context it admits (`longest_context`: `--max-model-len` less the decode),
+and bench's decode-stall rounds time steps that prefill a prompt beside running decodes (`mixed_steps`, MIXED),
+which vLLM's chunked scheduler builds whenever a request arrives while others decode; they join the fit as steps
+of their own (`fit.mixed_step`). How long each stage took is in `source.seconds`.
+
 The model remembers the server's limits and scheduling mode (`source.server`), so a simulation with it
 stands for that server unless told otherwise; the measured points and the fit's error on each are in
 `points`.
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +59,7 @@ from tgi_toolkit.simulate.fit import (
     fit_profile,
     fit_samples,
     forward_samples,
+    mixed_samples,
     replay_rows,
 )
 from tgi_toolkit.simulate.trace import frontend_seconds, read_trace, read_trace_lines, trace_end
@@ -68,6 +76,10 @@ QUICK = {"prompt_tokens": (16, 64, 128, 256, 768), "batch_sizes": (1, 4, 16), "c
 # (costs.LinearCostModel): without a batch between the tiles, no fit can tell a tile from a straight line.
 FULL = {"prompt_tokens": (16, 64, 256, 512, 1024, 1536), "batch_sizes": (1, 2, 4, 8, 16, 24, 32),
         "contexts": (32, 256, 1024), "decode_length": 24, "repeats": 3}
+# A vLLM server's mixed steps (docs/vllm-rules.md section 1: decodes and a waiting prompt in one forward, which TGI
+# never runs), timed by bench's decode-stall rounds: streams of `stream_prompt` tokens decoding `stream_tokens`, and
+# one prompt of each length sent once each stream has `lead_tokens` (`mixed_prompts` keeps those vLLM takes whole).
+MIXED = {"prompt_tokens": (128, 512), "stream_prompt": 32, "stream_tokens": 24, "lead_tokens": 4, "repeats": 2}
 
 
 # Fits by replay after the closed form (the forwards a replay finds hardly depend on the prices: on the
@@ -82,7 +94,7 @@ def _server_facts(server: Any) -> dict[str, Any]:
     target = resolve(server)
     info = dict(target.info or {})
     facts = {"model_id": target.model_id, "max_input_tokens": target.max_input_tokens,
-             "max_total_tokens": target.max_total_tokens}
+             "max_total_tokens": target.max_total_tokens, "router": info.get("router")}
     config = getattr(server, "config", None)  # a Server we started: its launcher settings
     for key in ("max_batch_prefill_tokens", "max_batch_size", "waiting_served_ratio", "max_waiting_tokens"):
         value = info.get(key, target.facts.get(key))
@@ -149,6 +161,75 @@ def batches_within(batch_sizes: Sequence[int], context: int, decode_length: int,
     return [int(b) for b in batch_sizes if int(b) * (context + decode_length) <= kv_tokens]
 
 
+def _measure_mixed(server: Any, facts: Mapping[str, Any], batch_sizes: Sequence[int], limit: int,
+                   progress: bool) -> list[tuple[Shape, float]]:
+    """vLLM's mixed steps (MIXED): as many streams as the grid's largest batch within the cap, less one for the
+    prompt that joins them; `mixed_steps` of each length's rounds."""
+    from tgi_toolkit.bench.api import run_decode_stall
+
+    streams = max(1, min(max(int(b) for b in batch_sizes), int(facts.get("max_batch_size") or 10**9)) - 1)
+    stream_prompt, stream_tokens = int(MIXED["stream_prompt"]), int(MIXED["stream_tokens"])
+    out: list[tuple[Shape, float]] = []
+    for prompt in mixed_prompts(MIXED["prompt_tokens"], streams, facts.get("max_batch_prefill_tokens"),
+                                facts.get("max_batch_total_tokens"), limit, stream_prompt + stream_tokens):
+        res = run_decode_stall(server, streams=streams, long_prompt=prompt, stream_prompt=stream_prompt,
+                               stream_tokens=stream_tokens, long_max_new_tokens=1,
+                               lead_tokens=int(MIXED["lead_tokens"]), repeats=int(MIXED["repeats"]), warmups=1,
+                               progress=progress)
+        out += mixed_steps(res.requests, stream_prompt)
+    return out
+
+
+def longest_context(contexts: Sequence[int], limit: int, decode_length: int) -> list[int]:
+    """`contexts` and the longest a request reaches on a server of `limit` input tokens (`--max-model-len` - 1 on
+    vLLM), less the decode: without it a vLLM of 1,024 tokens was profiled at 32 and 256 only and its decodes at
+    ~780 priced as at 256 (benchmarks/vllm_predict.py, docs/vllm-rules.md section 10)."""
+    return sorted({min(int(c), limit - decode_length) for c in contexts} | {limit - decode_length})
+
+
+def mixed_prompts(prompts: Sequence[int], streams: int, budget: int | None, kv_tokens: int | None, limit: int,
+                  stream_length: int) -> list[int]:
+    """The prompt lengths of the mixed-step probe: each cut to what one step takes beside `streams` decodes (the
+    budget less one token a stream) and to the server's `limit`, and only those that fit the KV cache beside the
+    streams' `stream_length` tokens each (tokens, as `batches_within`): one step then prefills it whole."""
+    room = min(limit, (budget or 10**9) - streams)
+    cut = sorted({min(int(p), room) for p in prompts if room > 0})
+    return [p for p in cut if kv_tokens is None or streams * stream_length + p + 1 <= kv_tokens]
+
+
+def mixed_steps(requests: Any, stream_prompt: int) -> list[tuple[Shape, float]]:
+    """The mixed steps of decode-stall rounds (bench's requests table, warm-ups and failures dropped): in each
+    round, the step that emitted the long prompt's first token also emitted a token of every stream, so each
+    stream's gap ending nearest that token (within half the gap) timed it. One sample a round: that step's shape
+    (`mixed_step`: a stream's decode row after its prompt and all its tokens but the last) and the streams'
+    median gap. Assumes the prompt was taken whole (`mixed_prompts`)."""
+    from tgi_toolkit.simulate.fit import mixed_step
+
+    df = requests
+    if S.WARMUP in df.columns:
+        df = df[~df[S.WARMUP].fillna(False).astype(bool)]
+    if S.ERROR in df.columns:
+        df = df[df[S.ERROR].isna()]
+    out: list[tuple[Shape, float]] = []
+    for _, part in df.groupby(S.REPEAT, sort=True):
+        long = part[part[S.GROUP] == 1]
+        if long.empty or not long[S.TTFT_S].iloc[0] == long[S.TTFT_S].iloc[0]:
+            continue
+        first = float(long[S.SENT_S].iloc[0]) + float(long[S.TTFT_S].iloc[0])
+        starts, gaps = [], []
+        for _, stream in part[part[S.GROUP] == 0].iterrows():
+            gaps_of = [float(g) for g in stream[S.ITL_S]]
+            # token k (1-based) arrives at sent + ttft + the first k - 1 gaps
+            times = float(stream[S.SENT_S]) + float(stream[S.TTFT_S]) + np.cumsum([0.0, *gaps_of])
+            k = int(np.argmin(np.abs(times - first))) + 1
+            if k >= 2 and abs(times[k - 1] - first) <= gaps_of[k - 2] / 2:
+                starts.append(stream_prompt + k - 2)  # its decode fed token k - 1, at position prompt + k - 2
+                gaps.append(gaps_of[k - 2])
+        if gaps:
+            out.append((mixed_step(starts, int(long[S.PROMPT_TOKENS].iloc[0])), float(np.median(gaps))))
+    return out
+
+
 def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[int] | None = None,
             batch_sizes: Sequence[int] | None = None, contexts: Sequence[int] | None = None,
             decode_length: int | None = None, repeats: int | None = None, environ: Mapping[str, str] | None = None,
@@ -173,10 +254,22 @@ def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[in
     facts = _server_facts(server)
     limit = min(facts.get("max_input_tokens") or 10**9, (facts.get("max_total_tokens") or 10**9) - 1)
     lengths = sorted({min(int(p), limit) for p in grid["prompt_tokens"]})
-    contexts_ok = sorted({min(int(c), limit - int(grid["decode_length"])) for c in grid["contexts"]})
+    vllm = facts.get("router") == "vllm"
+    if vllm and limit < 10**9:  # vLLM: decodes up to its --max-model-len, as the workloads it serves reach
+        contexts_ok = longest_context(grid["contexts"], limit, int(grid["decode_length"]))
+    else:
+        contexts_ok = sorted({min(int(c), limit - int(grid["decode_length"])) for c in grid["contexts"]})
     mode = _mode(os.environ if environ is None else environ)
     budget = facts.get("max_batch_prefill_tokens") if mode["chunking"] else None
     trace = trace or (getattr(server, "env", None) or {}).get("TGI_TOOLKIT_FORWARD_TRACE")
+
+    # where the profile's wall time goes, by stage (source.seconds)
+    seconds: dict[str, float] = {}
+    clock = [time.monotonic()]
+
+    def lap(stage: str) -> None:
+        seconds[stage] = round(time.monotonic() - clock[0], 1)
+        clock[0] = time.monotonic()
 
     # A fresh server's first requests pay one-off costs (lazy initialisation, the KV cache growing): a
     # few unmeasured requests of the grid's shapes first, or the first TTFTs come out 2-3x too long.
@@ -187,10 +280,12 @@ def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[in
     frontend, frontend_note = _measure_frontend(server, trace, facts, progress) if trace else (0.0, None)
     # the trace from here on: the warm-up's forwards (a cache growth among them) are not the machine's speed
     offset = trace_end(trace) if trace else 0
+    lap("warm-up")
     ing = measure_ingestion(server, prompt_tokens=lengths, repeats=int(grid["repeats"]), progress=progress)
     rows = ing.requests[~ing.requests[S.WARMUP] & ing.requests[S.ERROR].isna()]
     ingestion = [(int(p), float(t)) for p, t in zip(rows[S.PROMPT_TOKENS], rows[S.TTFT_S], strict=True)]
 
+    lap("prompts")
     decode: list[tuple[Shape, float]] = []
     batches = []
     d = int(grid["decode_length"])
@@ -206,6 +301,11 @@ def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[in
             if latency == latency and latency > 0:
                 decode.append((uniform_shape(int(size), 1, ctx + d // 2, prefilling=False), float(latency)))
 
+    lap("batches")
+    mixed = _measure_mixed(server, facts, grid["batch_sizes"], limit, progress) if vllm else []
+    if vllm:
+        lap("mixed steps")
+
     from tgi_toolkit.bench import provenance
 
     source = {"profiled": facts.get("model_id"), "grid": {k: list(v) if isinstance(v, (list, tuple)) else v
@@ -217,13 +317,18 @@ def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[in
         source["traced_forwards"] = len(traced)
     if frontend_note:
         source["frontend"] = frontend_note
+    if vllm:
+        source["mixed"] = {**MIXED, "steps": len(mixed)}
     # the front end goes in before the replays: it decides which forward each request of a burst joins
     model = fit_profile(ingestion, decode, prefill_budget=budget, name=name, source=source, free_tokens=free_tokens,
-                        frontend_s=frontend)
+                        frontend_s=frontend, mixed=mixed)
     for _ in range(REPLAYS):
-        model = fit_samples(replay_rows(model, ing, batches, repeats=int(grid["repeats"])) + traced, name=name,
+        model = fit_samples(replay_rows(model, ing, batches, repeats=int(grid["repeats"])) + traced
+                            + mixed_samples(mixed), name=name,
                             source=source, free_tokens=free_tokens, frontend_s=frontend,
                             terms=TERMS if traced else PROFILE_TERMS)
+    lap("fit")
+    model.source["seconds"] = seconds
     if output:
         model.save(output)
     return model

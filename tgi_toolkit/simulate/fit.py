@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from tgi_toolkit import schema as S
-from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.features import Shape, row_pairs
 from tgi_toolkit.costs.linear import TERMS, LinearCostModel, nonnegative_least_squares, uniform_shape
 
 
@@ -23,6 +23,15 @@ def prefill_forwards(length: int, budget: int | None) -> np.ndarray:
     return np.array([uniform_shape(1, min(step, length - start), start, prefilling=True).vector()
                      for start in range(0, length, step)])
 
+
+def mixed_step(decode_starts: Sequence[int], prompt: int) -> Shape:
+    """The features of a vLLM step that computes a whole prompt of `prompt` tokens beside running decodes, one
+    row each after `decode_starts` cached tokens: vLLM fills each step's token budget with the running requests'
+    decodes first and then waiting prompts (docs/vllm-rules.md section 1), one forward holding both."""
+    starts = [int(s) for s in decode_starts]
+    decoded = sum(s + 1 for s in starts)  # a decode row's context, and its pairs: one query over start + 1 keys
+    return Shape(len(starts) + 1, len(starts) + prompt, decoded + prompt, decoded + row_pairs(0, prompt), True,
+                 decode_rows=len(starts), decode_context=decoded)
 
 
 # A fit to timed requests alone cannot tell a prefilling forward from the request overhead (every TTFT holds
@@ -68,15 +77,26 @@ def forward_samples(forwards: Sequence[tuple[Shape, float]]) -> list[Measurement
 def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[Shape, float]], *,
                 prefill_budget: int | None = None, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
                 source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
-                frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES) -> LinearCostModel:
-    """The linear model from (prompt length, TTFT) and (decode forward shape, seconds) samples; the
-    request overhead is fitted with it (it appears in every TTFT and in no decode step)."""
+                frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES,
+                mixed: Sequence[tuple[Shape, float]] = ()) -> LinearCostModel:
+    """The linear model from (prompt length, TTFT), (decode forward shape, seconds) and (mixed step shape,
+    seconds: `mixed_samples`) samples; the request overhead is fitted with it (it appears in every TTFT and in no
+    step)."""
     samples = [Measurement("ttft", prefill_forwards(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
                for length, ttft in ingestion]
     samples += [Measurement("decode", np.array([shape.vector()]), 0.0, seconds,
                        {"rows": shape.rows, "context": shape.context}) for shape, seconds in decode]
+    samples += mixed_samples(mixed)
     return fit_samples(samples, terms=terms, name=name, source=source, free_tokens=free_tokens,
                        frontend_s=frontend_s, token_tiles=token_tiles)
+
+
+def mixed_samples(mixed: Sequence[tuple[Shape, float]]) -> list[Measurement]:
+    """Timed steps that prefilled a prompt beside running decodes (`mixed_step`'s shapes) as fit samples: one
+    forward each, no request overhead (a running stream's gap between two tokens)."""
+    return [Measurement("mixed", np.array([shape.vector()]), 0.0, seconds,
+                        {"rows": shape.rows, "prompt_tokens": int(shape.tokens - shape.decode_rows),
+                         "context": shape.context}) for shape, seconds in mixed]
 
 
 def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
