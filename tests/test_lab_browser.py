@@ -96,8 +96,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]
         children = []
         if proc.poll() is None:
             children = psutil.Process(proc.pid).children(recursive=True)
-            proc.send_signal(signal.SIGINT)  # Jupyter's own shutdown: kernels stopped, and their servers
-            proc.send_signal(signal.SIGINT)  # (the second SIGINT confirms without asking)
+            # Jupyter's own shutdown: kernels stopped, and their servers. SIGTERM, not ^C^C: without a terminal
+            # on stdin (make test in CI or a background job) SIGINT ends Jupyter at once, its kernels left to
+            # notice and the wait below to run out (32 s of teardown)
+            proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
