@@ -103,8 +103,12 @@ def test_kv_memory_for_one_request_runs_the_users_one_at_a_time(tmp_path) -> Non
     """What the quickstart's sweep shows, on its own settings: 4 users, KV for one request against all of it."""
     from tgi_toolkit.sweep import Sweep, Workload
 
+    # ramp_up 0: the 4 users start together, so the batch counts below need no ramp (the default "auto" first
+    # sends a request a user and ramps over their mean duration: on the small KV some 10 requests of 384 + 32
+    # tokens, one at a time, where 4 show the same); together is also where the whole KV batches them surest
     sweep = Sweep(base=quickstart.SWEEP_BASE, grid=quickstart.sweep_grid(),
-                  workloads=[Workload("concurrency", **{**quickstart.CONCURRENCY, "users": [4], "requests": 4})])
+                  workloads=[Workload("concurrency", **{**quickstart.CONCURRENCY, "users": [4], "requests": 4,
+                                                        "ramp_up": 0})])
     points = sweep.run(tmp_path, progress=False).points.sort_values("server_batch_size_max")
     small, whole = points.to_dict("records")
     # a label names every setting swept, the default 1.0 (all of the KV memory) included (issue 43)
