@@ -351,7 +351,10 @@ def test_tuning_the_embedded_engine_chooses_a_configuration_that_meets_its_objec
     # TPOT p90 0.13-0.62 s; a 20-token KV cache serves the 4 users one at a time); two candidates may be
     # measured again before one holds.
     objectives = Objectives(ttft_s=5.0, tpot_s=1.0)
-    workload = Workload("concurrency", users=[4], prompt_tokens=16, max_new_tokens=4, requests=8)
+    # ramp_up 0: the 4 users start together and every request sent is one of the 8 measured (the default "auto"
+    # first sends a request a user and ramps over their mean duration: some 8 unmeasured requests more a
+    # configuration, one at a time on the smallest KV cache); a closed loop of 4 users queues as deep either way
+    workload = Workload("concurrency", users=[4], prompt_tokens=16, max_new_tokens=4, requests=8, ramp_up=0)
     result = tune(None, workload, objectives, output=tmp_path, knobs=["max_batch_size", "cuda_memory_fraction"],
                   max_configs=3, levels=2, rounds=2, confirm=2, progress=False,
                   # one thread a server: torch's default threads on this loaded 2-core machine made a decode
