@@ -222,16 +222,6 @@ def trace_names(fig: dict[str, Any]) -> list[str]:
     return [t.get("name") and t["name"].replace("<br>", " ") for t in fig["data"]]
 
 
-@pytest.fixture(scope="module")
-def server():
-    from tgi_toolkit.config import LauncherConfig
-    from tgi_toolkit.server import Server
-
-    with Server(LauncherConfig(max_batch_size=8, max_input_tokens=512, max_total_tokens=768),
-                startup_progress=False) as running:
-        yield running
-
-
 @pytest.mark.slow
 def test_01_configure_and_launch() -> None:
     nb = execute("01_configure_and_launch", max_input_tokens=256, max_total_tokens=512, max_batch_size=4,
@@ -248,15 +238,17 @@ def test_01_configure_and_launch() -> None:
 
 
 @pytest.mark.slow
-def test_02_benchmark(server, tmp_path) -> None:
+def test_02_benchmark(engine_url, tmp_path) -> None:
     from tgi_toolkit.bench import load_results
 
+    # the session's engine (tests/conftest.py), as the other bench tests use it: notebook 02 measures the server at
+    # `url` and nothing here depends on its limits, so no start of its own (one start less in make test)
     results_dir = tmp_path / "results"
     # The folder already holds runs with other parameters (the example set: among them the card's own
     # 10 users x 1024/128 point): the notebook's summary must keep to its own runs (issue 15 item 6).
     shutil.copytree(example_results_dir(), results_dir)
     earlier = set(load_results(results_dir).run_ids)
-    nb = execute("02_benchmark", url=server.url, output_dir=str(results_dir), batch_sizes=[1, 2], sequence_length=16,
+    nb = execute("02_benchmark", url=engine_url, output_dir=str(results_dir), batch_sizes=[1, 2], sequence_length=16,
                  decode_length=4, runs=1, warmups=0, users=[1, 2], prompt_tokens=16, max_new_tokens=8, requests=4,
                  ramp_up=0, ingestion_prompt_tokens=[16, 64], ingestion_repeats=1, progress=False)
     # ramp_up 0 and 4 requests: the 2 users' requests overlap for the whole point (a ramp of one request's
