@@ -64,7 +64,7 @@ NOT_RUN = {
     ("tgi-toolkit", "app"): "serves the web app until stopped (tests/test_app.py)",
     (".venv/bin/papermill",): "executes a notebook for minutes (`make notebooks`; notebooks/ under nbval)",
 }
-# Run, and slow (more than a few seconds on 2 busy cores): a GGUF header parsed, 16 candidates tuned, figures drawn,
+# Run, and slow (more than a few seconds on 2 busy cores): a GGUF header parsed, 8 candidates tuned, figures drawn,
 # 128 requests simulated.
 SLOW = {("tgi-toolkit", "plan"), ("tgi-toolkit", "advise"), ("tgi-toolkit", "report"), ("tgi-toolkit", "simulate")}
 RUN = {("tgi-toolkit", "simulate"), ("tgi-toolkit", "sweep")} | SLOW
