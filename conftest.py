@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from tgi_toolkit.engine.cli import passive_omp_wait
+
 HERE = Path(__file__).resolve().parent / "notebooks"
+
+# torch in pytest's own process (the runner, model, compile and probe tests) waits as the engine's processes do:
+# passively, unless a wait variable is set. Spinning OpenMP threads took the cores a busy machine's other work
+# needed: tests/test_engine_chunked.py beside two CPU burners had run 4 of its 7 tests at 400 s spinning, and took
+# 64 s passive (20 s quiet, where passive costs about 5 %). Set before any test module imports torch.
+passive_omp_wait()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
