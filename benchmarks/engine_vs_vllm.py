@@ -71,9 +71,8 @@ USER_ENGINE_FLAGS = ["--dtype", "bfloat16", "--max-batch-size", "32"]
 TARGET = 1.5  # engine/vLLM median at 16 and 32 streams
 # The engine/vLLM ratio the README and the results README state for this measurement (median of
 # alternating rounds; benchmarks/results/engine_vs_vllm.txt), and how far a rerun may come out from it.
-# Two runs on a quiet machine: 2026-11-28 12:33 UTC 0.97 and 1.01 (engine_vs_vllm_quiet.txt), 14:45 UTC 1.14 and
-# 1.00 (engine_vs_vllm_quiet_2.txt); stated: the midpoints, which both runs reproduce within the tolerance. On the
-# same machine shared by 8 agents' jobs (load 6-19) two runs gave 0.68-0.90 and 0.52-0.68 (engine_vs_vllm.txt).
+# Quiet machine, 2026-11-28: 0.97/1.01 at 12:33 UTC, 1.14/1.00 at 14:45 (engine_vs_vllm_quiet*.txt); stated: their
+# midpoints. Shared by 8 agents' jobs (load 6-19): 0.68-0.90 and 0.52-0.68 (engine_vs_vllm.txt).
 STATED: dict[int, float] = {16: 1.05, 32: 1.01}
 STATED_TOLERANCE = 0.10
 FACTORS = ["burst", "identical", "tgi-route", "peer-stopped", "spin-wait", "one-thread", "no-stream", "bench-flags",
