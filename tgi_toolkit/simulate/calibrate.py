@@ -60,11 +60,14 @@ from tgi_toolkit.simulate.fit import (
     fit_samples,
     forward_samples,
     mixed_samples,
+    mixed_step,
     replay_rows,
 )
 from tgi_toolkit.simulate.trace import frontend_seconds, read_trace, read_trace_lines, trace_end
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
     from tgi_toolkit.bench.target import ServerRef
 
 # The quick grid's prompts sit on both sides of the common 64-256-token prompts: with 16, 256 and 768 only, the
@@ -197,14 +200,12 @@ def mixed_prompts(prompts: Sequence[int], streams: int, budget: int | None, kv_t
     return [p for p in cut if kv_tokens is None or streams * stream_length + p + 1 <= kv_tokens]
 
 
-def mixed_steps(requests: Any, stream_prompt: int) -> list[tuple[Shape, float]]:
+def mixed_steps(requests: pd.DataFrame, stream_prompt: int) -> list[tuple[Shape, float]]:
     """The mixed steps of decode-stall rounds (bench's requests table, warm-ups and failures dropped): in each
     round, the step that emitted the long prompt's first token also emitted a token of every stream, so each
     stream's gap ending nearest that token (within half the gap) timed it. One sample a round: that step's shape
     (`mixed_step`: a stream's decode row after its prompt and all its tokens but the last) and the streams'
     median gap. Assumes the prompt was taken whole (`mixed_prompts`)."""
-    from tgi_toolkit.simulate.fit import mixed_step
-
     df = requests
     if S.WARMUP in df.columns:
         df = df[~df[S.WARMUP].fillna(False).astype(bool)]
