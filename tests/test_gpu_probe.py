@@ -55,8 +55,11 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     assert (out / "measured" / "forwards.jsonl").stat().st_size > 0
     assert summary["traced_batch"][0]["batch_size"] == 1
     assert summary["traced_batch"][0]["runs"] == summary["plan"]["runs"] + 1
+    # a batch run whose prompts came late to the engine (a loaded machine) is no run of that batch: beside two CPU
+    # burners every run of batch 16 was one, so only batch 1 (one request, never late) must have a traced run
     assert [row["batch_size"] for row in summary["traced_batch"]] == [1, 4, 16]
-    assert all(row["decode_step_ms"] > 0 for row in summary["traced_batch"])
+    assert all(row["decode_step_ms"] > 0 for row in summary["traced_batch"] if row["runs"])
+    assert summary["traced_batch"][0]["decode_step_ms"] > 0
     assert [row["forward"] for row in summary["engine_forwards"]] == ["prompt x1", "prompt x7 + decode row",
                                                                       "prompt x15 + decode row", "decode row"]
     assert all(row["wall_ms"] > 0 and "priced_ms" in row for row in summary["engine_forwards"])
