@@ -21,8 +21,9 @@ at ~780 tokens beyond the profile's contexts, no profiled step mixing a prompt w
 profile's two vLLM additions: it has been development data since. Set "2" was declared on 2026-11-28, before
 that change was first measured and before any of its workloads ran: other rates, user counts and lengths, a shared
 prefix, and one that overfills the KV cache. It ran twice (22 and 20 of 24: benchmarks/results/README.md); its
-misses (ITL p50 predicted 12-15 % long at 3-6 rows) are being diagnosed, which makes it development data too. Set
-"3" (the default) was declared before that diagnosis and before any of its workloads ran, in the same six kinds.
+misses (ITL p50 predicted 12-15 % long at 3-6 rows) were diagnosed (a price per batch size), which makes it
+development data too. Set "3" (the default) was declared before that diagnosis and before any of its workloads ran,
+in the same six kinds; it ran three times on 2026-11-28 (23, 17 and 20 of 24; docs/vllm-rules.md section 10).
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
