@@ -110,7 +110,7 @@ SET_3 = {
     "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(320,), max_new_tokens=(128,),
                                         ramp_up=0),
 }
-# declared 2026-11-28 (18:35 UTC) before its first run, after set 3's three runs (module docstring): each repeat on
+# declared 2026-11-28 (18:22 UTC) before its first run, after set 3's three runs (module docstring): each repeat on
 # a server started afresh (ACROSS_STARTS), the profile taken once, on the first, and frozen
 SET_4 = {
     "rate 0.8/s": RateScenario(rates=(0.8,), requests=10, prompt_tokens=(320,), max_new_tokens=(64,)),
