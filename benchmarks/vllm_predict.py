@@ -95,7 +95,7 @@ SET_2 = {
     "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(224,), max_new_tokens=(192,),
                                         ramp_up=0),
 }
-# declared 2026-11-28 (17:00 UTC) before its first run and before set 2's misses were diagnosed (module docstring)
+# declared 2026-11-28 (16:50 UTC, 8b0604d) before its first run and before set 2's misses were diagnosed
 SET_3 = {
     "rate 1.5/s": RateScenario(rates=(1.5,), requests=15, prompt_tokens=(200,), max_new_tokens=(40,)),
     "5 users": ConcurrencyScenario(users=(5,), requests=15, prompt_tokens=(96,), max_new_tokens=(56,), ramp_up=0),
