@@ -81,7 +81,7 @@ def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[S
                 mixed: Sequence[tuple[Shape, float]] = (), token_counts: bool = False) -> LinearCostModel:
     """The linear model from (prompt length, TTFT), (decode forward shape, seconds) and (mixed step shape,
     seconds: `mixed_samples`) samples; the request overhead is fitted with it (it appears in every TTFT and in no
-    step). token_counts: `fit_samples`'."""
+    step). token_counts: as in `fit_samples`."""
     samples = [Measurement("ttft", prefill_forwards(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
                for length, ttft in ingestion]
     samples += [Measurement("decode", np.array([shape.vector()]), 0.0, seconds,
