@@ -22,10 +22,6 @@ import vllm_predict as P  # noqa: E402
 
 from tgi_toolkit import schema as S  # noqa: E402
 from tgi_toolkit.bench import api as bench  # noqa: E402
-from tgi_toolkit.config import LauncherConfig  # noqa: E402
-from tgi_toolkit.models.files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model  # noqa: E402
-from tgi_toolkit.server import Server  # noqa: E402
-from tgi_toolkit.server.vllm import ARGS_VARIABLE, EXECUTABLE_VARIABLE  # noqa: E402
 
 SIZES = (1, 2, 3, 4, 5, 6, 7, 8)
 PROMPTS = (64, 256)
@@ -33,13 +29,8 @@ DECODE = 24
 
 
 def main() -> int:
-    model_dir = converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
-    config = LauncherConfig(model_id=str(model_dir), max_total_tokens=P.MAX_MODEL_LEN, max_batch_size=P.MAX_NUM_SEQS,
-                            dtype="bfloat16", usage_stats="off", cuda_graphs=[0])
-    env = {EXECUTABLE_VARIABLE: str(ROOT / ".venv-vllm/bin/vllm"), "VLLM_CPU_KVCACHE_SPACE": "1",
-           ARGS_VARIABLE: f"--block-size {P.BLOCK_SIZE} --num-gpu-blocks-override {P.NUM_GPU_BLOCKS}"}
     print(f"{'prompt':>6} {'rows':>4} {'profile ms':>10} {'gap p50':>8} {'gap 1':>7} {'gaps 2+':>8}  (ms; 3 runs)")
-    with Server(config, backend="vllm", env=env, health_timeout=900, startup_progress=False) as server:
+    with P.vllm_server(str(ROOT / ".venv-vllm/bin/vllm")) as server:
         for prompt in PROMPTS:
             res = bench.run_batch(server, batch_sizes=SIZES, sequence_length=prompt, decode_length=DECODE, runs=3,
                                   warmups=1, progress=False)

