@@ -12,6 +12,7 @@ import logging
 import math
 import time
 
+import pandas as pd
 import pytest
 
 from tgi_toolkit import schema as S
@@ -365,7 +366,8 @@ def test_a_vllm_profile_prices_each_measured_batch_size_below_the_knee():
     assert max(abs(p["measured_s"] - p["fitted_s"]) for p in line.points if p["kind"] == "decode") > 0.002
 
 
-def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot():
+@pytest.mark.parametrize("layout", ["two runs a point", "two passes of one run"])
+def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot(layout):
     # "Measured" tables made by the simulator with a known model (4 ms request overhead, 2 ms of it the front
     # end's one request at a time, 256-token prefill budget): a batch of 16 prompts of 384 tokens is 24 chunked
     # forwards whose rows and tokens only the scheduler knows, and a burst reaches the queue over 15 front-end
@@ -380,8 +382,10 @@ def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot():
     truth = LinearCostModel(forward_s=0.05, token_s=8e-4, row_s=5e-4, context_token_s=3e-6, attention_pair_s=1e-6,
                             request_overhead_s=0.004, frontend_s=0.002, source={"server": server})
     ing = simulate.measure_ingestion(truth, prompt_tokens=[16, 256, 768], repeats=2)
-    batches = [simulate.run_batch(truth, batch_sizes=[1, 4, 16], sequence_length=ctx, decode_length=12, runs=2,
-                                  warmups=1) for ctx in (32, 384)]
+    # a vLLM's profile takes its runs in passes over the grid (calibrate.STEP_OF_VLLM): each Results a run a point
+    passes, runs = (1, 2) if layout == "two runs a point" else (2, 1)
+    batches = [simulate.run_batch(truth, batch_sizes=[1, 4, 16], sequence_length=ctx, decode_length=12, runs=runs,
+                                  warmups=1) for _ in range(passes) for ctx in (32, 384)]
     model = LinearCostModel(forward_s=0.01, token_s=1e-3, frontend_s=0.002, source={"server": server})  # a poor start
     for _ in range(3):
         model = fit_samples(replay_rows(model, ing, batches, repeats=2), source={"server": server}, frontend_s=0.002)
@@ -400,6 +404,27 @@ def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot():
                                                                 res.batch[S.DECODE_TOKEN_LATENCY_S], strict=True)],
                          prefill_budget=256)
     assert max(abs(p["ratio"] - 1) for p in closed.points) > 0.05
+
+
+def test_a_batch_runs_decode_step_is_its_mean_or_the_median_of_its_rows_gaps():
+    from tgi_toolkit.bench.results import Results
+    from tgi_toolkit.bench.scenarios import batch_point_id
+    from tgi_toolkit.simulate.fit import decode_steps
+
+    point = batch_point_id(2, 16, 4)
+    batch = pd.DataFrame({S.BATCH_SIZE: 2, S.SEQUENCE_LENGTH: 16, S.DECODE_LENGTH: 4, S.REPEAT: [0, 0, 1],
+                          S.WARMUP: [True, False, False], S.DECODE_TOKEN_LATENCY_S: [0.9, 0.0503, 0.04]})
+    # repeat 0 stalled once (90 ms gaps in both rows at its last step); repeat 1 did not; the warm-up is skipped
+    itl = [[0.5, 0.5, 0.5], [0.5, 0.5, 0.5], [0.030, 0.031, 0.090], [0.030, 0.032, 0.089], [0.04, 0.04, 0.04],
+           [0.041, 0.039, 0.04]]
+    requests = pd.DataFrame({S.POINT_ID: point, S.REPEAT: [0, 0, 0, 0, 1, 1],
+                             S.WARMUP: [True, True, False, False, False, False], S.ITL_S: itl})
+    res = Results(requests=requests, batch=batch)
+    assert decode_steps(res) == [0.0503, 0.04]
+    # repeat 0's gaps sorted: 0.030 0.030 0.031 0.032 0.089 0.090; the median is (0.031 + 0.032) / 2
+    assert decode_steps(res, "median") == pytest.approx([0.0315, 0.04])
+    with pytest.raises(ValueError, match="'p50' is not one of mean, median"):
+        decode_steps(res, "p50")
 
 
 def test_cost_model_json_round_trip_and_bad_values(tmp_path):

