@@ -30,7 +30,8 @@ first and frozen, so that the runs' range holds the variation between runs of a 
 Set 4 ran twice (19 and 24 of 24). Set "5" (the default) was declared after those runs and before any of its own,
 with set 4's procedure and one change of the profile, declared with it: a vLLM's batch runs go in three passes over
 the grid, each run's decode step its median gap (simulate.calibrate.STEP_OF_VLLM), because set 4's first profile
-had priced a point from two runs taken in one slow minute.
+had priced a point from two runs taken in one slow minute. It ran three times (18, 21 and 21 of 24, leaning fast;
+docs/vllm-rules.md section 10).
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
