@@ -7,13 +7,16 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tgi_toolkit import schema as S
 from tgi_toolkit.costs.features import Shape, row_pairs
 from tgi_toolkit.costs.linear import TERMS, LinearCostModel, nonnegative_least_squares, uniform_shape
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.bench.results import Results
 
 
 def prefill_forwards(length: int, budget: int | None) -> np.ndarray:
@@ -171,7 +174,7 @@ def token_count_fit(samples: Sequence[Measurement], x: np.ndarray, y: np.ndarray
 STEP_STATISTICS = ("mean", "median")
 
 
-def decode_steps(batch: Any, statistic: str = "mean") -> list[float]:
+def decode_steps(batch: Results, statistic: str = "mean") -> list[float]:
     """The decode step of each measured run in a run_batch Results' batch table (warm-ups left out, in the table's
     order): "mean", text-generation-benchmark's (its decode token latency), or "median", the median gap between
     consecutive tokens over the run's rows, which a stall of the machine during the run moves less (and which is
