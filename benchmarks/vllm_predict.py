@@ -35,6 +35,7 @@ docs/vllm-rules.md section 10). Set "6" (the default) was declared after those r
 before any of its own, with one change of procedure declared with it (BRACKETED): the profile is taken between the
 two repeats, so that their range spans the minutes around it (the machine's speed moved 10-19 % within an hour).
 This widens what the target calls the runs' spread to the machine's drift; a set's score says which procedure it ran.
+It ran three times (23, 24 and 21 of 24; docs/vllm-rules.md section 10).
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
