@@ -228,13 +228,14 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
             "trace": {"path": str(trace), "batch_bytes": batch_bytes}}
 
 
-def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int]) -> list[dict[str, Any]]:
+def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], runs: int) -> list[dict[str, Any]]:
     """The batch table's forwards in the engine's trace (the bytes bench's batch runs added), per batch size B:
     the first prompt's forward (a prompt forward of one row, none decoding), the other B - 1 prompts' (the next
     forward: a prompt forward of B rows, one of them decoding) and the decode steps of B rows after it, each the
     median over the runs where the engine ran them so (TGI 3's rule B8 when the other B - 1 requests were all in
     by the end of the first forward); B = 1 is the one-row prompt forward followed by one-row decode steps.
-    Milliseconds; `runs` counts the runs matched (the warm-up run among them)."""
+    Milliseconds; `runs` counts the runs matched (the warm-up run among them). `runs`: the table's measured runs a
+    batch size (each after one warm-up run)."""
     import statistics
 
     with open(trace, "rb") as f:
@@ -242,13 +243,19 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int]) ->
         data = f.read(batch_bytes[1] - batch_bytes[0])
     lines = [json.loads(line) for line in data.splitlines() if line.strip()]
     found: dict[int, dict[str, list[float]]] = {b: {"first": [], "rest": [], "decode": []} for b in batch_sizes}
+    # the table runs its smallest batch first: B = 1's prompts are the first runs + 1 the trace holds. A later prompt
+    # decoded alone to its end is a larger batch's first request whose others came later still (a busy machine)
+    single_prompts = runs + 1 if min(batch_sizes) == 1 else 0
+    prompts_before = 0
     for i, line in enumerate(lines[:-1]):
+        seen, prompts_before = prompts_before, prompts_before + (
+            line["rows"] - line["decode_rows"] if line["rpc"] == "prefill" else 0)
         if not (line["rpc"] == "prefill" and line["rows"] == 1 and not line["decode_rows"]):
             continue
         after = lines[i + 1]
         size = after["rows"] if after["rpc"] == "prefill" and after["decode_rows"] == 1 else \
             1 if after["rpc"] == "decode" and after["rows"] == 1 else None
-        if size not in found:
+        if size not in found or (size == 1 and seen >= single_prompts):
             continue
         j = i + 2 if size > 1 else i + 1
         decodes = []
@@ -526,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["ratios"][kind] = ratios(predicted, summary["measured"])
     try:
         trace = summary["measured"]["trace"]
-        summary["traced_batch"] = traced_batch(Path(trace["path"]), trace["batch_bytes"], plan["batch_sizes"])
+        summary["traced_batch"] = traced_batch(Path(trace["path"]), trace["batch_bytes"], plan["batch_sizes"],
+                                               plan["runs"])
     except Exception as exc:  # a reading of what was measured; never worth the lease
         summary["skipped"]["traced_batch"] = f"{type(exc).__name__}: {exc}"
 

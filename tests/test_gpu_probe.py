@@ -119,13 +119,17 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
             + line("decode", 4, 0, 0.009)
             # a batch-4 run on a busy machine: its first prompt decoded alone twice before the other 3 joined
             + line("prefill", 1, 0, 0.070) + line("decode", 1, 0, 0.080) + line("decode", 1, 0, 0.090)
-            + line("prefill", 3, 1, 0.100) + line("decode", 4, 0, 0.011))
+            + line("prefill", 3, 1, 0.100) + line("decode", 4, 0, 0.011)
+            # later still (seen beside two CPU burners): its first prompt decoded alone to its end, then the other 3
+            + line("prefill", 1, 0, 0.060) + line("decode", 1, 0, 0.070) + line("decode", 1, 0, 0.075)
+            + line("prefill", 3, 0, 0.090) + line("decode", 3, 0, 0.012))
     trace = tmp_path / "forwards.jsonl"
     trace.write_text(before + runs)
     start = len(before.encode())
-    rows = gpu_probe.traced_batch(trace, [start, start + len(runs.encode())], [1, 4])
-    # batch 1: two runs, first forwards 10 and 12 ms (median 11), decode steps 5, 7 and 6 ms (median 6);
-    # batch 4: the one run whose other 3 prompts came in one forward: 20, 50 and 8 ms; the late run counts for neither
+    rows = gpu_probe.traced_batch(trace, [start, start + len(runs.encode())], [1, 4], runs=1)
+    # batch 1 (a warm-up and 1 run: its 2 prompts are the trace's first): first forwards 10 and 12 ms (median 11),
+    # decode steps 5, 7 and 6 ms (median 6); batch 4: the one run whose other 3 prompts came in one forward: 20, 50
+    # and 8 ms; the late runs count for neither
     assert rows == [
         {"batch_size": 1, "runs": 2, "first_prompt_ms": 11.0, "other_prompts_ms": None, "decode_step_ms": 6.0},
         {"batch_size": 4, "runs": 1, "first_prompt_ms": 20.0, "other_prompts_ms": 50.0, "decode_step_ms": 8.0}]
