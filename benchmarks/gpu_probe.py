@@ -243,19 +243,18 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
         data = f.read(batch_bytes[1] - batch_bytes[0])
     lines = [json.loads(line) for line in data.splitlines() if line.strip()]
     found: dict[int, dict[str, list[float]]] = {b: {"first": [], "rest": [], "decode": []} for b in batch_sizes}
-    # the table runs its smallest batch first: B = 1's prompts are the first runs + 1 the trace holds. A later prompt
-    # decoded alone to its end is a larger batch's first request whose others came later still (a busy machine)
-    single_prompts = runs + 1 if min(batch_sizes) == 1 else 0
-    prompts_before = 0
+    # the table runs its smallest batch first: B = 1's runs are the first runs + 1 prompts the trace shows decoding
+    # alone (bench's length check before them decodes nothing). A later one is a larger batch's first request whose
+    # others came late (a busy machine)
+    alone = 0
     for i, line in enumerate(lines[:-1]):
-        seen, prompts_before = prompts_before, prompts_before + (
-            line["rows"] - line["decode_rows"] if line["rpc"] == "prefill" else 0)
         if not (line["rpc"] == "prefill" and line["rows"] == 1 and not line["decode_rows"]):
             continue
         after = lines[i + 1]
         size = after["rows"] if after["rpc"] == "prefill" and after["decode_rows"] == 1 else \
             1 if after["rpc"] == "decode" and after["rows"] == 1 else None
-        if size not in found or (size == 1 and seen >= single_prompts):
+        alone += size == 1
+        if size not in found or (size == 1 and alone > runs + 1):
             continue
         j = i + 2 if size > 1 else i + 1
         decodes = []
