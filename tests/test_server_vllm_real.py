@@ -82,7 +82,7 @@ def test_real_vllm_serves_is_benchmarked_and_a_sweep_relaunches_it_once_per_conf
                      "children": psutil.Process(self.pid).children(recursive=True)})
         if self.config.max_batch_size == 2:  # the simulator's profile of a vLLM, on the server that batches
             live[-1]["profile"] = profile(self, prompt_tokens=[16, 32], batch_sizes=[1, 2], contexts=[16],
-                                          decode_length=4, repeats=1)
+                                          decode_length=8, repeats=1)
         return started
 
     def stop(self, grace: float = 10.0):
@@ -167,5 +167,9 @@ def test_real_vllm_serves_is_benchmarked_and_a_sweep_relaunches_it_once_per_conf
     # at 16 tokens and at the longest context the server admits; the cheaper size is the line itself
     model = live[1]["profile"]
     assert model.source["server"]["router"] == "vllm"
-    assert set(model.token_count_s) == {1, 2} and min(model.token_count_s.values()) == 0.0
+    # a run whose tokens all reached a starved client at once (beside two CPU burners) has no step to read and is left
+    # out, so the sizes priced are those with two decode runs measured, at least one of them
+    decoded = {size: sum(p["kind"] == "decode" and p["rows"] == size for p in model.points) for size in (1, 2)}
+    assert set(model.token_count_s) == {size for size, runs in decoded.items() if runs >= 2} != set()
+    assert min(model.token_count_s.values()) == 0.0
     assert max(model.token_count_s.values()) >= 0.0
