@@ -234,8 +234,8 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
     forward: a prompt forward of B rows, one of them decoding) and the decode steps of B rows after it, each the
     median over the runs where the engine ran them so (TGI 3's rule B8 when the other B - 1 requests were all in
     by the end of the first forward); B = 1 is the one-row prompt forward followed by one-row decode steps.
-    Milliseconds; `runs` counts the runs matched (the warm-up run among them). `runs`: the table's measured runs a
-    batch size (each after one warm-up run)."""
+    Milliseconds; each row's "runs" counts the runs matched (the warm-up run among them). The argument `runs` is the
+    table's measured runs a batch size (each after one warm-up run), which bounds how many batch-1 runs there are."""
     import statistics
 
     with open(trace, "rb") as f:
