@@ -67,6 +67,9 @@ def test_an_installed_wheel_reads_its_own_data(tmp_path: Path) -> None:
         print(round(fitted_factors()["bandwidth_efficiency"], 6), len(load_figures()))
         from tgi_toolkit.models.shipped import shipped_config, shipped_models_dir
         print(shipped_models_dir(), shipped_config("Qwen/Qwen3-8B")["num_hidden_layers"])
+        import os
+        from tgi_toolkit.server.vllm import TRACE_HOOK
+        print(os.path.join(TRACE_HOOK, "sitecustomize.py"))
     """)
     env = {k: v for k, v in os.environ.items() if k != "TGI_TOOLKIT_DATA"}
     env["PYTHONPATH"] = str(site)  # ahead of the checkout's editable install
@@ -85,6 +88,8 @@ def test_an_installed_wheel_reads_its_own_data(tmp_path: Path) -> None:
     assert float(bandwidth) == round(fit["factors"]["bandwidth_efficiency"], 6) and 0 < int(rows) < figures
     # the published model shapes, by id, from the wheel's own data/models (Qwen3-8B has 36 layers)
     assert out[6] == f"{package / 'data' / 'models'} 36"
+    # vLLM's forward trace hook ships as a file of its own (not a module of the package): vLLM's interpreter runs it
+    assert out[7] == str(package / "server" / "vllm_trace" / "sitecustomize.py") and Path(out[7]).is_file()
 
     # a data folder of one's own wins, and a wrong one says where it looked
     env["TGI_TOOLKIT_DATA"] = str(tmp_path / "nowhere")

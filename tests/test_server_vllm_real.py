@@ -32,6 +32,7 @@ from tgi_toolkit.models.files import DEFAULT_MODEL_ID, converted_model_dir, reso
 from tgi_toolkit.server import Server
 from tgi_toolkit.server.vllm import EXECUTABLE_VARIABLE
 from tgi_toolkit.simulate.calibrate import profile
+from tgi_toolkit.simulate.trace import read_trace, trace_end
 from tgi_toolkit.sweep import Sweep, Workload, load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,11 +68,13 @@ def test_real_vllm_serves_is_benchmarked_and_a_sweep_relaunches_it_once_per_conf
     # One sweep of two configurations: vLLM's two starts serve every check (a third start of its own for
     # the first server's checks cost a minute on 2 cores). Each server is looked at live as it starts.
     events: list[tuple[str, int, int | None]] = []  # (start | stop, max_num_seqs, pid)
+    trace = str(tmp_path / "steps.jsonl")
     live: list[dict] = []  # what each started server showed while it ran
     real_start, real_stop = Server.start, Server.stop
 
     def start(self):
         events.append(("start", self.config.max_batch_size, None))
+        offset = trace_end(trace)
         started = real_start(self)
         info = self.info()
         answer = httpx.post(self.url + "/v1/completions", timeout=600, json={
@@ -79,7 +82,7 @@ def test_real_vllm_serves_is_benchmarked_and_a_sweep_relaunches_it_once_per_conf
             "temperature": 0}).json()
         live.append({"command": list(self.command), "info": info, "facts": dict(self.facts),
                      "kv_capacity_tokens": self.kv_capacity_tokens, "answer": answer["choices"][0]["text"],
-                     "children": psutil.Process(self.pid).children(recursive=True)})
+                     "children": psutil.Process(self.pid).children(recursive=True), "trace_offset": offset})
         if self.config.max_batch_size == 2:  # the simulator's profile of a vLLM, on the server that batches
             live[-1]["profile"] = profile(self, prompt_tokens=[16, 32], batch_sizes=[1, 2], contexts=[16],
                                           decode_length=8, repeats=1)
@@ -102,7 +105,8 @@ def test_real_vllm_serves_is_benchmarked_and_a_sweep_relaunches_it_once_per_conf
                   # two users at once (no ramp), each answer long enough to be seen in vLLM's metrics
                   workloads=[Workload("concurrency", users=[2], prompt_tokens=16, max_new_tokens=16, requests=4,
                                       ramp_up=0)],
-                  server={"env": vllm_env, "health_timeout": 900})
+                  # vLLM's forward trace (server/vllm_trace): a line per engine step, which the profile reads
+                  server={"env": {**vllm_env, "TGI_TOOLKIT_FORWARD_TRACE": trace}, "health_timeout": 900})
     results = sweep.run(tmp_path, progress=False)
 
     # a fresh server per configuration, each stopped (nothing of it left) before the next starts
@@ -173,3 +177,16 @@ def test_real_vllm_serves_is_benchmarked_and_a_sweep_relaunches_it_once_per_conf
     assert set(model.token_count_s) == {size for size, runs in decoded.items() if runs >= 2} != set()
     assert min(model.token_count_s.values()) == 0.0
     assert max(model.token_count_s.values()) >= 0.0
+
+    # vLLM's engine steps, traced (server/vllm_trace): a line for each, which the profile fitted beside its timed
+    # requests. The capped server never ran two requests in one step; the uncapped one did (its answer's prefill and
+    # decodes alone, then two users sent at once)
+    steps = read_trace(trace)[0]
+    free_steps = read_trace(trace, live[1]["trace_offset"])[0]
+    capped_steps = steps[:len(steps) - len(free_steps)]
+    assert len(capped_steps) >= 8 + 4 * 16 and {shape.rows for shape, _ in capped_steps} == {1}
+    assert max(shape.rows for shape, _ in free_steps) == 2
+    assert all(seconds > 0 for _, seconds in capped_steps + free_steps)
+    # the answer's prompt, computed in one step of a row: its tokens are vLLM's count of the prompt
+    assert capped_steps[0][0].prefilling and capped_steps[0][0].tokens == capped_steps[0][0].context
+    assert model.source["traced_forwards"] > 0

@@ -9,6 +9,10 @@ vLLM's own settings that no launcher field stands for (`--block-size`, `--num-gp
 `--kv-cache-memory-bytes`, ...): TGI_TOOLKIT_VLLM_ARGS in the same environment, shell-quoted, appended to the
 command. A flag the launcher's settings already render (`--max-num-seqs` is `max_batch_size`) is refused there,
 naming the launcher field, so one setting has one place.
+
+TGI_TOOLKIT_FORWARD_TRACE in the same environment: vLLM writes the embedded engine's forward trace, a line per
+engine step (vllm_trace/sitecustomize.py, put first on its PYTHONPATH), which a profile reads as it reads the
+engine's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
 
 EXECUTABLE_VARIABLE = "TGI_TOOLKIT_VLLM"
 ARGS_VARIABLE = "TGI_TOOLKIT_VLLM_ARGS"
+TRACE_HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_trace")
 
 
 class VllmBackend(Backend):
@@ -72,6 +77,8 @@ class VllmBackend(Backend):
                                   "to run `vllm` from PATH")
             argv[0] = os.path.abspath(chosen)
         argv += self.extra_args(env.get(ARGS_VARIABLE, ""))
+        if env.get("TGI_TOOLKIT_FORWARD_TRACE"):
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (TRACE_HOOK, env.get("PYTHONPATH")) if p)
         return set_flag(set_flag(argv, "--host", host), "--port", str(port))
 
     @staticmethod
