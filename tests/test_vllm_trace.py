@@ -1,16 +1,18 @@
 """vLLM's forward trace (server/vllm_trace/sitecustomize.py): the lines it writes per engine step, and how the
 launcher's vllm backend turns it on. The real vLLM writing it is tested in test_server_vllm_real.py."""
 
+import dataclasses
 import importlib.util
 import json
 import os
+import random
 import sys
 import types
 
 import pytest
 
 from tgi_toolkit.config import LauncherConfig
-from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.features import Shape, shape_of
 from tgi_toolkit.server.vllm import TRACE_HOOK, VllmBackend
 from tgi_toolkit.simulate.trace import read_trace
 
@@ -42,6 +44,17 @@ def test_a_step_line_holds_the_shapes_features_worked_by_hand(hook):
     assert line["prefilling"] and (line["decode_rows"], line["decode_context"]) == (1, 301)
     line = hook.step_line([(20, 1), (31, 1)], 0.03)
     assert not line["prefilling"] and (line["tokens"], line["decode_rows"], line["decode_context"]) == (2, 2, 53)
+
+
+def test_a_step_line_has_the_features_the_simulator_gives_the_same_rows(hook):
+    # the hook cannot import costs.features (it runs in vLLM's interpreter), so its copy is held to shape_of
+    rng = random.Random(7)
+    for _ in range(200):
+        rows = [(rng.choice((0, rng.randrange(1, 900))), rng.choice((1, 1, rng.randrange(2, 300))))
+                for _ in range(rng.randrange(1, 9))]
+        forward = types.SimpleNamespace(rows=[types.SimpleNamespace(start=a, length=n) for a, n in rows])
+        line = hook.step_line(rows, 0.01)
+        assert {k: line[k] for k in dataclasses.asdict(shape_of(forward))} == dataclasses.asdict(shape_of(forward))
 
 
 class Request:
