@@ -39,6 +39,7 @@ It ran three times (23, 24 and 21 of 24; docs/vllm-rules.md section 10). Set "7"
 those runs and after a diagnostic of vLLM's traced steps on earlier sets' workloads (vllm_step_trace.py), with set 6's
 procedure and no change declared with it: it is the first declared set whose profile reads each decode run's step as
 the median over windows of 3 gaps (simulate.fit.STEP_WINDOW), the reading made after set 6 for a starved client.
+It ran three times (23, 24 and 19 of 24; docs/vllm-rules.md section 10).
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
