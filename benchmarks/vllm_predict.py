@@ -38,10 +38,13 @@ This widens what the target calls the runs' spread to the machine's drift; a set
 It ran three times (23, 24 and 21 of 24; docs/vllm-rules.md section 10). Set "7" was declared after
 those runs and after a diagnostic of vLLM's traced steps on earlier sets' workloads (vllm_step_trace.py), with set 6's
 procedure and no change declared with it: it is the first declared set whose profile reads each decode run's step as
-the median over windows of 3 gaps (simulate.fit.STEP_WINDOW), the reading made after set 6 for a starved client.
+the median over windows of 3 gaps (cd442ed's simulate.fit.STEP_WINDOW, replaced after set 8 by the steps as tokens
+arrived, simulate.fit.arrival_steps), the reading made after set 6 for a starved client.
 It ran three times (23, 24 and 19 of 24; docs/vllm-rules.md section 10). Set "8" (the default) was declared after
 those runs, before any of its own, with set 7's procedure and one change of the profile declared with it: a batch
 context of 512 tokens beside 32 and 256 (PROFILE_GRID), where set 7's shared prefix decoded and was priced slow.
+It ran three times (19, 23 and 23 of 24; docs/vllm-rules.md section 10). After set 8 the profile's decode step is
+read from the tokens' steps as they arrived (simulate.fit.arrival_steps): no declared set has run with it yet.
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
@@ -189,8 +192,8 @@ SET_6 = {
 }
 # declared 2026-11-28 (23:25 UTC) before its first run, after set 6's three runs and the step-trace diagnostic
 # (vllm_step_trace.py, on sets 2-6's workloads), with no change of procedure from set 6 (BRACKETED, across starts);
-# what is new is the profile's decode step read as the median over windows of 3 gaps (simulate.fit.STEP_WINDOW,
-# cd442ed, made for a starved client's bunched tokens after set 6 ran): no declared set has run with it yet
+# what is new is the profile's decode step read as the median over windows of 3 gaps (fit.STEP_WINDOW of cd442ed,
+# made for a starved client's bunched tokens after set 6 ran, replaced after set 8): no declared set had run with it
 SET_7 = {
     "rate 1/s": RateScenario(rates=(1.0,), requests=10, prompt_tokens=(240,), max_new_tokens=(40,)),
     "5 users": ConcurrencyScenario(users=(5,), requests=15, prompt_tokens=(80,), max_new_tokens=(60,), ramp_up=0),

@@ -406,16 +406,16 @@ def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot(layout):
     assert max(abs(p["ratio"] - 1) for p in closed.points) > 0.05
 
 
-def test_a_batch_runs_decode_step_is_its_mean_or_the_median_of_its_rows_windows_of_gaps():
+def test_a_batch_runs_decode_step_is_its_mean_or_the_median_of_its_tokens_steps_as_they_arrived():
     from tgi_toolkit.bench.results import Results
     from tgi_toolkit.bench.scenarios import batch_point_id
-    from tgi_toolkit.simulate.fit import decode_steps
+    from tgi_toolkit.simulate.fit import arrival_steps, decode_steps
 
-    point = batch_point_id(2, 16, 10)  # 10 tokens: 9 gaps a row, windows of 3
+    point = batch_point_id(2, 16, 10)  # 10 tokens: 9 gaps a row
     batch = pd.DataFrame({S.BATCH_SIZE: 2, S.SEQUENCE_LENGTH: 16, S.DECODE_LENGTH: 10, S.REPEAT: [0, 0, 1],
                           S.WARMUP: [True, False, False], S.DECODE_TOKEN_LATENCY_S: [0.9, 0.0443, 0.04]})
     # repeat 0 stalled once near its end (about 150 ms in both rows); repeat 1's client read its tokens three at a
-    # time (two gaps of 0, then 120 ms); the warm-up is skipped
+    # time after the first three (two gaps of 0 with the first token, then 120 ms and two of 0); the warm-up is skipped
     itl = [[0.5] * 9, [0.5] * 9,
            [0.030, 0.031, 0.032, 0.031, 0.030, 0.032, 0.030, 0.031, 0.149],
            [0.031, 0.031, 0.031, 0.032, 0.030, 0.031, 0.031, 0.029, 0.150],
@@ -424,8 +424,12 @@ def test_a_batch_runs_decode_step_is_its_mean_or_the_median_of_its_rows_windows_
                              S.WARMUP: [True, True, False, False, False, False], S.ITL_S: itl})
     res = Results(requests=requests, batch=batch)
     assert decode_steps(res) == [0.0443, 0.04]
-    # repeat 0's windows: 31, 31, 70 ms in one row, 31, 31, 70 in the other: the median is 31 ms (0.093 / 3);
-    # repeat 1's windows are all 40 ms (0.12 / 3), where the median of its gaps would be 0
+    # repeat 0: every gap is over a tenth of its row's mean (0.396 / 9 = 44 ms), so each is a token's step: of the 18,
+    # 0.029, four of 0.030, eight of 0.031 (the 9th and 10th), three of 0.032, 0.149, 0.150: the median is 31 ms.
+    # Repeat 1: the two tokens that came with the first are left out; each later 120 ms brought three tokens (40 ms
+    # each) but the last, which came alone (120 ms): six of 40 ms and one of 120 a row, the median 40 ms, where the
+    # median of its gaps would be 0
+    assert arrival_steps([0.0, 0.0, 0.12] * 3) == pytest.approx([0.04] * 6 + [0.12])
     assert decode_steps(res, "median") == pytest.approx([0.031, 0.04])
     with pytest.raises(ValueError, match="'p50' is not one of mean, median"):
         decode_steps(res, "p50")

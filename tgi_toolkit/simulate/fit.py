@@ -173,15 +173,17 @@ def token_count_fit(samples: Sequence[Measurement], x: np.ndarray, y: np.ndarray
 
 STEP_STATISTICS = ("mean", "median")
 # A busy client reads several tokens of a stream at once and stamps them alike: beside two CPU burners a 2-row run's
-# gaps were mostly 0 and their median with them. The median is taken over windows of this many consecutive gaps of
-# a row (the last window takes the rest), whose mean a bunch inside it does not move.
-STEP_WINDOW = 3
+# gaps were mostly 0 and their median with them. A gap and the near-zero gaps after it (under this share of the row's
+# mean gap) are one arrival of several tokens, each token's step their mean (`arrival_steps`). Against vLLM's traced
+# steps this read 1.004 of them (median over 60 batch runs), where the means of windows of 3 gaps (the reading from
+# cd442ed to set 8) read 1.011 and the mean 1.260: benchmarks/results/vllm_step_readings.txt
+BUNCH_SHARE = 0.1
 
 
 def decode_steps(batch: Results, statistic: str = "mean") -> list[float]:
     """The decode step of each measured run in a run_batch Results' batch table (warm-ups left out, in the table's
     order): "mean", text-generation-benchmark's (its decode token latency), or "median", the median over the run's
-    rows of the mean gap in each window of STEP_WINDOW consecutive gaps, which a stall of the machine during the run
+    rows' tokens of each token's step as it arrived (`arrival_steps`), which a stall of the machine during the run
     moves less (what a workload's ITL p50 reads). NaN where the run has no decode."""
     if statistic not in STEP_STATISTICS:
         raise ValueError(f"decode step statistic: {statistic!r} is not one of {', '.join(STEP_STATISTICS)}")
@@ -195,15 +197,25 @@ def decode_steps(batch: Results, statistic: str = "mean") -> list[float]:
     for size, ctx, d, repeat in zip(b[S.BATCH_SIZE], b[S.SEQUENCE_LENGTH], b[S.DECODE_LENGTH], b[S.REPEAT],
                                     strict=True):
         rows = req[(req[S.POINT_ID] == batch_point_id(int(size), int(ctx), int(d))) & (req[S.REPEAT] == repeat)]
-        windows = [float(np.mean(window)) for itl in rows[S.ITL_S] for window in gap_windows(list(itl))]
-        out.append(float(np.median(windows)) if windows else math.nan)
+        steps = [step for itl in rows[S.ITL_S] for step in arrival_steps(list(itl))]
+        out.append(float(np.median(steps)) if steps else math.nan)
     return out
 
 
-def gap_windows(gaps: Sequence[float], size: int = STEP_WINDOW) -> list[Sequence[float]]:
-    """`gaps` in consecutive windows of `size`, the last holding the rest (one window when fewer than 2 x size)."""
-    count = max(len(gaps) // size, 1 if gaps else 0)
-    return [gaps[i * size:(i + 1) * size if i < count - 1 else len(gaps)] for i in range(count)]
+def arrival_steps(gaps: Sequence[float], share: float = BUNCH_SHARE) -> list[float]:
+    """Each token's step from a stream's gaps between tokens: a gap over `share` of their mean and the gaps under it
+    that follow are one arrival, its tokens sharing its time. Tokens that came with the first one are left out (their
+    steps went by before the first token was read)."""
+    if not gaps:
+        return []
+    small = share * sum(gaps) / len(gaps)
+    arrivals: list[list[float]] = []
+    for gap in gaps:
+        if gap > small:
+            arrivals.append([gap])
+        elif arrivals:
+            arrivals[-1].append(gap)
+    return [sum(arrival) / len(arrival) for arrival in arrivals for _ in arrival]
 
 
 def replay_rows(model: LinearCostModel, ingestion: Any, batches: Sequence[Any], *, repeats: int,
