@@ -43,33 +43,37 @@ def step_line(rows: list, seconds: float, first_tokens: int = 0) -> dict:
     return line
 
 
+def planned(scheduler) -> dict:
+    """The rows and first tokens of the scheduler's latest schedule(), which is wrapped to record them (once)."""
+    plan = getattr(scheduler, "traced_plan", None)
+    if plan is not None:
+        return plan
+    plan, schedule = {}, scheduler.schedule
+
+    def traced_schedule(*args, **kwargs):
+        output = schedule(*args, **kwargs)
+        scheduled = [(scheduler.requests[rid], n) for rid, n in output.num_scheduled_tokens.items()
+                     if rid in scheduler.requests]
+        plan["rows"] = [(request.num_computed_tokens - n, n) for request, n in scheduled]
+        # a prompt completed by a request with no output yet (a preempted one recomputes its prompt again)
+        plan["first_tokens"] = sum(not request.output_token_ids and request.num_computed_tokens - n
+                                   < request.num_prompt_tokens <= request.num_computed_tokens
+                                   for request, n in scheduled)
+        return output
+
+    scheduler.schedule, scheduler.traced_plan = traced_schedule, plan
+    return plan
+
+
 def patch(module) -> None:
     core = module.EngineCore
-    step, schedule_of = core.step, {}
+    step = core.step
     out = open(PATH, "a", buffering=1)  # noqa: SIM115 (open for the process's life: a line per step)
 
     def traced_step(self):
         if self.batch_queue is not None:  # pipelined steps overlap: no step's seconds are its own
             return step(self)
-        scheduler = self.scheduler
-        if id(scheduler) not in schedule_of:
-            schedule_of[id(scheduler)] = scheduler.schedule
-            plan = {}
-
-            def schedule(*args, **kwargs):
-                output = schedule_of[id(scheduler)](*args, **kwargs)
-                scheduled = [(scheduler.requests[rid], n) for rid, n in output.num_scheduled_tokens.items()
-                             if rid in scheduler.requests]
-                plan["rows"] = [(request.num_computed_tokens - n, n) for request, n in scheduled]
-                # a prompt completed by a request with no output yet (a preempted one recomputes its prompt again)
-                plan["first_tokens"] = sum(not request.output_token_ids and request.num_computed_tokens - n
-                                           < request.num_prompt_tokens <= request.num_computed_tokens
-                                           for request, n in scheduled)
-                return output
-
-            scheduler.schedule = schedule
-            scheduler.traced_plan = plan
-        plan = scheduler.traced_plan
+        plan = planned(self.scheduler)
         plan.pop("rows", None)
         t0 = time.perf_counter()
         result = step(self)
