@@ -29,7 +29,7 @@ _LAZY = {
     "load_cost_model": "tgi_toolkit.costs.load",
     "RooflineCostModel": "tgi_toolkit.costs.roofline", "roofline": "tgi_toolkit.costs.roofline",
     "MeasuredCostModel": "tgi_toolkit.costs.measured", "gpu_cost_model": "tgi_toolkit.costs.measured",
-    "profile": ".calibrate", "SimTarget": ".target", "make_target": ".target",
+    "profile": ".calibrate", "Profiling": ".calibrate", "SimTarget": ".target", "make_target": ".target",
     "Simulator": ".events", "SimRequest": ".drivers", "VirtualClock": ".events",
 }
 
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
         run_scenario,
         run_shared_prefix,
     )
-    from tgi_toolkit.simulate.calibrate import profile
+    from tgi_toolkit.simulate.calibrate import Profiling, profile
     from tgi_toolkit.simulate.drivers import SimRequest
     from tgi_toolkit.simulate.events import Simulator, VirtualClock
     from tgi_toolkit.simulate.target import SimTarget, make_target
@@ -62,6 +62,6 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 __all__ = [
     "SCENARIO_FUNCTIONS", "LinearCostModel", "MeasuredCostModel", "RooflineCostModel", "Shape", "SimRequest",
     "SimTarget", "Simulator", "VirtualClock", "fit_linear", "gpu_cost_model", "kv_capacity_tokens", "load_cost_model",
-    "make_target", "measure_ingestion", "profile", "roofline", "run_batch", "run_concurrency", "run_decode_stall",
-    "run_multi_turn", "run_rate", "run_scenario", "run_shared_prefix", "shape_of", "play_scenario",
+    "make_target", "measure_ingestion", "profile", "Profiling", "roofline", "run_batch", "run_concurrency",
+    "run_decode_stall", "run_multi_turn", "run_rate", "run_scenario", "run_shared_prefix", "shape_of", "play_scenario",
 ]

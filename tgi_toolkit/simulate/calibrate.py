@@ -30,8 +30,9 @@ A vLLM server (its /v1/models) is measured in two more ways, because its schedul
 shows: its decodes go up to the longest context it admits (`longest_context`: `--max-model-len` less the decode),
 and bench's decode-stall rounds time steps that prefill a prompt beside running decodes (`mixed_steps`, MIXED),
 which vLLM's chunked scheduler builds whenever a request arrives while others decode; they join the fit as steps
-of their own (`fit.mixed_step`). Its batch runs go in passes over the grid and read each run's median step
-(STEP_OF_VLLM; `source.batch_runs`). How long each stage took is in `source.seconds`.
+of their own (`fit.mixed_step`). Its grid is measured in passes, each its prompts, one run of each batch and its
+mixed steps, and reads each run's median step (STEP_OF_VLLM; `source.batch_runs`); `Profiling` can spread the passes
+over time and over starts of the server. How long each stage took is in `source.seconds`.
 
 The model remembers the server's limits and scheduling mode (`source.server`), so a simulation with it
 stands for that server unless told otherwise; the measured points and the fit's error on each are in
@@ -46,7 +47,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -83,7 +84,8 @@ FULL = {"prompt_tokens": (16, 64, 256, 512, 1024, 1536), "batch_sizes": (1, 2, 4
         "contexts": (32, 256, 1024), "decode_length": 24, "repeats": 3}
 # A vLLM server's mixed steps (docs/vllm-rules.md section 1: decodes and a waiting prompt in one forward, which TGI
 # never runs), timed by bench's decode-stall rounds: streams of `stream_prompt` tokens decoding `stream_tokens`, and
-# one prompt of each length sent once each stream has `lead_tokens` (`mixed_prompts` keeps those vLLM takes whole).
+# one prompt of each length sent once each stream has `lead_tokens` (`mixed_prompts` keeps those vLLM takes whole),
+# `repeats` rounds of each spread over a profile's passes (at least one a pass).
 MIXED = {"prompt_tokens": (128, 512), "stream_prompt": 32, "stream_tokens": 24, "lead_tokens": 4, "repeats": 2}
 
 
@@ -174,9 +176,9 @@ def batches_within(batch_sizes: Sequence[int], context: int, decode_length: int,
 
 
 def _measure_mixed(server: Any, facts: Mapping[str, Any], batch_sizes: Sequence[int], limit: int,
-                   progress: bool) -> list[tuple[Shape, float]]:
+                   progress: bool, rounds: int) -> list[tuple[Shape, float]]:
     """vLLM's mixed steps (MIXED): as many streams as the grid's largest batch within the cap, less one for the
-    prompt that joins them; `mixed_steps` of each length's rounds."""
+    prompt that joins them; `mixed_steps` of each length's `rounds` rounds."""
     from tgi_toolkit.bench.api import run_decode_stall
 
     streams = max(1, min(max(int(b) for b in batch_sizes), int(facts.get("max_batch_size") or 10**9)) - 1)
@@ -186,7 +188,7 @@ def _measure_mixed(server: Any, facts: Mapping[str, Any], batch_sizes: Sequence[
                                 facts.get("max_batch_total_tokens"), limit, stream_prompt + stream_tokens):
         res = run_decode_stall(server, streams=streams, long_prompt=prompt, stream_prompt=stream_prompt,
                                stream_tokens=stream_tokens, long_max_new_tokens=1,
-                               lead_tokens=int(MIXED["lead_tokens"]), repeats=int(MIXED["repeats"]), warmups=1,
+                               lead_tokens=int(MIXED["lead_tokens"]), repeats=rounds, warmups=1,
                                progress=progress)
         out += mixed_steps(res.requests, stream_prompt)
     return out
@@ -240,6 +242,179 @@ def mixed_steps(requests: pd.DataFrame, stream_prompt: int) -> list[tuple[Shape,
     return out
 
 
+class Profiling:
+    """A profile measured in passes over its grid, then fitted (`profile` does both at once). A vLLM's grid is
+    measured in `repeats` passes of one run a point (STEP_OF_VLLM), another server's in one pass of `repeats` runs
+    (`in_passes` decides otherwise). `measure` takes the next passes on a server, which may be a later start of one
+    with the same settings: passes spread over the minutes a workload runs in price the machine's speed over those
+    minutes, where one block of passes prices the minutes it ran in (benchmarks/vllm_predict.py's INTERLEAVED).
+    Each start's first pass follows a warm-up. Arguments as `profile`'s."""
+
+    def __init__(self, server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[int] | None = None,
+                 batch_sizes: Sequence[int] | None = None, contexts: Sequence[int] | None = None,
+                 decode_length: int | None = None, repeats: int | None = None,
+                 environ: Mapping[str, str] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
+                 trace: str | None = None, in_passes: bool | None = None, progress: bool = False) -> None:
+        grid = dict(QUICK if quick else FULL)
+        for key, value in (("prompt_tokens", prompt_tokens), ("batch_sizes", batch_sizes), ("contexts", contexts),
+                           ("decode_length", decode_length), ("repeats", repeats)):
+            if value is not None:
+                grid[key] = value
+        self.grid = grid
+        self.server = server
+        self.facts = _server_facts(server)
+        facts = self.facts
+        self.limit = min(facts.get("max_input_tokens") or 10**9, (facts.get("max_total_tokens") or 10**9) - 1)
+        self.lengths = sorted({min(int(p), self.limit) for p in grid["prompt_tokens"]})
+        self.vllm = facts.get("router") == "vllm"
+        d = int(grid["decode_length"])
+        if self.vllm and self.limit < 10**9:  # vLLM: decodes up to its --max-model-len, as its workloads reach
+            self.contexts = longest_context(grid["contexts"], self.limit, d)
+        else:
+            self.contexts = sorted({min(int(c), self.limit - d) for c in grid["contexts"]})
+        self.mode = _mode(os.environ if environ is None else environ)
+        self.budget = facts.get("max_batch_prefill_tokens") if self.mode["chunking"] else None
+        self.trace = trace or (getattr(server, "env", None) or {}).get("TGI_TOOLKIT_FORWARD_TRACE")
+        self.free_tokens = free_tokens
+        self.progress = progress
+        split = self.vllm if in_passes is None else in_passes
+        self.passes, self.runs = (int(grid["repeats"]), 1) if split else (1, int(grid["repeats"]))
+        self.step = STEP_OF_VLLM if self.vllm else "mean"
+        # what the passes measured so far: each pass's ingestion and batch Results (replayed apart), and samples
+        self.ingestions: list[Any] = []
+        self.batches: list[list[Any]] = []
+        self.ingestion: list[tuple[int, float]] = []
+        self.decode: list[tuple[Shape, float]] = []
+        self.mixed: list[tuple[Shape, float]] = []
+        self.traced: list[Any] = []
+        self.frontend, self.frontend_note = 0.0, None
+        self.seconds: dict[str, float] = {}
+        self.starts: list[tuple[str, int | None]] = []  # the server starts measured on (url, pid), in order
+
+    @property
+    def measured(self) -> int:
+        """How many of the `passes` passes are measured."""
+        return len(self.batches)
+
+    def measure(self, server: ServerRef | None = None, passes: int | None = None) -> None:
+        """Measure the next `passes` passes (default: all that remain) on `server` (default: the one profiled);
+        a server whose settings differ from the first's is refused before anything runs."""
+        from tgi_toolkit.bench.target import resolve
+
+        server = self.server if server is None else server
+        left = self.passes - self.measured
+        passes = left if passes is None else int(passes)
+        if not 1 <= passes <= left:
+            raise ValueError(f"passes: {passes} is not between 1 and the {left} of {self.passes} passes left")
+        if server is not self.server:
+            facts = _server_facts(server)
+            differ = sorted(k for k in {*facts, *self.facts} if facts.get(k) != self.facts.get(k))
+            if differ:
+                raise ValueError(f"server: its {differ[0]} is {facts.get(differ[0])!r} where the profile's first "
+                                 f"server had {self.facts.get(differ[0])!r}; a profile's passes run on one "
+                                 "server's settings")
+        target = resolve(server)
+        start = (target.url, target.pid)
+        clock = [time.monotonic()]
+
+        def lap(stage: str) -> None:
+            self.seconds[stage] = round(self.seconds.get(stage, 0.0) + time.monotonic() - clock[0], 1)
+            clock[0] = time.monotonic()
+
+        if start not in self.starts:
+            self.starts.append(start)
+            self._warm_up(server)
+            lap("warm-up")
+        for _ in range(passes):
+            self._measure_pass(server, lap)
+
+    def _warm_up(self, server: ServerRef) -> None:
+        """A fresh server's first requests pay one-off costs (lazy initialisation, the KV cache growing): a few
+        unmeasured requests of the grid's shapes first, or the first TTFTs come out 2-3x too long. The front end is
+        timed on the first start only."""
+        from tgi_toolkit.bench.api import measure_ingestion, run_batch
+
+        lengths = self.lengths
+        run_batch(server, batch_sizes=[max(self.grid["batch_sizes"])], sequence_length=max(lengths),
+                  decode_length=4, runs=1, warmups=1, progress=self.progress)
+        measure_ingestion(server, prompt_tokens=lengths[-2:] if len(lengths) > 1 else lengths * 2, repeats=1,
+                          progress=self.progress)
+        if self.trace and len(self.starts) == 1:
+            self.frontend, self.frontend_note = _measure_frontend(server, self.trace, self.facts, self.progress)
+
+    def _measure_pass(self, server: ServerRef, lap: Callable[[str], None]) -> None:
+        from tgi_toolkit.bench.api import measure_ingestion, run_batch
+
+        # the trace from here on: a warm-up's forwards (a cache growth among them) are not the machine's speed
+        offset = trace_end(self.trace) if self.trace else 0
+        ing = measure_ingestion(server, prompt_tokens=self.lengths, repeats=self.runs, progress=self.progress)
+        rows = ing.requests[~ing.requests[S.WARMUP] & ing.requests[S.ERROR].isna()]
+        self.ingestion += [(int(p), float(t)) for p, t in zip(rows[S.PROMPT_TOKENS], rows[S.TTFT_S], strict=True)]
+        self.ingestions.append(ing)
+        lap("prompts")
+        d = int(self.grid["decode_length"])
+        batches = []
+        for ctx in self.contexts:
+            sizes = batches_within(self.grid["batch_sizes"], ctx, d, self.facts.get("max_batch_total_tokens"))
+            if not sizes:
+                continue
+            res = run_batch(server, batch_sizes=sizes, sequence_length=ctx, decode_length=d, runs=self.runs,
+                            warmups=1, progress=self.progress)
+            batches.append(res)
+            batch = res.batch[~res.batch[S.WARMUP]]
+            for size, latency in zip(batch[S.BATCH_SIZE], decode_steps(res, self.step), strict=True):
+                if latency == latency and latency > 0:
+                    self.decode.append((uniform_shape(int(size), 1, ctx + d // 2, prefilling=False), float(latency)))
+        self.batches.append(batches)
+        lap("batches")
+        if self.vllm:
+            # MIXED's rounds spread over the passes, at least one a pass
+            rounds = max(1, int(MIXED["repeats"]) // self.passes)
+            self.mixed += _measure_mixed(server, self.facts, self.grid["batch_sizes"], self.limit, self.progress,
+                                         rounds)
+            lap("mixed steps")
+        if self.trace:
+            self.traced += forward_samples(read_trace(self.trace, offset)[0])
+
+    def fit(self, output: str | None = None) -> LinearCostModel:
+        """The model fitted to every pass measured (at least one); also saved as JSON at `output` if given."""
+        from tgi_toolkit.bench import provenance
+
+        if not self.measured:
+            raise ValueError("profile: no pass is measured yet (Profiling.measure)")
+        started = time.monotonic()
+        facts, grid = self.facts, self.grid
+        source = {"profiled": facts.get("model_id"), "grid": {k: list(v) if isinstance(v, (list, tuple)) else v
+                                                              for k, v in grid.items()},
+                  "server": {**facts, **self.mode}, "hardware": provenance.hardware(),
+                  "versions": provenance.versions()}
+        name = f"calibrated {facts.get('model_id', '')}".strip()
+        traced = self.traced
+        if traced:
+            source["traced_forwards"] = len(traced)
+        if self.frontend_note:
+            source["frontend"] = self.frontend_note
+        if self.vllm:
+            source["mixed"] = {**MIXED, "steps": len(self.mixed)}
+        source["batch_runs"] = {"passes": self.measured, "runs_a_pass": self.runs, "decode_step": self.step,
+                                "server_starts": len(self.starts)}
+        # the front end goes in before the replays: it decides which forward each request of a burst joins
+        # a vLLM's decode steps also price each batch size apart (costs.LinearCostModel.token_count_s); the embedded
+        # engine's profile keeps the line, its held-out figure (benchmarks/cpu_heldout.py) measured with it
+        kw = {"name": name, "source": source, "free_tokens": self.free_tokens, "frontend_s": self.frontend,
+              "token_counts": self.vllm}
+        model = fit_profile(self.ingestion, self.decode, prefill_budget=self.budget, mixed=self.mixed, **kw)
+        for _ in range(REPLAYS):
+            rows = [sample for ing, batches in zip(self.ingestions, self.batches, strict=True)
+                    for sample in replay_rows(model, ing, batches, repeats=self.runs, step=self.step)]
+            model = fit_samples(rows + traced + mixed_samples(self.mixed), terms=TERMS if traced else PROFILE_TERMS,
+                                **kw)
+        model.source["seconds"] = {**self.seconds, "fit": round(time.monotonic() - started, 1)}
+        if output:
+            model.save(output)
+        return model
+
+
 def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[int] | None = None,
             batch_sizes: Sequence[int] | None = None, contexts: Sequence[int] | None = None,
             decode_length: int | None = None, repeats: int | None = None, environ: Mapping[str, str] | None = None,
@@ -253,98 +428,10 @@ def profile(server: ServerRef, *, quick: bool = True, prompt_tokens: Sequence[in
     default; KNEES tries more; (0,) fits a straight line). trace: the forward trace the server writes
     (TGI_TOOLKIT_FORWARD_TRACE; default: the one an embedded Server was started with), whose forwards join
     the fit and time the front end (`frontend_s`; 0 without a trace). output: also save the model as JSON there.
+    `Profiling` measures the same in passes, on one server or several starts of it.
     """
-    from tgi_toolkit.bench.api import measure_ingestion, run_batch
-
-    grid = dict(QUICK if quick else FULL)
-    for key, value in (("prompt_tokens", prompt_tokens), ("batch_sizes", batch_sizes), ("contexts", contexts),
-                       ("decode_length", decode_length), ("repeats", repeats)):
-        if value is not None:
-            grid[key] = value
-    facts = _server_facts(server)
-    limit = min(facts.get("max_input_tokens") or 10**9, (facts.get("max_total_tokens") or 10**9) - 1)
-    lengths = sorted({min(int(p), limit) for p in grid["prompt_tokens"]})
-    vllm = facts.get("router") == "vllm"
-    if vllm and limit < 10**9:  # vLLM: decodes up to its --max-model-len, as the workloads it serves reach
-        contexts_ok = longest_context(grid["contexts"], limit, int(grid["decode_length"]))
-    else:
-        contexts_ok = sorted({min(int(c), limit - int(grid["decode_length"])) for c in grid["contexts"]})
-    mode = _mode(os.environ if environ is None else environ)
-    budget = facts.get("max_batch_prefill_tokens") if mode["chunking"] else None
-    trace = trace or (getattr(server, "env", None) or {}).get("TGI_TOOLKIT_FORWARD_TRACE")
-
-    # where the profile's wall time goes, by stage (source.seconds)
-    seconds: dict[str, float] = {}
-    clock = [time.monotonic()]
-
-    def lap(stage: str) -> None:
-        seconds[stage] = round(time.monotonic() - clock[0], 1)
-        clock[0] = time.monotonic()
-
-    # A fresh server's first requests pay one-off costs (lazy initialisation, the KV cache growing): a
-    # few unmeasured requests of the grid's shapes first, or the first TTFTs come out 2-3x too long.
-    run_batch(server, batch_sizes=[max(grid["batch_sizes"])], sequence_length=max(lengths), decode_length=4,
-              runs=1, warmups=1, progress=progress)
-    measure_ingestion(server, prompt_tokens=lengths[-2:] if len(lengths) > 1 else lengths * 2, repeats=1,
-                      progress=progress)
-    frontend, frontend_note = _measure_frontend(server, trace, facts, progress) if trace else (0.0, None)
-    # the trace from here on: the warm-up's forwards (a cache growth among them) are not the machine's speed
-    offset = trace_end(trace) if trace else 0
-    lap("warm-up")
-    ing = measure_ingestion(server, prompt_tokens=lengths, repeats=int(grid["repeats"]), progress=progress)
-    rows = ing.requests[~ing.requests[S.WARMUP] & ing.requests[S.ERROR].isna()]
-    ingestion = [(int(p), float(t)) for p, t in zip(rows[S.PROMPT_TOKENS], rows[S.TTFT_S], strict=True)]
-
-    lap("prompts")
-    decode: list[tuple[Shape, float]] = []
-    batches = []
-    d = int(grid["decode_length"])
-    passes, runs = (int(grid["repeats"]), 1) if vllm else (1, int(grid["repeats"]))
-    step = STEP_OF_VLLM if vllm else "mean"
-    for _ in range(passes):
-        for ctx in contexts_ok:
-            sizes = batches_within(grid["batch_sizes"], ctx, d, facts.get("max_batch_total_tokens"))
-            if not sizes:
-                continue
-            res = run_batch(server, batch_sizes=sizes, sequence_length=ctx, decode_length=d, runs=runs, warmups=1,
-                            progress=progress)
-            batches.append(res)
-            batch = res.batch[~res.batch[S.WARMUP]]
-            for size, latency in zip(batch[S.BATCH_SIZE], decode_steps(res, step), strict=True):
-                if latency == latency and latency > 0:
-                    decode.append((uniform_shape(int(size), 1, ctx + d // 2, prefilling=False), float(latency)))
-
-    lap("batches")
-    mixed = _measure_mixed(server, facts, grid["batch_sizes"], limit, progress) if vllm else []
-    if vllm:
-        lap("mixed steps")
-
-    from tgi_toolkit.bench import provenance
-
-    source = {"profiled": facts.get("model_id"), "grid": {k: list(v) if isinstance(v, (list, tuple)) else v
-                                                          for k, v in grid.items()},
-              "server": {**facts, **mode}, "hardware": provenance.hardware(), "versions": provenance.versions()}
-    name = f"calibrated {facts.get('model_id', '')}".strip()
-    traced = forward_samples(read_trace(trace, offset)[0]) if trace else []
-    if traced:
-        source["traced_forwards"] = len(traced)
-    if frontend_note:
-        source["frontend"] = frontend_note
-    if vllm:
-        source["mixed"] = {**MIXED, "steps": len(mixed)}
-    source["batch_runs"] = {"passes": passes, "runs_a_pass": runs, "decode_step": step}
-    # the front end goes in before the replays: it decides which forward each request of a burst joins
-    # a vLLM's decode steps also price each batch size apart (costs.LinearCostModel.token_count_s); the embedded
-    # engine's profile keeps the line, its held-out figure (benchmarks/cpu_heldout.py) measured with it
-    model = fit_profile(ingestion, decode, prefill_budget=budget, name=name, source=source, free_tokens=free_tokens,
-                        frontend_s=frontend, mixed=mixed, token_counts=vllm)
-    for _ in range(REPLAYS):
-        model = fit_samples(replay_rows(model, ing, batches, repeats=int(grid["repeats"]), step=step) + traced
-                            + mixed_samples(mixed), name=name,
-                            source=source, free_tokens=free_tokens, frontend_s=frontend,
-                            terms=TERMS if traced else PROFILE_TERMS, token_counts=vllm)
-    lap("fit")
-    model.source["seconds"] = seconds
-    if output:
-        model.save(output)
-    return model
+    profiling = Profiling(server, quick=quick, prompt_tokens=prompt_tokens, batch_sizes=batch_sizes,
+                          contexts=contexts, decode_length=decode_length, repeats=repeats, environ=environ,
+                          free_tokens=free_tokens, trace=trace, progress=progress)
+    profiling.measure()
+    return profiling.fit(output)
