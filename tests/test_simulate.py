@@ -367,6 +367,28 @@ def test_a_vllm_profile_prices_each_measured_batch_size_below_the_knee():
     assert max(abs(p["measured_s"] - p["fitted_s"]) for p in line.points if p["kind"] == "decode") > 0.002
 
 
+def test_a_profile_in_passes_fits_each_points_median_so_one_slow_pass_pulls_no_coefficient():
+    # The rule: 10 ms a forward and 10 us a context token. One-row decodes at contexts of 100 and 1,000 tokens take
+    # 10 + 1 = 11 ms and 10 + 10 = 20 ms; measured in three passes, the third pass's 1,000-token step ran in a slow
+    # minute (30 ms). Each point's median is 11 and 20 ms: the line through them is the rule again.
+    decode = [(uniform_shape(1, 1, context - 1, prefilling=False), seconds / 1e3)
+              for context, times in ((100, (11, 11, 11)), (1000, (20, 20, 30))) for seconds in times]
+    terms = ("forward_s", "context_token_s")
+    model = fit_profile([], decode, terms=terms, free_tokens=(0,), token_tiles=(1,), point_medians=True)
+    assert (model.forward_s, model.context_token_s) == pytest.approx((0.010, 1e-5), rel=1e-6)
+    # every sample is still listed, priced by that line: the slow one at 20 of its 30 ms
+    assert [round(p["fitted_s"] * 1e3, 6) for p in model.points] == [11, 11, 11, 20, 20, 20]
+    assert [p["measured_s"] for p in model.points][-1] == 0.030
+    # fitted to every sample, the slow pass pulls the context term up
+    pulled = fit_profile([], decode, terms=terms, free_tokens=(0,), token_tiles=(1,))
+    assert pulled.context_token_s > 1.1e-5
+    # traced forwards (no point of their own) are never merged; repeats of one point are
+    from tgi_toolkit.simulate.fit import forward_samples, median_points
+
+    traced = forward_samples([(uniform_shape(1, 1, 99, prefilling=False), 0.011)] * 2)
+    assert len(median_points(traced)) == 2
+
+
 @pytest.mark.parametrize("layout", ["two runs a point", "two passes of one run"])
 def test_replay_fit_recovers_a_known_model_where_the_closed_form_cannot(layout):
     # "Measured" tables made by the simulator with a known model (4 ms request overhead, 2 ms of it the front
@@ -652,7 +674,8 @@ def test_profile_of_the_engine_fits_its_traced_forwards_after_the_warm_up(tmp_pa
     model = profiling.fit()
     # every forward of the measured grid joins the fit; the warm-ups' (a cache growth among them) do not
     assert 0 < model.source["traced_forwards"] < sum(written)
-    assert model.source["batch_runs"] == {"passes": 2, "runs_a_pass": 1, "decode_step": "mean", "server_starts": 2}
+    assert model.source["batch_runs"] == {"passes": 2, "runs_a_pass": 1, "decode_step": "mean", "server_starts": 2,
+                                          "fitted": "medians"}
     # each pass measured both prompts once and both batch sizes once
     assert sorted(p["prompt_tokens"] for p in model.points if p["kind"] == "ttft") == [16, 16, 64, 64]
     assert sorted(p["rows"] for p in model.points if p["kind"] == "decode") == [1, 1, 2, 2]

