@@ -15,7 +15,8 @@ tokens, context, seconds and the first tokens it gave; server/vllm_trace). On th
 Printed: each profile's price of the workloads' real steps by kind (median and spread of price / measured); each
 request's TTFT split at the end of the engine step that gave its first token (the trace's wall clock against the
 run clock's: the client's first token minus that step's end is the way out, through vLLM's front end and the
-client); and the workloads' four metrics measured and simulated. Compared with nothing: it says whether the leans
+client); each saturated or shared-prefix request's TTFT in the order sent, measured and simulated, with vLLM's
+preemptions; and the workloads' four metrics measured and simulated. Compared with nothing: it says whether the leans
 are the steps' prices or what lies outside the steps, and whether pricing from the trace moves them.
 """
 
@@ -70,6 +71,16 @@ def ways_out(res, lines: list[dict]) -> list[tuple[float, float]]:
     return out
 
 
+def preemptions(url: str) -> int:
+    """vLLM's preemptions so far (its /metrics counter)."""
+    import httpx
+
+    from tgi_toolkit.bench.prometheus import parse_prometheus
+
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return int(sum(value for name, _labels, value in parse_prometheus(text) if name == "vllm:num_preemptions_total"))
+
+
 def median_ms(values) -> str:
     return f"{statistics.median(values) * 1e3:8.1f}" if values else f"{'-':>8}"
 
@@ -83,7 +94,7 @@ def main() -> int:
     TRACE.unlink(missing_ok=True)
     server = P.vllm_server(str(ROOT / ".venv-vllm/bin/vllm"))
     server.env["TGI_TOOLKIT_FORWARD_TRACE"] = str(TRACE)
-    steps, measured, split, simulated = {}, {}, {}, {}
+    steps, measured, split, simulated, preempted, answers = {}, {}, {}, {}, {}, {}
     with server:
         print(f"vLLM {server.facts.get('version')}, logged KV cache {server.kv_capacity_tokens} tokens", flush=True)
         models = {}
@@ -99,8 +110,10 @@ def main() -> int:
                   f"{models[name].request_overhead_s * 1e3:.3g} ms", flush=True)
         for k, (name, scenario) in enumerate({"lone requests": None, **workloads}.items()):
             offset = trace_end(str(TRACE))
+            before = preemptions(server.url)
             res = (bench.run_concurrency(server, **LONE, progress=False) if scenario is None
                    else bench.play_scenario(server, scenario, seed=100 * k + 7, progress=False))
+            preempted[name] = preemptions(server.url) - before
             measured[name] = P.metrics(res)
             steps[name] = read_trace(str(TRACE), offset)[0]
             split[name] = ways_out(res, read_trace_lines(str(TRACE), offset)[0])
@@ -108,6 +121,7 @@ def main() -> int:
                                if scenario is None else
                                sim.play_scenario(model, scenario, server="vllm-v1", config=P.VLLM_SETTINGS,
                                                  seed=100 * k + 7) for model in models.values()]
+            answers[name] = res.requests
             print(f"  measured {name}: {len(steps[name])} steps; "
                   + ", ".join(f"{m} {v:.4g}" for m, v in measured[name].items()), flush=True)
 
@@ -133,6 +147,17 @@ def main() -> int:
         sim_ttft = req[~req[S.WARMUP] & req[S.ERROR].isna()][S.TTFT_S]
         print(f"{name:<28} {len(pairs):>8} {median_ms([a + b for a, b in pairs])} {median_ms([a for a, _ in pairs])} "
               f"{median_ms([b for _, b in pairs])} {median_ms(list(sim_ttft))}")
+
+    print("\nEach request's TTFT (s) in the order sent, measured then simulated (the first profile), and vLLM's "
+          "preemptions over the workload (vllm:num_preemptions_total)")
+    for name in workloads:
+        req = simulated[name][0].requests
+        sim_req = req[~req[S.WARMUP] & req[S.ERROR].isna()].sort_values(S.SENT_S)
+        real = answers[name][~answers[name][S.WARMUP] & answers[name][S.ERROR].isna()].sort_values(S.SENT_S)
+        print(f"{name}: vLLM preempted {preempted[name]}")
+        for label, rows in (("measured", real), ("simulated", sim_req)):
+            print(f"  {label:<9} sent " + " ".join(f"{v:5.2f}" for v in rows[S.SENT_S] - rows[S.SENT_S].min()))
+            print(f"  {label:<9} TTFT " + " ".join(f"{v:5.2f}" for v in rows[S.TTFT_S]))
 
     print(f"\n{'workload':<28} {'metric':<13} {'measured':>9} " + " ".join(f"{m[:14]:>14}" for m in models))
     for name in workloads:
