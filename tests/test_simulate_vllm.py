@@ -214,7 +214,7 @@ def test_a_mixed_step_holds_the_decodes_and_the_whole_prompt():
 
 
 def test_the_mixed_probe_keeps_prompts_vllm_takes_whole_beside_its_streams():
-    from tgi_toolkit.simulate.calibrate import mixed_prompts
+    from tgi_toolkit.simulate.mixed_steps import mixed_prompts
 
     # vllm_predict's server: 7 streams of 32 + 24 tokens (392), budget 2048, 2,560 tokens of KV: both fit
     assert mixed_prompts((128, 512), 7, 2048, 2560, 1023, 56) == [128, 512]
@@ -229,8 +229,8 @@ def test_mixed_steps_are_timed_by_the_streams_gap_that_ends_with_the_prompts_fir
     import pandas as pd
 
     from tgi_toolkit import schema as S
-    from tgi_toolkit.simulate.calibrate import mixed_steps
     from tgi_toolkit.simulate.fit import mixed_step
+    from tgi_toolkit.simulate.mixed_steps import mixed_steps
 
     def row(repeat, group, turn, sent, ttft, gaps, prompt, warmup=False, error=None):
         return {S.REPEAT: repeat, S.WARMUP: warmup, S.ERROR: error, S.GROUP: group, S.TURN: turn, S.SENT_S: sent,
@@ -277,7 +277,7 @@ def test_mixed_steps_read_back_the_step_the_simulated_vllm_priced():
     # built, 7 decodes and the whole prompt, priced by the model; read back, its shape prices to that gap exactly
     from tgi_toolkit.scenarios.plans import DecodeStallScenario
     from tgi_toolkit.simulate.api import play_scenario
-    from tgi_toolkit.simulate.calibrate import mixed_steps
+    from tgi_toolkit.simulate.mixed_steps import mixed_steps
 
     model = LinearCostModel(forward_s=0.04, token_s=5e-4, row_s=2e-3, context_token_s=1e-5, request_overhead_s=0.004)
     stall = DecodeStallScenario(streams=7, long_prompt=128, stream_prompt=32, stream_tokens=24, long_max_new_tokens=1,

@@ -28,7 +28,7 @@ requests, where each forward holds what reached the queue during the one before 
 
 A vLLM server (its /v1/models) is measured in two more ways, because its scheduler runs what the rest never
 shows: its decodes go up to the longest context it admits (`longest_context`: `--max-model-len` less the decode),
-and bench's decode-stall rounds time steps that prefill a prompt beside running decodes (`mixed_steps`, MIXED),
+and bench's decode-stall rounds time steps that prefill a prompt beside running decodes (`simulate.mixed_steps`),
 which vLLM's chunked scheduler builds whenever a request arrives while others decode; they join the fit as steps
 of their own (`fit.mixed_step`). Its grid is measured in passes, each its prompts, one run of each batch and its
 mixed steps, reads each run's median step (STEP_OF_VLLM) and fits each point's median over the passes
@@ -39,8 +39,9 @@ The model remembers the server's limits and scheduling mode (`source.server`), s
 stands for that server unless told otherwise; the measured points and the fit's error on each are in
 `points`.
 
-This module measures (the grid, the server's facts, the front end's bursts, `profile`); the fit and the
-replay are in `simulate.fit`, reading the forward trace in `simulate.trace`.
+This module measures (the grid, the server's facts, the front end's bursts, `Profiling` and `profile`); vLLM's
+mixed steps are measured in `simulate.mixed_steps`, the fit and the replay are in `simulate.fit`, reading the
+forward trace in `simulate.trace`.
 """
 
 from __future__ import annotations
@@ -64,14 +65,12 @@ from tgi_toolkit.simulate.fit import (
     fit_samples,
     forward_samples,
     mixed_samples,
-    mixed_step,
     replay_rows,
 )
+from tgi_toolkit.simulate.mixed_steps import MIXED, measure_mixed
 from tgi_toolkit.simulate.trace import frontend_seconds, read_trace, read_trace_lines, trace_end
 
 if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
-
     from tgi_toolkit.bench.target import ServerRef
 
 # The quick grid's prompts sit on both sides of the common 64-256-token prompts: with 16, 256 and 768 only, the
@@ -83,11 +82,6 @@ QUICK = {"prompt_tokens": (16, 64, 128, 256, 768), "batch_sizes": (1, 4, 16), "c
 # (costs.LinearCostModel): without a batch between the tiles, no fit can tell a tile from a straight line.
 FULL = {"prompt_tokens": (16, 64, 256, 512, 1024, 1536), "batch_sizes": (1, 2, 4, 8, 16, 24, 32),
         "contexts": (32, 256, 1024), "decode_length": 24, "repeats": 3}
-# A vLLM server's mixed steps (docs/vllm-rules.md section 1: decodes and a waiting prompt in one forward, which TGI
-# never runs), timed by bench's decode-stall rounds: streams of `stream_prompt` tokens decoding `stream_tokens`, and
-# one prompt of each length sent once each stream has `lead_tokens` (`mixed_prompts` keeps those vLLM takes whole),
-# `repeats` rounds of each spread over a profile's passes (at least one a pass).
-MIXED = {"prompt_tokens": (128, 512), "stream_prompt": 32, "stream_tokens": 24, "lead_tokens": 4, "repeats": 2}
 
 
 # A vLLM's batch runs go in `repeats` passes over the grid, one run of each point a pass: a slow minute of a shared
@@ -176,71 +170,11 @@ def batches_within(batch_sizes: Sequence[int], context: int, decode_length: int,
     return [int(b) for b in batch_sizes if int(b) * (context + decode_length) <= kv_tokens]
 
 
-def _measure_mixed(server: Any, facts: Mapping[str, Any], batch_sizes: Sequence[int], limit: int,
-                   progress: bool, rounds: int) -> list[tuple[Shape, float]]:
-    """vLLM's mixed steps (MIXED): as many streams as the grid's largest batch within the cap, less one for the
-    prompt that joins them; `mixed_steps` of each length's `rounds` rounds."""
-    from tgi_toolkit.bench.api import run_decode_stall
-
-    streams = max(1, min(max(int(b) for b in batch_sizes), int(facts.get("max_batch_size") or 10**9)) - 1)
-    stream_prompt, stream_tokens = int(MIXED["stream_prompt"]), int(MIXED["stream_tokens"])
-    out: list[tuple[Shape, float]] = []
-    for prompt in mixed_prompts(MIXED["prompt_tokens"], streams, facts.get("max_batch_prefill_tokens"),
-                                facts.get("max_batch_total_tokens"), limit, stream_prompt + stream_tokens):
-        res = run_decode_stall(server, streams=streams, long_prompt=prompt, stream_prompt=stream_prompt,
-                               stream_tokens=stream_tokens, long_max_new_tokens=1,
-                               lead_tokens=int(MIXED["lead_tokens"]), repeats=rounds, warmups=1,
-                               progress=progress)
-        out += mixed_steps(res.requests, stream_prompt)
-    return out
-
-
 def longest_context(contexts: Sequence[int], limit: int, decode_length: int) -> list[int]:
     """`contexts` and the longest a request reaches on a server of `limit` input tokens (`--max-model-len` - 1 on
     vLLM), less the decode: without it a vLLM of 1,024 tokens was profiled at 32 and 256 only and its decodes at
     ~780 priced as at 256 (benchmarks/vllm_predict.py, docs/vllm-rules.md section 10)."""
     return sorted({min(int(c), limit - decode_length) for c in contexts} | {limit - decode_length})
-
-
-def mixed_prompts(prompts: Sequence[int], streams: int, budget: int | None, kv_tokens: int | None, limit: int,
-                  stream_length: int) -> list[int]:
-    """The prompt lengths of the mixed-step probe: each cut to what one step takes beside `streams` decodes (the
-    budget less one token a stream) and to the server's `limit`, and only those that fit the KV cache beside the
-    streams' `stream_length` tokens each (tokens, as `batches_within`): one step then prefills it whole."""
-    room = min(limit, (budget or 10**9) - streams)
-    cut = sorted({min(int(p), room) for p in prompts if room > 0})
-    return [p for p in cut if kv_tokens is None or streams * stream_length + p + 1 <= kv_tokens]
-
-
-def mixed_steps(requests: pd.DataFrame, stream_prompt: int) -> list[tuple[Shape, float]]:
-    """The mixed steps of decode-stall rounds (bench's requests table, warm-ups and failures dropped): in each
-    round, the step that emitted the long prompt's first token also emitted a token of every stream, so each
-    stream's gap ending nearest that token (within half the gap) timed it. One sample a round: that step's shape
-    (`mixed_step`: a stream's decode row after its prompt and all its tokens but the last) and the streams'
-    median gap. Assumes the prompt was taken whole (`mixed_prompts`)."""
-    df = requests
-    if S.WARMUP in df.columns:
-        df = df[~df[S.WARMUP].fillna(False).astype(bool)]
-    if S.ERROR in df.columns:
-        df = df[df[S.ERROR].isna()]
-    out: list[tuple[Shape, float]] = []
-    for _, part in df.groupby(S.REPEAT, sort=True):
-        long = part[part[S.GROUP] == 1]
-        if long.empty or not long[S.TTFT_S].iloc[0] == long[S.TTFT_S].iloc[0]:
-            continue
-        first = float(long[S.SENT_S].iloc[0]) + float(long[S.TTFT_S].iloc[0])
-        starts, gaps = [], []
-        for _, stream in part[part[S.GROUP] == 0].iterrows():
-            gaps_of = [float(g) for g in stream[S.ITL_S]]
-            # token k (1-based) arrives at sent + ttft + the first k - 1 gaps
-            times = float(stream[S.SENT_S]) + float(stream[S.TTFT_S]) + np.cumsum([0.0, *gaps_of])
-            k = int(np.argmin(np.abs(times - first))) + 1
-            if k >= 2 and abs(times[k - 1] - first) <= gaps_of[k - 2] / 2:
-                starts.append(stream_prompt + k - 2)  # its decode fed token k - 1, at position prompt + k - 2
-                gaps.append(gaps_of[k - 2])
-        if gaps:
-            out.append((mixed_step(starts, int(long[S.PROMPT_TOKENS].iloc[0])), float(np.median(gaps))))
-    return out
 
 
 class Profiling:
@@ -371,7 +305,7 @@ class Profiling:
         if self.vllm:
             # MIXED's rounds spread over the passes, at least one a pass
             rounds = max(1, int(MIXED["repeats"]) // self.passes)
-            self.mixed += _measure_mixed(server, self.facts, self.grid["batch_sizes"], self.limit, self.progress,
+            self.mixed += measure_mixed(server, self.facts, self.grid["batch_sizes"], self.limit, self.progress,
                                          rounds)
             lap("mixed steps")
         if self.trace:
