@@ -60,6 +60,7 @@ from tgi_toolkit.costs.linear import TERMS, LinearCostModel, uniform_shape
 from tgi_toolkit.simulate.fit import (
     FREE_TOKENS,
     PROFILE_TERMS,
+    Measurement,
     decode_steps,
     fit_profile,
     fit_samples,
@@ -71,6 +72,7 @@ from tgi_toolkit.simulate.mixed_steps import MIXED, measure_mixed
 from tgi_toolkit.simulate.trace import frontend_seconds, read_trace, read_trace_lines, trace_end
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.bench.results import Results
     from tgi_toolkit.bench.target import ServerRef
 
 # The quick grid's prompts sit on both sides of the common 64-256-token prompts: with 16, 256 and 768 only, the
@@ -216,12 +218,12 @@ class Profiling:
         self.passes, self.runs = (int(grid["repeats"]), 1) if split else (1, int(grid["repeats"]))
         self.step = STEP_OF_VLLM if self.vllm else "mean"
         # what the passes measured so far: each pass's ingestion and batch Results (replayed apart), and samples
-        self.ingestions: list[Any] = []
-        self.batches: list[list[Any]] = []
+        self.ingestions: list[Results] = []
+        self.batches: list[list[Results]] = []
         self.ingestion: list[tuple[int, float]] = []
         self.decode: list[tuple[Shape, float]] = []
         self.mixed: list[tuple[Shape, float]] = []
-        self.traced: list[Any] = []
+        self.traced: list[Measurement] = []
         self.frontend, self.frontend_note = 0.0, None
         self.seconds: dict[str, float] = {}
         self.starts: list[tuple[str, int | None]] = []  # the server starts measured on (url, pid), in order
