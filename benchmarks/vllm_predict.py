@@ -55,7 +55,8 @@ docs/vllm-rules.md section 10). Set "10" was declared after those runs, before a
 9's procedure and grid and one change of the profile declared with it: each point is fitted as its median over the
 passes (simulate.fit.median_points), not as every pass's sample. It ran three times (24, 24 and 24 of 24;
 docs/vllm-rules.md section 10). Set "11" (the default) was declared after those runs, before any of its own, with set
-10's procedure, grid and profile unchanged: a check that set 10's result holds on workloads that shaped nothing.
+10's procedure, grid and profile unchanged: a check that set 10's result holds on workloads that shaped nothing. It
+ran three times (23, 24 and 21 of 24; docs/vllm-rules.md section 10).
 
 Target (issue 40): a prediction counts when it lies within the two measured runs' range widened by 10 % (at
 least min x 0.9, at most max x 1.1), for at least 90 % of METRICS x the set's workloads. Exit 1 on a miss.
