@@ -114,13 +114,12 @@ def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFIL
     decode samples (`token_count_fit`). point_medians: fit each measured point's median over its repeats
     (`median_points`) instead of every sample; `points` and `jitter_cv` still read every sample."""
     every = list(samples)
+    if not every or any(not (math.isfinite(s.seconds) and s.seconds > 0) for s in every):
+        raise ValueError("profile: every measured time must be a positive number of seconds")
     if point_medians:
         samples = median_points(every)
     keep = [TERMS.index(t) for t in terms]
     y = np.array([s.seconds for s in samples], dtype=float)
-    if not len(y) or np.any(~np.isfinite(y)) or np.any(y <= 0) \
-            or any(not s.seconds > 0 or not math.isfinite(s.seconds) for s in every):
-        raise ValueError("profile: every measured time must be a positive number of seconds")
     w = 1 / y
     best: tuple[float, int, int, np.ndarray, np.ndarray] | None = None
     for tile in token_tiles:  # every knee untiled first: a tie keeps the simpler model
@@ -145,8 +144,7 @@ def fit_samples(samples: Sequence[Measurement], *, terms: Sequence[str] = PROFIL
     if point_medians:  # every sample priced by the fit, each decode of k rows with k's offset
         x = np.column_stack([np.array([s.features(knee, tile) for s in every])[:, keep],
                              [s.overheads for s in every]])
-        shift = np.array([offsets.get(int(s.about.get("rows", 0)), 0.0) if s.kind == "decode" else 0.0
-                          for s in every])
+        shift = np.array([offsets.get(rows, 0.0) for rows in decode_rows(every)])
     fitted = x @ coef + shift
     # traced forwards are fitted too but not listed: a profile's trace holds thousands
     model.points = [{"kind": s.kind, "measured_s": float(s.seconds), "fitted_s": float(f),
@@ -180,13 +178,18 @@ def median_points(samples: Sequence[Measurement]) -> list[Measurement]:
     return out
 
 
+def decode_rows(samples: Sequence[Measurement]) -> list[int]:
+    """Each sample's rows when it is a decode step (the token count `LinearCostModel.token_count_s` prices), else 0."""
+    return [int(s.about["rows"]) if s.kind == "decode" and "rows" in s.about else 0 for s in samples]
+
+
 def token_count_fit(samples: Sequence[Measurement], x: np.ndarray, y: np.ndarray, coef: np.ndarray,
                     rounds: int = 3) -> tuple[np.ndarray, dict[int, float], np.ndarray]:
     """The line refitted beside `LinearCostModel.token_count_s`: each decode step of k rows (k tokens) measured at
     least twice gives k the median of its steps' residuals (seconds) above the cheapest count's (a constant would
     trade itself against the line's forward), the line is refitted to the times less those, `rounds` times.
     Returns the coefficients, the offsets (each >= 0) and each sample's offset."""
-    rows = [int(s.about["rows"]) if s.kind == "decode" and "rows" in s.about else 0 for s in samples]
+    rows = decode_rows(samples)
     counts = sorted(k for k in set(rows) if k and rows.count(k) >= 2)
     w = 1 / y
 

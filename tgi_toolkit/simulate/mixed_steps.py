@@ -25,7 +25,7 @@ MIXED = {"prompt_tokens": (128, 512), "stream_prompt": 32, "stream_tokens": 24, 
 
 
 def measure_mixed(server: Any, facts: Mapping[str, Any], batch_sizes: Sequence[int], limit: int,
-                   progress: bool, rounds: int) -> list[tuple[Shape, float]]:
+                  progress: bool, rounds: int) -> list[tuple[Shape, float]]:
     """vLLM's mixed steps (MIXED): as many streams as the grid's largest batch within the cap, less one for the
     prompt that joins them; `mixed_steps` of each length's `rounds` rounds."""
     from tgi_toolkit.bench.api import run_decode_stall
