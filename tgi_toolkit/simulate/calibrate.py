@@ -217,11 +217,10 @@ class Profiling:
         split = self.vllm if in_passes is None else in_passes
         self.passes, self.runs = (int(grid["repeats"]), 1) if split else (1, int(grid["repeats"]))
         self.step = STEP_OF_VLLM if self.vllm else "mean"
-        # what the passes measured so far: each pass's ingestion and batch Results (replayed apart), and samples
+        # what the passes measured so far: each pass's ingestion and batch Results (replayed apart), its mixed steps
+        # and traced forwards
         self.ingestions: list[Results] = []
         self.batches: list[list[Results]] = []
-        self.ingestion: list[tuple[int, float]] = []
-        self.decode: list[tuple[Shape, float]] = []
         self.mixed: list[tuple[Shape, float]] = []
         self.traced: list[Measurement] = []
         self.frontend, self.frontend_note = 0.0, None
@@ -284,24 +283,16 @@ class Profiling:
 
         # the trace from here on: a warm-up's forwards (a cache growth among them) are not the machine's speed
         offset = trace_end(self.trace) if self.trace else 0
-        ing = measure_ingestion(server, prompt_tokens=self.lengths, repeats=self.runs, progress=self.progress)
-        rows = ing.requests[~ing.requests[S.WARMUP] & ing.requests[S.ERROR].isna()]
-        self.ingestion += [(int(p), float(t)) for p, t in zip(rows[S.PROMPT_TOKENS], rows[S.TTFT_S], strict=True)]
-        self.ingestions.append(ing)
+        self.ingestions.append(measure_ingestion(server, prompt_tokens=self.lengths, repeats=self.runs,
+                                                 progress=self.progress))
         lap("prompts")
         d = int(self.grid["decode_length"])
         batches = []
         for ctx in self.contexts:
             sizes = batches_within(self.grid["batch_sizes"], ctx, d, self.facts.get("max_batch_total_tokens"))
-            if not sizes:
-                continue
-            res = run_batch(server, batch_sizes=sizes, sequence_length=ctx, decode_length=d, runs=self.runs,
-                            warmups=1, progress=self.progress)
-            batches.append(res)
-            batch = res.batch[~res.batch[S.WARMUP]]
-            for size, latency in zip(batch[S.BATCH_SIZE], decode_steps(res, self.step), strict=True):
-                if latency == latency and latency > 0:
-                    self.decode.append((uniform_shape(int(size), 1, ctx + d // 2, prefilling=False), float(latency)))
+            if sizes:
+                batches.append(run_batch(server, batch_sizes=sizes, sequence_length=ctx, decode_length=d,
+                                         runs=self.runs, warmups=1, progress=self.progress))
         self.batches.append(batches)
         lap("batches")
         if self.vllm:
@@ -312,6 +303,23 @@ class Profiling:
             lap("mixed steps")
         if self.trace:
             self.traced += forward_samples(read_trace(self.trace, offset)[0])
+
+    def closed_form(self) -> tuple[list[tuple[int, float]], list[tuple[Shape, float]]]:
+        """The passes' single prompts as (length, TTFT) and their batches' decode steps as (shape, seconds), in the
+        order measured: what `fit_profile` fits before the replays."""
+        ingestion: list[tuple[int, float]] = []
+        for ing in self.ingestions:
+            rows = ing.requests[~ing.requests[S.WARMUP] & ing.requests[S.ERROR].isna()]
+            ingestion += [(int(p), float(t)) for p, t in zip(rows[S.PROMPT_TOKENS], rows[S.TTFT_S], strict=True)]
+        d = int(self.grid["decode_length"])
+        decode: list[tuple[Shape, float]] = []
+        for res in (res for batches in self.batches for res in batches):
+            batch = res.batch[~res.batch[S.WARMUP]]
+            for size, ctx, latency in zip(batch[S.BATCH_SIZE], batch[S.SEQUENCE_LENGTH], decode_steps(res, self.step),
+                                          strict=True):
+                if latency == latency and latency > 0:
+                    decode.append((uniform_shape(int(size), 1, int(ctx) + d // 2, prefilling=False), float(latency)))
+        return ingestion, decode
 
     def fit(self, output: str | None = None) -> LinearCostModel:
         """The model fitted to every pass measured (at least one); also saved as JSON at `output` if given."""
@@ -342,7 +350,7 @@ class Profiling:
         # engine's profile keeps the line, its held-out figure (benchmarks/cpu_heldout.py) measured with it
         kw = {"name": name, "source": source, "free_tokens": self.free_tokens, "frontend_s": self.frontend,
               "token_counts": self.vllm, "point_medians": medians}
-        model = fit_profile(self.ingestion, self.decode, prefill_budget=self.budget, mixed=self.mixed, **kw)
+        model = fit_profile(*self.closed_form(), prefill_budget=self.budget, mixed=self.mixed, **kw)
         for _ in range(REPLAYS):
             rows = [sample for ing, batches in zip(self.ingestions, self.batches, strict=True)
                     for sample in replay_rows(model, ing, batches, repeats=self.runs, step=self.step)]
