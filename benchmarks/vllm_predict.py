@@ -84,7 +84,7 @@ from tgi_toolkit.scenarios.kinds import ConcurrencyScenario, RateScenario  # noq
 from tgi_toolkit.scenarios.plans import SharedPrefix  # noqa: E402
 from tgi_toolkit.server import Server  # noqa: E402
 from tgi_toolkit.server.vllm import ARGS_VARIABLE, EXECUTABLE_VARIABLE  # noqa: E402
-from tgi_toolkit.simulate import Profiling, profile  # noqa: E402
+from tgi_toolkit.simulate import Profiling  # noqa: E402
 from tgi_toolkit.simulate import api as sim  # noqa: E402
 
 # -- declared before any run -----------------------------------------------------------------------------------------
@@ -366,12 +366,19 @@ def profile_pass(profiling: Profiling, server: Server, passes: int | None = 1) -
 
 
 def frozen_profile(server: Server, set_name: str) -> LinearCostModel:
-    """The profile the predictions use: `server` profiled now and saved."""
+    """The profile the predictions use: `server` profiled now, at once, and saved."""
     t = time.monotonic()
+    profiling = Profiling(server, **profile_grid(set_name))
+    profiling.measure(server)
+    return frozen(profiling, set_name, f"profiled in {time.monotonic() - t:.0f} s")
+
+
+def frozen(profiling: Profiling, set_name: str, how: str) -> LinearCostModel:
+    """`profiling` fitted and saved to RESULTS (frozen from here on), and said so after `how`."""
     out = RESULTS / PROFILE_FILES[set_name]
-    cost = profile(server, **profile_grid(set_name), output=str(out))
-    print(f"profiled in {time.monotonic() - t:.0f} s -> {out.relative_to(ROOT)} (frozen from here on): "
-          f"{cost.formula()}; seconds by stage: {cost.source.get('seconds')}", flush=True)
+    cost = profiling.fit(str(out))
+    print(f"{how} -> {out.relative_to(ROOT)} (frozen from here on): {cost.formula()}; seconds by stage: "
+          f"{cost.source.get('seconds')}", flush=True)
     return cost
 
 
@@ -413,10 +420,7 @@ def main() -> int:
             elif cost is None:
                 cost = frozen_profile(server, args.set)
     if profiling is not None:
-        out = RESULTS / PROFILE_FILES[args.set]
-        cost = profiling.fit(str(out))
-        print(f"profile fitted to {profiling.measured} passes -> {out.relative_to(ROOT)} (frozen from here on): "
-              f"{cost.formula()}; seconds by stage: {cost.source.get('seconds')}", flush=True)
+        cost = frozen(profiling, args.set, f"profile fitted to {profiling.measured} passes")
     assert cost is not None
     simulated = {name: sim.play_scenario(cost, scenario, server="vllm-v1", config=VLLM_SETTINGS, seed=100 * k + 1)
                  for k, (name, scenario) in enumerate(workloads.items())}
