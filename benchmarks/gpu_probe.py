@@ -13,7 +13,8 @@ data/measured/gpu/<card>-<date>/):
 4. the engine's forwards alone (engine_forwards.json): the runner built in this process after the server has
    gone, its prompt forwards of the batch table (one prompt; B - 1 prompts beside a decode row) and a one-row
    decode step run eagerly, each timed (wall, with the card synchronised), profiled (the card's busy time per
-   operator) and counted (torch calls from Python): what a forward costs without HTTP, against its price;
+   operator) and counted (torch calls from Python): what a forward costs without HTTP, against its price; and the
+   one-row step as the server builds it, captured with the eager layers and with the compiled ones (`graph_steps`);
 5. summary.json and summary.md: every point predicted beside measured, the decode step at batch 1 against the
    weights' read time at the measured copy bandwidth, and the provenance (card, driver, torch, CUDA).
 
@@ -197,8 +198,9 @@ def user_rows(results: Any) -> list[dict[str, Any]]:
 
 
 def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str], out: Path,
-            health_timeout: float) -> dict[str, Any]:
-    """Serve the random-weight model with the engine (a child process the probe outlives never) and bench it."""
+            health_timeout: float, compile_sizes: str | None = None) -> dict[str, Any]:
+    """Serve the random-weight model with the engine (a child process the probe outlives never) and bench it;
+    `compile_sizes` is the engine's --compile-sizes (None: its default)."""
     from tgi_toolkit import bench
     from tgi_toolkit.config import LauncherConfig
     from tgi_toolkit.server import Server
@@ -208,7 +210,8 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
     # the first of them while the front end takes in the others), which /metrics only sums every 0.25 s
     trace = out / "forwards.jsonl"
     env = {"TGI_TOOLKIT_DEVICE": device, "TGI_TOOLKIT_RANDOM_WEIGHTS": "1", "TGI_TOOLKIT_KV_CACHE_GIB": "0.25",
-           "TGI_TOOLKIT_FORWARD_TRACE": str(trace)}
+           "TGI_TOOLKIT_FORWARD_TRACE": str(trace), **({} if compile_sizes is None else
+                                                        {"TGI_TOOLKIT_COMPILE_SIZES": compile_sizes})}
     started = time.perf_counter()
     with Server(config, log_path=out / "engine.log", env=env, health_timeout=health_timeout,
                 startup_progress=False) as server:
@@ -223,7 +226,9 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
                                        max_new_tokens=plan["max_new_tokens"], requests=requests_for(n),
                                        ignore_eos=True, progress=False, output=str(out / "concurrency"))
                  for n in plan["users"]]
-    return {"seconds_to_ready": round(ready_s, 1), "info": info, "batch": batch_rows(batch),
+    built = [line.split(": ", 1)[-1].strip() for line in (out / "engine.log").read_text().splitlines()
+             if "Decode step" in line]  # its graphs, the sizes whose layers compiled, and any left eager (why)
+    return {"seconds_to_ready": round(ready_s, 1), "decode_step": built, "info": info, "batch": batch_rows(batch),
             "concurrency": [r for res in users for r in user_rows(res)],
             "trace": {"path": str(trace), "batch_bytes": batch_bytes}}
 
@@ -360,10 +365,49 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
                 row["priced_kernels_ms"] = round(cost.kernel_seconds(shape) * 1e3, 3)
             row.update(_profiled(lambda p=prompts, d=decode, m=None: once(p, d, m), device))
             results.append(row)
+        priced = {k: v for k, v in results[-1].items() if k.startswith("priced")}  # the decode row's: same shape
+        results += [{**row, **priced} for row in graph_steps(runner, s, device)]
     runner = loaded = None  # the card's memory back before the summary is written
     if device == "cuda":
         torch.cuda.empty_cache()
     return results
+
+
+def graph_steps(runner: Any, position: int, device: str, repeats: int = 50) -> list[dict[str, Any]]:
+    """The one-row decode step as the server runs it, built as the server builds it (`--cuda-graphs 1`), with the
+    eager layers and with the layers compiled by inductor (`--compile-sizes 1`): each build's seconds, the step's
+    median wall time over `repeats` (token at `position`, the card synchronised around each), and a size left to the
+    eager layers with why. On a CPU the same steps without a capture (what the CPU tests check)."""
+    import statistics
+
+    import torch
+
+    from tgi_toolkit.engine.graphs import GraphDecode
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    rows = []
+    for label, compile_sizes in (("decode row, graph", []), ("decode row, graph, compiled", [1])):
+        began = time.perf_counter()
+        graphs = GraphDecode(runner, [1], capture=device == "cuda", compile_sizes=compile_sizes)
+        built = time.perf_counter() - began
+
+        def step(graphs: GraphDecode = graphs) -> float:
+            sync()
+            began = time.perf_counter()
+            graphs.step([1], [position])
+            sync()
+            return time.perf_counter() - began
+
+        with torch.inference_mode():
+            step()
+            wall = statistics.median(step() for _ in range(repeats))
+            row = {"forward": label, "prompts": 0, "decode_rows": 1, "tokens": 1, "wall_ms": round(wall * 1e3, 3),
+                   "build_s": round(built, 1), "compiled": sorted(graphs.compiled_sizes), **(
+                       {"not_compiled": graphs.not_compiled[1]} if 1 in graphs.not_compiled else {})}
+            row.update(_profiled(step, device))
+        rows.append(row)
+        graphs = None  # its pool back before the next build
+    return rows
 
 
 def _profiled(run: Any, device: str) -> dict[str, Any]:
@@ -419,6 +463,12 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
                   f"{step['weight_read_s'] * 1e3:.2f} ms to read {step['weight_bytes'] / 1e9:.2f} GB at the "
                   f"measured copy bandwidth ({step['copy_bandwidth_bytes_s'] / 1e9:.3g} GB/s): "
                   f"{step['ratio']:.2f}x.", ""]
+        for row in summary.get("engine_forwards") or []:
+            if row["forward"].startswith("decode row, graph"):
+                why = f" (left eager: {row['not_compiled']})" if row.get("not_compiled") else ""
+                lines += [f"- alone, {row['forward']}: {row['wall_ms']:.2f} ms, "
+                          f"{row['wall_ms'] / 1e3 / step['weight_read_s']:.2f}x{why}"]
+        lines.append("")
     measured = summary.get("measured") or {}
     for table, key in (("batch", "batch_size"), ("concurrency", "users")):
         rows = measured.get(table) or []
@@ -446,7 +496,8 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
         lines.append("")
     forwards = summary.get("engine_forwards") or []
     if forwards:
-        columns = ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "priced_ms", "priced_kernels_ms")
+        columns = ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "priced_ms", "priced_kernels_ms",
+                   "build_s")
         lines += ["## the engine's forwards alone (no HTTP)", "", "| " + " | ".join(columns) + " |",
                   "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in forwards]
@@ -466,7 +517,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder with tokenizer.json for the random model (default: the bundled model's)")
     parser.add_argument("--card", default=None,
                         help="the datasheet card the predictions use (default: this GPU's; none on a CPU)")
-    parser.add_argument("--health-timeout", type=float, default=300.0, help="seconds for the engine to start")
+    parser.add_argument("--health-timeout", type=float, default=200.0,
+                        help="seconds for the engine to start (31 s on an H100 before its layers were compiled; a "
+                             "retry without the compile takes 120 s at most)")
     parser.add_argument("--predict-again", metavar="DIR", default=None,
                         help="a probe's folder brought back: predict its points again here from its kernels/ and "
                              "its card's datasheet (this checkout's simulator), and rewrite its summary")
@@ -515,19 +568,20 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
     summary["card_for_predictions"] = card
 
-    # 3. the engine, served and measured; where its CUDA graphs fail (never run on a card before this probe), once
-    # more with the eager step, so that the lease still measures the engine, and the failure is in the summary
+    # 3. the engine, served and measured; where it fails with its layers compiled in its CUDA graphs (never run on a
+    # card before this probe; the graphs alone ran on an H100 and an H200), once more without the compile, so that
+    # the lease still measures the engine, and the failure is in the summary
     try:
         summary["measured"] = measure(model_dir, device, plan, flags, out / "measured", args.health_timeout)
     except Exception as exc:
-        if "--cuda-graphs" not in flags:
+        if device != "cuda":
             raise
-        summary["skipped"]["cuda_graphs"] = f"the engine failed with CUDA graphs ({type(exc).__name__}: {exc}); " \
-                                            "measured again with --cuda-graphs 0 (measured/engine.log: the first try)"
+        summary["skipped"]["compiled_step"] = f"the engine failed with its layers compiled ({type(exc).__name__}: " \
+                                              f"{exc}); measured again with --compile-sizes 0 (measured/engine.log: " \
+                                              "the first try)"
         traceback.print_exc()
-        flags = [*flags[:flags.index("--cuda-graphs")], "--cuda-graphs", "0"]
-        summary["launcher_flags"] = flags
-        summary["measured"] = measure(model_dir, device, plan, flags, out / "measured-eager", args.health_timeout)
+        summary["compile_sizes"] = "0"
+        summary["measured"] = measure(model_dir, device, plan, flags, out / "measured-uncompiled", 120.0, "0")
     for kind, predicted in summary["predicted"].items():
         summary["ratios"][kind] = ratios(predicted, summary["measured"])
     try:

@@ -14,10 +14,11 @@ from tgi_toolkit.config.embedded import UnsupportedSetting, quantize_refusal
 from tgi_toolkit.engine import device as engine_device
 from tgi_toolkit.engine.cli import main as engine_main
 from tgi_toolkit.engine.cli import passive_omp_wait, split_engine_args
-from tgi_toolkit.engine.graphs import GraphDecode, span_buckets
+from tgi_toolkit.engine.graphs import COMPILED_TOLERANCE, GraphDecode, relative_error, span_buckets
 from tgi_toolkit.engine.model import load_random, random_config
 from tgi_toolkit.engine.quantization import Fp8Linear
 from tgi_toolkit.engine.runner import LlamaRunner
+from tgi_toolkit.engine.serve import decode_step_sizes
 from tgi_toolkit.engine.validation import GenerateParameters, RequestLimits, ValidationError, validate
 from tgi_toolkit.models.files import ModelNotFoundError
 
@@ -67,6 +68,29 @@ def test_the_engine_flags_are_split_from_the_launchers():
     assert (options.device, options.random_weights) == ("cpu", True)
     options, _ = split_engine_args(["--device", "cuda"], env)  # a flag wins over its variable
     assert options.device == "cuda"
+
+
+def test_compile_sizes_default_to_the_one_row_step_on_a_card_and_a_contradiction_is_refused_naming_both_flags():
+    assert split_engine_args(["--compile-sizes", "4,1,4"])[0].compile_sizes == (1, 4)
+    assert split_engine_args([], {"TGI_TOOLKIT_COMPILE_SIZES": "0"})[0].compile_sizes == ()
+    assert split_engine_args([])[0].compile_sizes is None
+    for bad in ("1,x", "0,2", "-1"):
+        with pytest.raises(UnsupportedSetting, match=rf"--compile-sizes must be batch sizes.*got '{bad}'"):
+            split_engine_args(["--compile-sizes", bad])
+    # on a card: TGI's graph sizes, the layers compiled at batch 1 unless told otherwise
+    assert decode_step_sizes(None, None, "cuda") == ([1, 2, 4, 8, 16, 32], [1])
+    assert decode_step_sizes([2, 4], None, "cuda") == ([2, 4], [])  # no one-row graph: nothing compiled by default
+    assert decode_step_sizes(None, (1, 8), "cuda") == ([1, 2, 4, 8, 16, 32], [1, 8])
+    assert decode_step_sizes(None, (), "cuda") == ([1, 2, 4, 8, 16, 32], [])
+    with pytest.raises(UnsupportedSetting, match=r"--compile-sizes 1: not among the --cuda-graphs .* \(2, 4\)"):
+        decode_step_sizes([2, 4], (1,), "cuda")
+    with pytest.raises(UnsupportedSetting, match=r"--cuda-graphs batch sizes \(none\)"):
+        decode_step_sizes([0], (1,), "cuda")
+    # on a CPU, --cuda-graphs compiles the step and there is no graph to compile inside
+    assert decode_step_sizes([1, 2], None, "cpu") == ([1, 2], [])
+    assert decode_step_sizes(None, None, "cpu") == ([], [])
+    with pytest.raises(UnsupportedSetting, match=r"--compile-sizes .* a CPU has none"):
+        decode_step_sizes(None, (1,), "cpu")
 
 
 # -- one code path on any device -------------------------------------------------------------------------
@@ -153,6 +177,47 @@ def test_the_graphs_padded_masked_step_gives_the_plain_steps_logits(tiny_config)
     runner.prefill([[1, 2]])
     with pytest.raises(RuntimeError, match="before any sequence runs"):
         GraphDecode(runner, [1], capture=False)
+
+
+@pytest.mark.slow
+def test_the_graphs_compiled_layers_give_the_plain_steps_logits_and_a_failed_compile_leaves_the_eager_step(
+        tiny_config):
+    """`--compile-sizes`' path run without capture (float32): the sizes named compile as the graphs are built, before
+    any step (not by a request), and give the plain step's logits; the others run the eager layers. A compile that
+    fails (here inductor finds no C++ compiler) leaves its size to the eager step, saying why, and the same tokens."""
+    import torch._inductor.config as inductor_config
+    from torch._dynamo.utils import counters
+
+    loaded = load_random(str(tiny_config), dtype="float32")
+    runner = LlamaRunner(loaded.model, 4, 300)
+    plain = decode_logits(runner, 7)
+    before = counters["stats"]["unique_graphs"]
+    runner.graphs = GraphDecode(runner, [2, 4], capture=False, compile_sizes=[2, 3])
+    built = counters["stats"]["unique_graphs"]
+    assert built == before + 2  # layer_in and layer_out, once for every span bucket and layer
+    assert runner.graphs.compiled_sizes == {2} and runner.graphs.not_compiled == {}  # 3 is no graph size
+    compiled = decode_logits(runner, 7)
+    assert counters["stats"]["unique_graphs"] == built  # steps of 2 (compiled) and 3 rows (padded to 4): no compile
+    for a, b in zip(plain, compiled, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+    runner.graphs = None
+    torch._dynamo.reset()  # forget the compiled frames, so that the next build compiles again
+    with inductor_config.patch({"cpp.cxx": ("/nonexistent/g++",), "fx_graph_cache": False}):
+        runner.graphs = GraphDecode(runner, [2, 4], capture=False, compile_sizes=[2])
+    assert runner.graphs.compiled_sizes == set()
+    assert runner.graphs.not_compiled[2].startswith("the compile failed (InductorError: InvalidCxxCompiler")
+    for a, b in zip(plain, decode_logits(runner, 7), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_compiled_steps_logits_are_judged_by_their_relative_error():
+    # |(3, 4.5) - (3, 4)| / |(3, 4)| = 0.5 / 5
+    assert relative_error(torch.tensor([3.0, 4.5]), torch.tensor([3.0, 4.0])) == pytest.approx(0.1)
+    assert relative_error(torch.zeros(2), torch.zeros(2)) == 0.0
+    assert relative_error(torch.ones(2), torch.zeros(2)) == 1.0
+    # bfloat16's own rounding passes (about 2 % on random 32-layer Llamas), a wrong row's logits do not
+    assert 0.02 < COMPILED_TOLERANCE < 0.5
 
 
 def test_a_step_no_graph_holds_runs_eagerly(tiny_config):

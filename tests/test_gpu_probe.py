@@ -60,8 +60,10 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     assert [row["batch_size"] for row in summary["traced_batch"]] == [1, 4, 16]
     assert all(row["decode_step_ms"] > 0 for row in summary["traced_batch"] if row["runs"])
     assert summary["traced_batch"][0]["decode_step_ms"] > 0
-    assert [row["forward"] for row in summary["engine_forwards"]] == ["prompt x1", "prompt x7 + decode row",
-                                                                      "prompt x15 + decode row", "decode row"]
+    assert [row["forward"] for row in summary["engine_forwards"]] == [
+        "prompt x1", "prompt x7 + decode row", "prompt x15 + decode row", "decode row", "decode row, graph",
+        "decode row, graph, compiled"]
+    assert "- alone, decode row, graph, compiled: " in (out / "summary.md").read_text()
     assert all(row["wall_ms"] > 0 and "priced_ms" in row for row in summary["engine_forwards"])
     # a folder brought back is predicted again here, from its own kernel times, plan and flags
     again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_probe.py"), "--predict-again", str(out)],
@@ -86,8 +88,12 @@ def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs
     cost = gpu_cost_model("H100", str(tmp_path / "config.json"), cost_model="measured", server="tgi-3", engine=True)
     rows = gpu_probe.engine_forwards(tmp_path, "cpu", plan, cost, repeats=1)
     assert [(r["forward"], r["prompts"], r["decode_rows"], r["tokens"]) for r in rows] == [
-        ("prompt x1", 1, 0, 8), ("prompt x3 + decode row", 3, 1, 25), ("decode row", 0, 1, 1)]
+        ("prompt x1", 1, 0, 8), ("prompt x3 + decode row", 3, 1, 25), ("decode row", 0, 1, 1),
+        ("decode row, graph", 0, 1, 1), ("decode row, graph, compiled", 0, 1, 1)]
     assert all(r["wall_ms"] > 0 for r in rows)
+    # the one-row step as the server builds it (a CPU: no capture), with the eager layers, then compiled at batch 1
+    assert [r["compiled"] for r in rows[3:]] == [[], [1]] and "not_compiled" not in rows[4]
+    assert rows[3]["priced_ms"] == rows[4]["priced_ms"] == rows[2]["priced_ms"]  # the decode row's shape and price
     # 3 prompts of 8 tokens (36 causal pairs each) beside a row decoding at position 8 (context 9): 33 tokens of
     # context, 3 x 36 + 9 = 117 pairs
     mixed = Shape(4, 25, 33, 117.0, True, 1, 9)

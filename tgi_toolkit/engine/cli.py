@@ -1,5 +1,5 @@
 """`python -m tgi_toolkit.engine` and `tgi-toolkit serve`: text-generation-launcher's flags, and the engine's own
-(`--device`, `--random-weights`)."""
+(`--device`, `--random-weights`, `--compile-sizes`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 # tgi_toolkit.server.Server, which renders only launcher flags, passes through its `env`.
 DEVICE_ENV = "TGI_TOOLKIT_DEVICE"
 RANDOM_WEIGHTS_ENV = "TGI_TOOLKIT_RANDOM_WEIGHTS"
+COMPILE_SIZES_ENV = "TGI_TOOLKIT_COMPILE_SIZES"
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -25,7 +26,26 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
                        help="--model-id (or --model) names a config.json or a shipped model id: build that shape "
                             "with random weights, for timing only (requests must set ignore_eos; docs/engine.md) "
                             f"[env: {RANDOM_WEIGHTS_ENV}=1]")
+    group.add_argument("--compile-sizes", default=None, metavar="N[,N...]",
+                       help="on a CUDA card, the --cuda-graphs batch sizes whose decode step runs its layers "
+                            "compiled by torch.compile (inductor: elementwise ops fused, one-row matmuls as "
+                            "tuned reduction kernels), compiled at start-up; default 1; 0 for none "
+                            f"[env: {COMPILE_SIZES_ENV}]")
     return parser
+
+
+def parse_sizes(value: str, flag: str) -> tuple[int, ...]:
+    """Batch sizes separated by commas, `0` alone for none; anything else is refused naming `flag`."""
+    from tgi_toolkit.config.embedded import UnsupportedSetting
+
+    try:
+        sizes = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        sizes = (-1,)
+    if any(n < 0 for n in sizes) or (0 in sizes and len(sizes) > 1):
+        raise UnsupportedSetting(f"{flag} must be batch sizes separated by commas (e.g. 1,2,4), or 0 for none; "
+                                 f"got {value!r}")
+    return tuple(sorted({n for n in sizes if n}))
 
 
 def split_engine_args(argv: list[str], environ: Any = None) -> tuple[Any, list[str]]:
@@ -41,7 +61,10 @@ def split_engine_args(argv: list[str], environ: Any = None) -> tuple[Any, list[s
     random_weights = known.random_weights
     if random_weights is None:
         random_weights = environ.get(RANDOM_WEIGHTS_ENV, "").strip().lower() in ("1", "true", "yes")
-    return EngineOptions(device=known.device or environ.get(DEVICE_ENV) or None, random_weights=random_weights), rest
+    compile_sizes = known.compile_sizes if known.compile_sizes is not None else environ.get(COMPILE_SIZES_ENV)
+    return EngineOptions(device=known.device or environ.get(DEVICE_ENV) or None, random_weights=random_weights,
+                         compile_sizes=None if compile_sizes is None else parse_sizes(compile_sizes, "--compile-sizes")
+                         ), rest
 
 
 # What chooses how OpenMP threads wait between parallel regions; the user's choice wins.

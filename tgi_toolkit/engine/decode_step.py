@@ -11,7 +11,9 @@ without Python between them. With `--cuda-graphs`, `CompiledDecode` compiles `la
 `torch.compile` (inductor fuses each run of elementwise ops into one kernel between the matmuls) with the batch
 dimension dynamic, and warms them at start-up at those batch sizes (inductor specialises a size of 1; the others
 share one graph), as TGI warms its CUDA graphs' batch-size buckets, so no request pays a compile; attention and
-the KV cache writes stay eager between the two (their shape changes every step as the context grows).
+the KV cache writes stay eager between the two (their shape changes every step as the context grows). On a CUDA
+card the same two functions compile inside the decode step's CUDA graphs at `--compile-sizes` (`graphs.py`), with
+static shapes and coordinate-descent tuning (`CompiledDecode.layers`).
 """
 
 from __future__ import annotations
@@ -141,11 +143,34 @@ def weight_of(module: torch.nn.Module, packed: bool = True) -> Weight:
 
 
 class CompiledDecode:
-    """`layer_in` and `layer_out` compiled by inductor, warmed for the given row counts."""
+    """`layer_in` and `layer_out` compiled by inductor: on a CPU warmed for the given row counts (`warm`); on a CUDA
+    card run inside the decode step's graphs (`layers`, `graphs.GraphDecode`)."""
 
-    def __init__(self) -> None:
-        self.layer_in = torch.compile(layer_in, dynamic=True, fullgraph=True)
-        self.layer_out = torch.compile(layer_out, dynamic=True, fullgraph=True)
+    def __init__(self, device_type: str = "cpu") -> None:
+        if device_type == "cuda":
+            # Shapes static per batch size (a second size compiles one graph dynamic in the rows). Coordinate-descent
+            # tuning is what makes inductor compute a one-row matmul as a reduction kernel streaming the weight
+            # (torch/_inductor/decomposition.py, `mm`; gpt-fast's setting): cuBLAS's one-row GEMMs ran 1.3-3.5x the
+            # weight's read time on the H200 (docs/gpu-probe.md).
+            options = {"coordinate_descent_tuning": True}
+            self.layer_in = torch.compile(layer_in, fullgraph=True, options=options)
+            self.layer_out = torch.compile(layer_out, fullgraph=True, options=options)
+        else:
+            self.layer_in = torch.compile(layer_in, dynamic=True, fullgraph=True)
+            self.layer_out = torch.compile(layer_out, dynamic=True, fullgraph=True)
+
+    def layers(self, h: torch.Tensor, weights: list[Tensors], norms: list[torch.Tensor], cos: torch.Tensor,
+               sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor, span: int,
+               mask: torch.Tensor | None, eps: float, heads: int, kv_heads: int) -> torch.Tensor:
+        """`decode_layers` with the compiled layer functions; attention and the cache writes run eagerly between
+        them (as the CPU's compiled step runs them)."""
+        rows = torch.arange(h.shape[0], device=h.device)
+        for i in range(len(norms) // 2):
+            q, k, v = self.layer_in(h, norms[2 * i], weights[4 * i], cos, sin, eps, heads, kv_heads)
+            attn = one_token_attention(q, k, v, k_cache[i], v_cache[i], rows, positions, span, mask)
+            h = self.layer_out(h, attn, weights[4 * i + 1], norms[2 * i + 1], weights[4 * i + 2],
+                               weights[4 * i + 3], eps)
+        return h
 
     def warm(self, runner: Any, rows: Sequence[int]) -> float:
         """Run a decode step at each row count (compiling on the first); returns the seconds taken."""

@@ -8,6 +8,12 @@ built inside the graph from the rows' positions; so each (batch size, span bucke
 most twice the keys the step needs. Inputs are two small tensors (token ids, positions) copied in before a
 replay; the logits are copied out after it (the graphs share one memory pool).
 
+At the batch sizes `--compile-sizes` names (default 1), the graph holds the layers compiled by inductor
+(`decode_step.CompiledDecode`: the elementwise ops fused, a one-row matmul as a reduction kernel streaming the
+weight), compiled in the warm-up before the capture; a size whose compile fails, or whose replay strays from the
+eager step by more than bfloat16 rounding, is captured eagerly instead, with a warning: a start-up never fails
+for the compiler.
+
 `capture=False` runs the same padded, masked step eagerly: the CPU tests check it against the plain step there.
 A cache re-laid as longer rows (`SlotCache.reserve`) moves the rows' addresses; its steps then run eagerly.
 """
@@ -23,11 +29,15 @@ from typing import Any
 import torch
 
 from tgi_toolkit.engine.attention import causal_mask
-from tgi_toolkit.engine.decode_step import decode_layers
+from tgi_toolkit.engine.decode_step import CompiledDecode, decode_layers
 
 log = logging.getLogger("tgi_toolkit.engine")
 
 SPAN_FLOOR = 128
+# The compiled step's logits against the eager step's, as a relative (2-norm) error: bfloat16 against float32 gave
+# 1.3-2.1 % on random 32-layer Llamas (hidden 512 and 1024, on the CPU); a graph that baked in a wrong address is off
+# by the order of 100 %.
+COMPILED_TOLERANCE = 0.1
 
 
 def span_buckets(positions: int, floor: int = SPAN_FLOOR) -> list[int]:
@@ -53,7 +63,7 @@ class _Step:
 class GraphDecode:
     """Decode steps for `sizes` rows (each padded to the next size) over every span bucket of the runner's cache."""
 
-    def __init__(self, runner: Any, sizes: Sequence[int], capture: bool) -> None:
+    def __init__(self, runner: Any, sizes: Sequence[int], capture: bool, compile_sizes: Sequence[int] = ()) -> None:
         started = time.perf_counter()
         cache = runner.cache
         if cache.seqs:
@@ -64,30 +74,57 @@ class GraphDecode:
         self.spans = span_buckets(cache.positions)
         self.pool: Any = None
         self.steps: dict[tuple[int, int], _Step] = {}
+        self.compiled: CompiledDecode | None = None
+        self.compiled_sizes = {n for n in compile_sizes if n in self.sizes}  # those whose graphs run it
+        self.not_compiled: dict[int, str] = {}  # a size asked for and captured eagerly: why
+        if self.compiled_sizes and not runner.step_weights()[2]:
+            log.info("Decode step not compiled: its quantized layers run their own kernels")
+            self.compiled_sizes = set()
+        if self.compiled_sizes:
+            self.compiled = CompiledDecode(runner.device.type)
+            # the plain weights: inductor takes no oneDNN-packed one (a CPU's; a card's are plain anyway)
+            self.plain_weights = [w for layer in runner.layers for w in layer.weights(packed=False)]
         # Largest first: the smaller graphs then fit in the pool's blocks the larger ones left (as vLLM captures).
         for size in reversed(self.sizes):
             for span in reversed(self.spans):
                 step = _Step(torch.zeros(size, dtype=torch.long, device=runner.device),
                              torch.zeros(size, dtype=torch.long, device=runner.device), span)
-                if capture:
-                    self._capture(step)
+                # in inference mode, as the forwards that run the steps (so the compiled layers' guards hold there)
+                with torch.inference_mode():
+                    if capture:
+                        self._capture(step)
+                    elif size in self.compiled_sizes:
+                        self._warm(step)  # compiled now, as before a capture, not by a request
                 self.steps[(size, span)] = step
         if capture and self.steps:
-            self._verify()
+            with torch.inference_mode():
+                self._verify()
         self.seconds = time.perf_counter() - started
         if capture:
-            log.info("Decode step captured as %d CUDA graphs (batch sizes %s, spans %s) in %.1f s", len(self.steps),
-                     ", ".join(map(str, self.sizes)), ", ".join(map(str, self.spans)), self.seconds)
+            sizes = ", ".join(map(str, sorted(self.compiled_sizes)))
+            compiled = f"; layers compiled by inductor at batch sizes {sizes}" if sizes else ""
+            log.info("Decode step captured as %d CUDA graphs (batch sizes %s, spans %s%s) in %.1f s", len(self.steps),
+                     ", ".join(map(str, self.sizes)), ", ".join(map(str, self.spans)), compiled, self.seconds)
 
-    def _run(self, step: _Step) -> torch.Tensor:
+    def _run(self, step: _Step, compiled: bool = True) -> torch.Tensor:
+        """The step's logits; through the compiled layers where its size has them, unless `compiled` is False."""
         r = self.runner
         h = r.embed[step.ids]
         cos, sin = r.cos[step.positions].unsqueeze(1), r.sin[step.positions].unsqueeze(1)
         mask = causal_mask(step.positions, step.span, r.sliding_window)[:, None, None, :]
         weights, norms, _ = r.step_weights()
-        h = decode_layers(h, weights, norms, cos, sin, r.cache.k, r.cache.v, step.positions, step.span, mask,
-                          r.eps, r.heads, r.kv_heads)
+        layers = decode_layers
+        if compiled and self.compiled is not None and step.ids.shape[0] in self.compiled_sizes:
+            layers, weights = self.compiled.layers, self.plain_weights
+        h = layers(h, weights, norms, cos, sin, r.cache.k, r.cache.v, step.positions, step.span, mask,
+                   r.eps, r.heads, r.kv_heads)
         return r.logits(h)
+
+    def _eager_instead(self, size: int, why: str) -> None:
+        """Run `size`'s steps without the compiled layers from now on, saying why (a warning in the log)."""
+        self.compiled_sizes.discard(size)
+        self.not_compiled[size] = why
+        log.warning("Decode step at batch size %d captured without inductor: %s", size, why)
 
     def _capture(self, step: _Step) -> None:
         # Warm on a side stream first (cuBLAS picks its kernels, the allocator settles), as torch's docs ask.
@@ -95,7 +132,7 @@ class GraphDecode:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                self._run(step)
+                self._warm(step)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
@@ -103,20 +140,44 @@ class GraphDecode:
         self.pool = graph.pool()
         step.graph = graph
 
+    def _warm(self, step: _Step) -> None:
+        """One run before the capture: inductor compiles on a size's first; a compile that fails leaves the size to
+        the eager step."""
+        size = step.ids.shape[0]
+        if size not in self.compiled_sizes:
+            self._run(step)
+            return
+        try:
+            self._run(step)
+        except Exception as exc:  # inductor's and Triton's failures have many types; the eager step still serves
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            self._eager_instead(size, f"the compile failed ({type(exc).__name__}: {first})")
+            self._run(step)
+
     def _verify(self) -> None:
-        """One replay against the same step run eagerly, at start-up: a capture that baked in a host value (or a
-        kernel that misbehaves inside a graph) stops the server here, with this message, not its tokens later."""
-        step = self.steps[(self.sizes[-1], self.spans[0])]
-        rows = step.ids.shape[0]
-        step.ids.copy_(torch.arange(rows) % self.runner.vocab_size)
-        step.positions.copy_(torch.arange(rows) % step.span)
-        step.graph.replay()
-        replayed = step.logits.float().clone()
-        eager = self._run(step).float()
-        if not torch.allclose(replayed, eager, rtol=2e-2, atol=2e-2):
-            raise RuntimeError(f"the decode step's CUDA graph ({rows} rows, {step.span} positions) gives other logits "
-                               f"than the same step run eagerly (largest difference "
-                               f"{float((replayed - eager).abs().max()):.3g}); start with --cuda-graphs 0")
+        """A replay against the same step run eagerly, at start-up: the largest size, and each compiled size. A
+        capture that baked in a host value (or a kernel that misbehaves inside a graph) stops the server here, with
+        this message, not its tokens later; a compiled size that strays is captured again, eagerly."""
+        for size in sorted({self.sizes[-1], *self.compiled_sizes}, reverse=True):
+            step = self.steps[(size, self.spans[0])]
+            step.ids.copy_(torch.arange(size) % self.runner.vocab_size)
+            step.positions.copy_(torch.arange(size) % step.span)
+            step.graph.replay()
+            replayed = step.logits.float().clone()
+            eager = self._run(step, compiled=False).float()
+            if size in self.compiled_sizes:
+                error = relative_error(replayed, eager)
+                if error <= COMPILED_TOLERANCE:
+                    continue
+                self._eager_instead(size, f"its logits were {error:.1%} off the eager step's (relative 2-norm)")
+                for span in self.spans:
+                    self._capture(self.steps[(size, span)])
+                step.graph.replay()
+                replayed = step.logits.float().clone()
+            if not torch.allclose(replayed, eager, rtol=2e-2, atol=2e-2):
+                raise RuntimeError(f"the decode step's CUDA graph ({size} rows, {step.span} positions) gives other "
+                                   f"logits than the same step run eagerly (largest difference "
+                                   f"{float((replayed - eager).abs().max()):.3g}); start with --cuda-graphs 0")
 
     def pick(self, rows: int, span: int) -> _Step | None:
         """The step that runs `rows` rows over `span` positions: the smallest size and span bucket that hold them."""
@@ -140,3 +201,9 @@ class GraphDecode:
             return self._run(step)[:len(tokens)]
         step.graph.replay()
         return step.logits[:len(tokens)].clone()
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """|got - want| / |want| in the 2-norm (0 where both are zero)."""
+    scale = float(want.norm())
+    return float((got - want).norm()) / scale if scale else float(got.norm() != 0)

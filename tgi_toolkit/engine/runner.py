@@ -163,13 +163,14 @@ class LlamaRunner:
         seqs = [self.new_seq() for _ in prompts]
         return seqs, self.forward(list(zip(seqs, prompts, strict=True)), all_logits)
 
-    def compile_decode(self, rows: Sequence[int]) -> float:
+    def compile_decode(self, rows: Sequence[int], compile_sizes: Sequence[int] = ()) -> float:
         """Compile the decode step's layer functions (`decode_step.CompiledDecode`) and warm them at these
         row counts, so that no later step compiles; returns the seconds taken. Layers only their own
         forward runs (bitsandbytes) keep the eager step. On a CUDA card the whole step (embedding to logits) is
-        captured as CUDA graphs at these batch sizes instead (`graphs.GraphDecode`), as TGI captures them."""
+        captured as CUDA graphs at these batch sizes instead (`graphs.GraphDecode`), as TGI captures them, with the
+        layers compiled inside the graphs of `compile_sizes`."""
         if self.device.type == "cuda":
-            self.graphs = GraphDecode(self, rows, capture=True)
+            self.graphs = GraphDecode(self, rows, capture=True, compile_sizes=compile_sizes)
             return self.graphs.seconds
         if any(isinstance(w, torch.nn.Module) for layer in self.layers for w in layer.weights()):
             log.info("Decode step not compiled: its quantized layers run their own kernels")

@@ -29,6 +29,7 @@ class EngineOptions:
 
     device: str | None = None  # --device cuda|cpu; None: cuda where torch sees a GPU, else cpu
     random_weights: bool = False  # --random-weights: --model-id is a config.json, weights random, timing only
+    compile_sizes: tuple[int, ...] | None = None  # --compile-sizes; None: COMPILE_SIZES_DEFAULT on a CUDA card
 
 
 @dataclass
@@ -53,6 +54,7 @@ def build(cfg: Any, *, started: float | None = None, options: EngineOptions | No
     refused = refusals(cfg, device)
     if refused:
         raise UnsupportedSetting("\n".join(refused))
+    graph_sizes, compile_sizes = decode_step_sizes(cfg.cuda_graphs, options.compile_sizes, device)
     trace = _open_trace(os.environ.get("TGI_TOOLKIT_FORWARD_TRACE"))
     pace = _pace(os.environ.get("TGI_TOOLKIT_PACE"))
 
@@ -68,7 +70,7 @@ def build(cfg: Any, *, started: float | None = None, options: EngineOptions | No
     compute = ComputeThread()
     try:
         source, loaded, runner, config = compute.call(_load, cfg, device, options.random_weights)
-        compute.call(_warm_up, runner, cfg.cuda_graphs)
+        compute.call(_warm_up, runner, graph_sizes, compile_sizes)
     except BaseException:
         compute.close()
         raise
@@ -204,12 +206,37 @@ def _cuda_kv_bytes(cfg: Any, loaded: Any) -> int:
 
 # TGI's --cuda-graphs default, taken on a CUDA card when the flag is not given
 CUDA_GRAPHS_DEFAULT = (1, 2, 4, 8, 16, 32)
+# --compile-sizes' default on a CUDA card: the one-row step, where cuBLAS's GEMMs left the weights' read time furthest
+# behind (docs/gpu-probe.md) and one compile serves every layer; more sizes, more start-up
+COMPILE_SIZES_DEFAULT = (1,)
 
 
-def _warm_up(runner: Any, cuda_graphs: list[int] | None) -> None:
+def decode_step_sizes(cuda_graphs: list[int] | None, compile_sizes: tuple[int, ...] | None, device: str
+                      ) -> tuple[list[int], list[int]]:
+    """The batch sizes the decode step is captured (or, on a CPU, compiled) at, and those whose CUDA graphs hold
+    the compiled layers, with their defaults on a CUDA card; a contradiction is refused naming both flags."""
+    graphs = list(CUDA_GRAPHS_DEFAULT) if cuda_graphs is None and device == "cuda" else \
+        [n for n in cuda_graphs or () if n > 0]
+    if device != "cuda":
+        if compile_sizes:
+            raise UnsupportedSetting("--compile-sizes compiles the layers inside a CUDA card's decode-step graphs, "
+                                     "and a CPU has none: there --cuda-graphs' sizes compile the step (docs/engine.md)")
+        return graphs, []
+    if compile_sizes is None:
+        return graphs, [n for n in COMPILE_SIZES_DEFAULT if n in graphs]
+    outside = [n for n in compile_sizes if n not in graphs]
+    if outside:
+        raise UnsupportedSetting(f"--compile-sizes {','.join(map(str, outside))}: not among the --cuda-graphs batch "
+                                 f"sizes ({', '.join(map(str, graphs)) or 'none'}); the layers compile inside those "
+                                 "graphs")
+    return graphs, list(compile_sizes)
+
+
+def _warm_up(runner: Any, graph_sizes: list[int], compile_sizes: list[int]) -> None:
     """One prefill and one decode step (pages in every weight); with `--cuda-graphs` sizes, the decode step
-    captured as CUDA graphs at those batch sizes on a GPU (TGI's sizes by default, `--cuda-graphs 0` for none), or
-    compiled and warmed at them on a CPU, so that no request pays a capture or a compile.
+    captured as CUDA graphs at those batch sizes on a GPU (TGI's sizes by default, `--cuda-graphs 0` for none; the
+    layers compiled inside those of `compile_sizes`), or compiled and warmed at them on a CPU, so that no request
+    pays a capture or a compile.
 
     On a CPU not by default: there the compiled step was no faster than the eager one, and it took minutes
     of start-up (docs/engine.md, "The decode step's speed")."""
@@ -217,11 +244,9 @@ def _warm_up(runner: Any, cuda_graphs: list[int] | None) -> None:
     runner.decode([int(logits[0][-1].argmax())])
     for seq in seqs:
         runner.release(seq)
-    if cuda_graphs is None and runner.device.type == "cuda":
-        cuda_graphs = list(CUDA_GRAPHS_DEFAULT)
-    sizes = [n for n in cuda_graphs or () if 0 < n <= runner.cache.max_rows]
+    sizes = [n for n in graph_sizes if n <= runner.cache.max_rows]
     if sizes:
-        runner.compile_decode(sizes)
+        runner.compile_decode(sizes, compile_sizes)
 
 
 def configure_logging(json_output: bool) -> None:
