@@ -68,6 +68,11 @@ PLANS = {
              "max_total_tokens": 256, "max_batch_prefill_tokens": 512, "kv_tokens": 65536},
 }
 SERVER_PROFILE = "tgi-3"  # the simulator's server: the engine schedules by TGI 3's rules
+# Step 4 starts only this many seconds into the probe, and builds the compiled step only before the second: the
+# lease's call stops the probe at 400 s (docs/gpu-probe.md). Step 4 has not run on a card yet: it builds the 8B model
+# again (11 s on the H200) and times a few forwards; a compile that missed inductor's cache may take a minute more.
+FORWARDS_UNTIL_S = 300.0
+COMPILED_UNTIL_S = 240.0
 
 
 def requests_for(users: int) -> int:
@@ -292,11 +297,12 @@ def forward_shapes(plan: dict[str, Any]) -> list[tuple[str, int, bool]]:
 
 
 def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: Any | None,
-                    repeats: int = 3) -> list[dict[str, Any]]:
+                    repeats: int = 3, compiled: bool = True) -> list[dict[str, Any]]:
     """The engine's forwards (`forward_shapes`) on its runner alone, built here on `device` from the random model:
     each one's median wall time (the card synchronised), the card's busy time per operator (torch.profiler), the
     torch calls made from Python (a TorchFunctionMode count: the host's share of an eager forward), and the cost
-    model's price for it (`cost`, or none). The prompt rows store their keys in the prefix pool, as the server's do."""
+    model's price for it (`cost`, or none). The prompt rows store their keys in the prefix pool, as the server's do.
+    Then the one-row step as the server builds it (`graph_steps`; without its compiled form unless `compiled`)."""
     import statistics
 
     import torch
@@ -366,14 +372,15 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
             row.update(_profiled(lambda p=prompts, d=decode, m=None: once(p, d, m), device))
             results.append(row)
         priced = {k: v for k, v in results[-1].items() if k.startswith("priced")}  # the decode row's: same shape
-        results += [{**row, **priced} for row in graph_steps(runner, s, device)]
+        results += [{**row, **priced} for row in graph_steps(runner, s, device, compiled)]
     runner = loaded = None  # the card's memory back before the summary is written
     if device == "cuda":
         torch.cuda.empty_cache()
     return results
 
 
-def graph_steps(runner: Any, position: int, device: str, repeats: int = 50) -> list[dict[str, Any]]:
+def graph_steps(runner: Any, position: int, device: str, compiled: bool = True, repeats: int = 50
+                ) -> list[dict[str, Any]]:
     """The one-row decode step as the server runs it, built as the server builds it (`--cuda-graphs 1`), with the
     eager layers and with the layers compiled by inductor (`--compile-sizes 1`): each build's seconds, the step's
     median wall time over `repeats` (token at `position`, the card synchronised around each), and a size left to the
@@ -386,7 +393,8 @@ def graph_steps(runner: Any, position: int, device: str, repeats: int = 50) -> l
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
-    for label, compile_sizes in (("decode row, graph", []), ("decode row, graph, compiled", [1])):
+    builds = (("decode row, graph", []), ("decode row, graph, compiled", [1]))
+    for label, compile_sizes in builds[:2 if compiled else 1]:
         began = time.perf_counter()
         graphs = GraphDecode(runner, [1], capture=device == "cuda", compile_sizes=compile_sizes)
         built = time.perf_counter() - began
@@ -591,22 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a reading of what was measured; never worth the lease
         summary["skipped"]["traced_batch"] = f"{type(exc).__name__}: {exc}"
 
-    # 4. the engine's forwards alone, once the server (and its KV cache) has left the card
-    try:
-        cost = None
-        if "measured" in summary["predicted"]:
-            from tgi_toolkit.costs.measured import gpu_cost_model
-
-            cost = gpu_cost_model(card, str(model_dir / "config.json"), cost_model="measured",
-                                  kernel_times=str(kernels), server=SERVER_PROFILE, engine=True)
-        summary["engine_forwards"] = engine_forwards(model_dir, device, plan, cost)
-        (out / "engine_forwards.json").write_text(json.dumps(summary["engine_forwards"], indent=2) + "\n")
-        print(f"gpu_probe: the engine's forwards alone {summary['engine_forwards']}", flush=True)
-    except Exception as exc:  # the served measurements are in; this step must not cost them
-        summary["skipped"]["engine_forwards"] = f"{type(exc).__name__}: {exc}"
-        traceback.print_exc()
-
-    # 5. the decode step at batch 1 against the weights' read time
+    # 5. the decode step at batch 1 against the weights' read time, and the summary so far: written before step 4,
+    # so that a lease cut short there still brings it back
     bandwidth = copy_bandwidth(kernels)
     one = next((row for row in summary["measured"]["batch"] if row["batch_size"] == 1), None)
     if bandwidth and one:
@@ -614,6 +608,30 @@ def main(argv: list[str] | None = None) -> int:
         summary["weight_read"] = {"weight_bytes": weight_bytes(config), "copy_bandwidth_bytes_s": bandwidth,
                                   "weight_read_s": read, "decode_token_latency_s": one["decode_token_latency_s"],
                                   "ratio": one["decode_token_latency_s"] / read}
+    summary["seconds"] = round(time.perf_counter() - started, 1)
+    write_summary(out, summary)
+
+    # 4. the engine's forwards alone, once the server (and its KV cache) has left the card; within the time the lease
+    # call leaves (docs/gpu-probe.md: 400 s), and its compiled step only where the server's compiled and time is left
+    elapsed = time.perf_counter() - started
+    if elapsed > FORWARDS_UNTIL_S:
+        summary["skipped"]["engine_forwards"] = f"{elapsed:.0f} s had gone by; step 4 starts before " \
+                                                f"{FORWARDS_UNTIL_S:.0f} s"
+    else:
+        try:
+            cost = None
+            if "measured" in summary["predicted"]:
+                from tgi_toolkit.costs.measured import gpu_cost_model
+
+                cost = gpu_cost_model(card, str(model_dir / "config.json"), cost_model="measured",
+                                      kernel_times=str(kernels), server=SERVER_PROFILE, engine=True)
+            compiled = summary.get("compile_sizes") != "0" and elapsed < COMPILED_UNTIL_S
+            summary["engine_forwards"] = engine_forwards(model_dir, device, plan, cost, compiled=compiled)
+            (out / "engine_forwards.json").write_text(json.dumps(summary["engine_forwards"], indent=2) + "\n")
+            print(f"gpu_probe: the engine's forwards alone {summary['engine_forwards']}", flush=True)
+        except Exception as exc:  # the served measurements are in; this step must not cost them
+            summary["skipped"]["engine_forwards"] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
     summary["seconds"] = round(time.perf_counter() - started, 1)
     write_summary(out, summary)
     print((out / "summary.md").read_text(), flush=True)

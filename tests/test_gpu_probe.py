@@ -94,6 +94,9 @@ def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs
     # the one-row step as the server builds it (a CPU: no capture), with the eager layers, then compiled at batch 1
     assert [r["compiled"] for r in rows[3:]] == [[], [1]] and "not_compiled" not in rows[4]
     assert rows[3]["priced_ms"] == rows[4]["priced_ms"] == rows[2]["priced_ms"]  # the decode row's shape and price
+    # where the server could not start with its layers compiled (or time is short), the compiled step is not built
+    uncompiled = gpu_probe.engine_forwards(tmp_path, "cpu", plan, None, repeats=1, compiled=False)
+    assert [r["forward"] for r in uncompiled[2:]] == ["decode row", "decode row, graph"]
     # 3 prompts of 8 tokens (36 causal pairs each) beside a row decoding at position 8 (context 9): 33 tokens of
     # context, 3 x 36 + 9 = 117 pairs
     mixed = Shape(4, 25, 33, 117.0, True, 1, 9)
