@@ -10,9 +10,9 @@ replay; the logits are copied out after it (the graphs share one memory pool).
 
 At the batch sizes `--compile-sizes` names (default 1), the graph holds the layers compiled by inductor
 (`decode_step.CompiledDecode`: the elementwise ops fused, a one-row matmul as a reduction kernel streaming the
-weight), compiled in the warm-up before the capture; a size whose compile fails, or whose replay strays from the
-eager step by more than bfloat16 rounding, is captured eagerly instead, with a warning: a start-up never fails
-for the compiler.
+weight), compiled in the warm-up before the capture; a size whose compile or capture fails, or whose replay strays
+from the eager step by more than bfloat16 rounding, is captured eagerly instead, with a warning: a start-up never
+fails for the compiler.
 
 `capture=False` runs the same padded, masked step eagerly: the CPU tests check it against the plain step there.
 A cache re-laid as longer rows (`SlotCache.reserve`) moves the rows' addresses; its steps then run eagerly.
@@ -135,8 +135,16 @@ class GraphDecode:
                 self._warm(step)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            step.logits = self._run(step)
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                step.logits = self._run(step)
+        except Exception as exc:  # compiled code a graph cannot hold: the size's eager layers, captured instead
+            size = step.ids.shape[0]
+            if size not in self.compiled_sizes:
+                raise
+            self._eager_instead(size, f"its capture failed ({failure(exc)})")
+            self._capture(step)
+            return
         self.pool = graph.pool()
         step.graph = graph
 
@@ -150,8 +158,7 @@ class GraphDecode:
         try:
             self._run(step)
         except Exception as exc:  # inductor's and Triton's failures have many types; the eager step still serves
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            self._eager_instead(size, f"the compile failed ({type(exc).__name__}: {first})")
+            self._eager_instead(size, f"the compile failed ({failure(exc)})")
             self._run(step)
 
     def _verify(self) -> None:
@@ -207,3 +214,9 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     """|got - want| / |want| in the 2-norm (0 where both are zero)."""
     scale = float(want.norm())
     return float((got - want).norm()) / scale if scale else float(got.norm() != 0)
+
+
+def failure(exc: BaseException) -> str:
+    """An exception in one line: its type and its message's first line (inductor's run to many)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
