@@ -99,7 +99,8 @@ def test_a_chunk_after_a_cached_prefix_is_priced_by_its_query_key_pairs(tiny: Me
 
 def test_the_engine_attends_each_prompt_chunk_alone_and_runs_its_elementwise_ops_unfused(tmp_path: Path) -> None:
     # A context table where one call over 4 prompts costs less than 4 calls (3 us against 2 us each at 16 tokens):
-    # TGI's varlen kernel takes the 4 prompts in one call, the engine's attention._chunk one SDPA call each.
+    # TGI's varlen kernel takes the 4 prompts in one call; the engine one call too where they are new and of one
+    # length (attention.plan groups them), else one SDPA call each (attention._chunk).
     tables = write_tables(tmp_path)
     context = pd.read_parquet(tables / "context_attention_perf.parquet")
     context["latency"] = [{(1, 16): 0.002, (4, 16): 0.003, (1, 256): 0.512, (4, 256): 1.024}[(b, n)]
@@ -119,8 +120,20 @@ def test_the_engine_attends_each_prompt_chunk_alone_and_runs_its_elementwise_ops
     # 4 rows 4 us
     prefill = Shape(rows=4, tokens=64, context=64, pairs=4 * 136, prefilling=True)
     assert fused.seconds(prefill) == pytest.approx(2 * (36e-6 + 3e-6 + elementwise_s(64)) + 4e-6, rel=1e-6)
-    assert engine.seconds(prefill) == pytest.approx(2 * (36e-6 + 4 * 2e-6 + 64 * engine_elementwise) + 4e-6,
-                                                    rel=1e-6)
+    assert engine.seconds(prefill) == pytest.approx(2 * (36e-6 + 3e-6 + 64 * engine_elementwise) + 4e-6, rel=1e-6)
+    # 4 new prompts of 15, 15, 17 and 17 tokens: 120 + 120 + 153 + 153 = 546 pairs, more than the 544 of four
+    # 16-token prompts, so not one length: four calls, each at the length n whose n (n + 1) / 2 is 546 / 4 = 136.5,
+    # n = (sqrt(1093) - 1) / 2 = 16.030; the table's batch-1 latency grows as the square of the length (2 us at 16)
+    uneven = Shape(rows=4, tokens=64, context=64, pairs=546, prefilling=True)
+    n = (math.sqrt(1093) - 1) / 2
+    assert n == pytest.approx(16.030, abs=1e-3)
+    assert engine.seconds(uneven) == pytest.approx(2 * (36e-6 + 4 * 2e-6 * (n / 16) ** 2 + 64 * engine_elementwise)
+                                                   + 4e-6, rel=1e-6)
+    # 4 chunks of 16 after 8 cached positions each (context 96): one call each, at 16 x 8 + 136 = 264 pairs a chunk
+    cached = Shape(rows=4, tokens=64, context=96, pairs=4 * 264, prefilling=True)
+    n = (math.sqrt(1 + 8 * 264) - 1) / 2
+    assert engine.seconds(cached) == pytest.approx(2 * (36e-6 + 4 * 2e-6 * (n / 16) ** 2 + 64 * engine_elementwise)
+                                                   + 4e-6, rel=1e-6)
     # a decode step has no prompt chunk: only its elementwise bytes differ (one row: 9 us of GEMMs, 4 us of
     # generation attention at KV 64, the LM head 4 us)
     decode = Shape(rows=1, tokens=1, context=64, pairs=64, prefilling=False)

@@ -357,3 +357,37 @@ def test_a_decode_step_with_nothing_running_gives_no_logits_not_the_last_steps(l
     assert runner.decode([int(logits[0][-1].argmax())]).shape == (1, runner.vocab_size)
     runner.release(seqs[0])
     assert runner.decode([]).shape == (0, runner.vocab_size)
+
+
+def test_new_prompts_of_one_length_side_by_side_attend_in_one_call_with_each_ones_logits(loaded, prompt):
+    """The batch table's forward: new prompts of one length next to each other are one SDPA call (`plan` groups
+    them), and each gets the logits it gets alone; a decode row between them, another length, a chunk after cached
+    positions or a sliding window's mask each start a call of their own."""
+    from tgi_toolkit.engine import attention
+
+    plan = attention.plan([(0, 0, 8), (1, 0, 8), (2, 0, 8), (3, 5, 1), (4, 0, 8), (5, 0, 6), (6, 4, 6), (7, 0, 6),
+                           (9, 0, 6)], window=None)
+    assert [(c.at, c.n, c.start, c.rows) for c in plan.chunks] == [
+        (0, 8, 0, [0, 1, 2]), (25, 8, 0, [4]), (33, 6, 0, [5]), (39, 6, 4, [6]), (45, 6, 0, [7, 9])]
+    assert plan.chunks[0].index is None and plan.chunks[4].index.tolist() == [7, 9]  # rows out of order: indexed
+    windowed = attention.plan([(0, 0, 8), (1, 0, 8)], window=4)  # each chunk masked: no grouping
+    assert [c.rows for c in windowed.chunks] == [[0], [1]]
+
+    runner = LlamaRunner(loaded.model, 8, 64)
+    prompts = [prompt[i:i + 12] for i in (0, 3, 9)]
+    alone = [whole(runner, ids) for ids in prompts]
+    held = runner.new_seq()  # row 0 taken: the three land in rows 1..3, one slice of the cache
+    seqs = [runner.new_seq() for _ in prompts]
+    together = runner.forward([(seq, ids) for seq, ids in zip(seqs, prompts, strict=True)], [True] * 3)
+    # two more, sent in the other order than their rows (5, then 4): their keys go through an index
+    pair = [runner.new_seq(), runner.new_seq()]
+    assert [s.row for s in pair] == [4, 5]
+    swapped = runner.forward([(pair[1], prompts[0]), (pair[0], prompts[1])], [True, True])
+    for got, want in zip([*together, *swapped], [*alone, *alone[:2]], strict=True):
+        assert torch.allclose(got, want, rtol=0, atol=ATOL)
+    # each decodes on from its own keys (written to its own row): the next token's logits as after its prompt alone
+    runner.release(held)
+    for seq, ids, logits in ((pair[1], prompts[0], swapped[0]), (pair[0], prompts[1], swapped[1])):
+        token = int(logits[-1].argmax())
+        assert torch.allclose(runner.forward([(seq, [token])])[0], whole(runner, ids + [token])[-1:], rtol=0,
+                              atol=ATOL)

@@ -18,7 +18,8 @@ the elementwise ops (norms, rotary, activation, residual adds: memory-bound, a f
 
 `engine=True` prices the toolkit's own embedded engine (tgi_toolkit.engine) instead of a serving framework's
 fused kernels: its prompt path runs one SDPA call per prompt chunk (engine/attention.py `_chunk`), not one
-varlen kernel over all of them, and its elementwise ops unfused (`engine_elementwise_bytes`). Its host time is
+varlen kernel over all of them, except new prompts all of one length, which it attends in one batched call
+(`one_prompt_call`), and its elementwise ops unfused (`engine_elementwise_bytes`). Its host time is
 not priced differently: what its eager Python calls cost is the GPU probe's to measure (docs/gpu-probe.md).
 """
 
@@ -81,6 +82,18 @@ def engine_elementwise_bytes(shape: Any) -> float:
     k = shape.num_kv_heads * shape.head_dim
     elements = 30 * h + 14 * q + 22 * k + (5 if shape.gated_mlp else 2) * shape.intermediate_size + 2 * shape.head_dim
     return 2.0 * elements
+
+
+def one_prompt_call(rows: float, tokens: float, context: float, pairs: float) -> bool:
+    """Whether the embedded engine attends a forward's prompt chunks (`rows` of them, `tokens` tokens over `context`
+    positions with `pairs` causal query-key pairs) in one SDPA call: where every chunk is a new prompt and all are
+    of one length (engine/attention.py `plan`). Read from the shape: new prompts have no cached positions (context
+    = tokens), and R new prompts of T tokens in all have R n (n + 1) / 2 pairs at n = T / R when all are n long,
+    more otherwise."""
+    if rows < 1 or context != tokens:
+        return False
+    n = tokens / rows
+    return math.isclose(pairs, rows * n * (n + 1) / 2, rel_tol=1e-9)
 
 
 @dataclass
@@ -246,8 +259,9 @@ class MeasuredCostModel(RooflineCostModel):
             isl = (math.sqrt(1 + 8 * pairs / prefill_rows) - 1) / 2
             if self.context is None:
                 t += self._attention_roofline(s.context - decode_context, pairs)
-            elif self.engine:  # one SDPA call per prompt chunk, one after the other (engine/attention.py)
-                t += prefill_rows * self.context(1, isl)
+            elif self.engine and not one_prompt_call(prefill_rows, tokens - decode_rows,
+                                                      s.context - decode_context, pairs):
+                t += prefill_rows * self.context(1, isl)  # one SDPA call per prompt chunk (engine/attention.py)
             else:
                 t += self.context(prefill_rows, isl)
         elementwise = engine_elementwise_bytes(shape) if self.engine else ELEMENTWISE_PASSES * shape.hidden_size * 2

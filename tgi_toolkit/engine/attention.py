@@ -1,9 +1,10 @@
 """Attention over the slot cache, one path for every forward: prompt chunks and one-token rows.
 
 `plan` reads a forward's rows once (not once per layer): each prompt chunk (`Chunk`) attends to its own
-cache row, causally within the chunk; the one-token rows (decode rows, one-token chunks; `OneTokenRows`)
-share one SDPA call over a view of cache rows 0..width-1, as a decode step of the whole batch does: no
-gather. `attend` runs one layer's attention from that plan; `causal_mask` is the one mask builder.
+cache row, causally within the chunk, and new prompts of one length side by side attend in one SDPA call; the
+one-token rows (decode rows, one-token chunks; `OneTokenRows`) share one SDPA call over a view of cache rows
+0..width-1, as a decode step of the whole batch does: no gather. `attend` runs one layer's attention from that
+plan; `causal_mask` is the one mask builder.
 """
 
 from __future__ import annotations
@@ -29,13 +30,16 @@ def causal_mask(positions: torch.Tensor, span: int, window: int | None) -> torch
 
 @dataclass
 class Chunk:
-    """A prompt chunk: the forward's tokens `at .. at + n - 1`, at positions `start ..` of cache row `row`."""
+    """Prompt chunks of `n` tokens each, side by side in the forward from its token `at`: chunk i is at positions
+    `start ..` of cache row `rows[i]`. Several only where each starts its row and needs no mask (`plan` groups
+    them: the new prompts of a batch, attended by one SDPA call, not one each)."""
 
     at: int
     n: int
     start: int
-    row: int
+    rows: list[int]
     mask: torch.Tensor | None  # [n, start + n]; None where SDPA's is_causal is that mask
+    index: torch.Tensor | None = None  # the cache rows as a tensor; None where they run in order (one slice)
 
 
 @dataclass
@@ -83,9 +87,17 @@ def plan(spans: Sequence[tuple[int, int, int]], window: int | None,
             # SDPA's is_causal aligns the mask top-left; a chunk after cached positions needs it bottom-right.
             if start or (window and n > window):
                 mask = causal_mask(torch.arange(start, start + n, device=device), start + n, window)
-            chunks.append(Chunk(at, n, start, row, mask))
+            last = chunks[-1] if chunks else None
+            if mask is None and last is not None and last.mask is None and last.start == 0 and last.n == n \
+                    and last.at + len(last.rows) * n == at:
+                last.rows.append(row)  # a new prompt of the same length right after the last: one call for both
+            else:
+                chunks.append(Chunk(at, n, start, [row], mask))
             positions.extend(range(start, start + n))
         at += n
+    for chunk in chunks:
+        if chunk.rows != list(range(chunk.rows[0], chunk.rows[0] + len(chunk.rows))):
+            chunk.index = tensor(chunk.rows)
     pos = tensor(positions)
     one_token = None
     if one:
@@ -126,7 +138,7 @@ def attend(plan: AttentionPlan, layer: int, q: torch.Tensor, k: torch.Tensor, v:
         return _one_token_rows(one, q, k, v, kc, vc)
     attn = q.new_empty(plan.tokens, q.shape[1] * q.shape[2] * q.shape[3])
     for chunk in plan.chunks:
-        attn[chunk.at:chunk.at + chunk.n] = _chunk(chunk, q, k, v, kc, vc)
+        attn[chunk.at:chunk.at + len(chunk.rows) * chunk.n] = _chunk(chunk, q, k, v, kc, vc)
     if one is not None:
         attn[one.at] = _one_token_rows(one, q[one.at], k[one.at], v[one.at], kc, vc)
     return attn
@@ -134,16 +146,20 @@ def attend(plan: AttentionPlan, layer: int, q: torch.Tensor, k: torch.Tensor, v:
 
 def _chunk(chunk: Chunk, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor,
            vc: torch.Tensor) -> torch.Tensor:
-    at, n, start, row = chunk.at, chunk.n, chunk.start, chunk.row
-    ks, vs = k[at:at + n].transpose(0, 1), v[at:at + n].transpose(0, 1)
-    kc[row, :, start:start + n] = ks
-    vc[row, :, start:start + n] = vs
-    if start:
-        ks, vs = kc[row, :, :start + n], vc[row, :, :start + n]
-    qs = q[at:at + n].flatten(1, 2).transpose(0, 1).unsqueeze(0)  # [1, heads, n, head_dim]
-    out = F.scaled_dot_product_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), attn_mask=chunk.mask,
-                                         is_causal=chunk.mask is None, enable_gqa=q.shape[2] > 1)
-    return out[0].transpose(0, 1).reshape(n, -1)
+    """The chunks' attention, `[count * n, heads * head_dim]`, after writing their keys and values to their rows."""
+    at, n, start, count = chunk.at, chunk.n, chunk.start, len(chunk.rows)
+    end = at + count * n
+    ks = k[at:end].unflatten(0, (count, n)).transpose(1, 2)  # [count, kv_heads, n, head_dim]
+    vs = v[at:end].unflatten(0, (count, n)).transpose(1, 2)
+    rows = slice(chunk.rows[0], chunk.rows[0] + count) if chunk.index is None else chunk.index
+    kc[rows, :, start:start + n] = ks
+    vc[rows, :, start:start + n] = vs
+    if start:  # one chunk after its row's cached positions
+        ks, vs = kc[rows, :, :start + n], vc[rows, :, :start + n]
+    qs = q[at:end].flatten(1, 2).unflatten(0, (count, n)).transpose(1, 2)  # [count, heads, n, head_dim]
+    out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=chunk.mask, is_causal=chunk.mask is None,
+                                         enable_gqa=q.shape[2] > 1)
+    return out.transpose(1, 2).reshape(count * n, -1)
 
 
 def _one_token_rows(one: OneTokenRows, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor,
