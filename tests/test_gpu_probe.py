@@ -94,14 +94,19 @@ def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs
     # the one-row step as the server builds it (a CPU: no capture), with the eager layers, then compiled at batch 1
     assert [r["compiled"] for r in rows[3:]] == [[], [1]] and "not_compiled" not in rows[4]
     assert rows[3]["priced_ms"] == rows[4]["priced_ms"] == rows[2]["priced_ms"]  # the decode row's shape and price
-    # where the server could not start with its layers compiled (or time is short), the compiled step is not built
-    uncompiled = gpu_probe.engine_forwards(tmp_path, "cpu", plan, None, repeats=1, compiled=False)
-    assert [r["forward"] for r in uncompiled[2:]] == ["decode row", "decode row, graph"]
+    # where the server could not start with its layers compiled (or time is short), the compiled step is not built;
+    # and new prompts of one length attend in one call: 8 more of them add fewer torch calls than one a prompt and
+    # layer (the toy has 2 layers; one SDPA call each added 18 calls a prompt and layer)
+    uncompiled = gpu_probe.engine_forwards(tmp_path, "cpu", {**plan, "batch_sizes": [1, 16]}, None, repeats=1,
+                                           compiled=False)
+    assert [r["forward"] for r in uncompiled[1:]] == ["prompt x7 + decode row", "prompt x15 + decode row",
+                                                      "decode row", "decode row, graph"]
+    assert uncompiled[2]["torch_calls"] - uncompiled[1]["torch_calls"] < 8 * 2
     # 3 prompts of 8 tokens (36 causal pairs each) beside a row decoding at position 8 (context 9): 33 tokens of
     # context, 3 x 36 + 9 = 117 pairs
     mixed = Shape(4, 25, 33, 117.0, True, 1, 9)
     assert rows[1]["priced_ms"] == round(cost.seconds(mixed) * 1e3, 3)
-    # the engine's Python calls grow with each prompt chunk it attends alone: more for 3 prompts than for 1
+    # the decode row beside the 3 prompts makes calls of its own (its attention): more than for 1 prompt alone
     assert rows[1]["torch_calls"] > rows[0]["torch_calls"] > rows[2]["torch_calls"] > 0
     assert "device_busy_ms" in rows[0] or "profiler_error" in rows[0]
 
