@@ -41,6 +41,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from torch.overrides import TorchFunctionMode
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing (the lent GPU's python)
     sys.path.insert(0, str(ROOT))
@@ -296,6 +298,19 @@ def forward_shapes(plan: dict[str, Any]) -> list[tuple[str, int, bool]]:
     return [*shapes, ("decode row", 0, True)]
 
 
+class TorchCalls(TorchFunctionMode):
+    """While on (`with TorchCalls() as calls:`), counts the torch functions called from Python (`calls.n`): the
+    host's share of an eager forward, one call at a time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
 def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: Any | None,
                     repeats: int = 3, compiled: bool = True) -> list[dict[str, Any]]:
     """The engine's forwards (`forward_shapes`) on its runner alone, built here on `device` from the random model:
@@ -306,20 +321,10 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
     import statistics
 
     import torch
-    from torch.overrides import TorchFunctionMode
 
     from tgi_toolkit.costs.features import Shape, row_pairs
     from tgi_toolkit.engine.model import load_random
     from tgi_toolkit.engine.runner import LlamaRunner
-
-    class Calls(TorchFunctionMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.n = 0
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-            self.n += 1
-            return func(*args, **(kwargs or {}))
 
     s = plan["sequence_length"]
     loaded = load_random(str(model_dir), device=device)
@@ -358,7 +363,7 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
         for label, prompts, decode in forward_shapes(plan):
             once(prompts, decode)  # warm: cuBLAS' and SDPA's first call at a shape
             wall = statistics.median(once(prompts, decode) for _ in range(repeats))
-            calls = Calls()
+            calls = TorchCalls()
             once(prompts, decode, calls)
             tokens = prompts * s + int(decode)
             shape = Shape(prompts + int(decode), tokens, prompts * s + (s + 1) * int(decode),

@@ -17,21 +17,11 @@ import statistics
 import time
 
 import torch
-from torch.overrides import TorchFunctionMode
+from gpu_probe import TorchCalls  # benchmarks/, this script's folder
 
 from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model
-
-
-class Calls(TorchFunctionMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.n += 1
-        return func(*args, **(kwargs or {}))
 
 
 def main() -> None:
@@ -44,7 +34,7 @@ def main() -> None:
     vocab = loaded.config.vocab_size
     runner = LlamaRunner(loaded.model, max(args.batch), args.tokens + 1)
 
-    def forward(batch: int, mode: TorchFunctionMode | None = None) -> float:
+    def forward(batch: int, mode: TorchCalls | None = None) -> float:
         seqs = [runner.new_seq() for _ in range(batch)]
         rows = [(seq, [(17 * i + 31 * j) % vocab for j in range(args.tokens)]) for i, seq in enumerate(seqs)]
         began = time.perf_counter()
@@ -62,7 +52,7 @@ def main() -> None:
         for batch in args.batch:
             forward(batch)
             wall = statistics.median(forward(batch) for _ in range(args.repeats))
-            calls = Calls()
+            calls = TorchCalls()
             forward(batch, calls)
             print(json.dumps({"batch": batch, "tokens": args.tokens, "dtype": str(loaded.dtype),
                               "forward_ms": round(wall * 1e3, 1), "torch_calls": calls.n}), flush=True)
