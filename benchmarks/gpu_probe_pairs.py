@@ -12,7 +12,10 @@
    /metrics counted them (server.parquet: tgi_batch_forward_duration{method="prefill"}, sampled every 0.25 s),
    against the measured-kernel model's price for the same forwards, as the probe predicted them at first
    (the fused kernels of the TGI 3 profile) and as it predicts them now (`engine`: an SDPA call per prompt chunk,
-   unfused elementwise ops); what is left is host time the model does not price (docs/gpu-probe.md).
+   unfused elementwise ops); what is left is host time the model does not price (docs/gpu-probe.md). Since
+   2026-11-29 the engine attends new prompts of one length in one call and `engine` prices them so: the
+   2026-11-28 folders' engine still made one call a prompt, so this section now sets that older engine against
+   the newer rule (benchmarks/results/gpu_probe_pairs.txt was printed before the change).
 Prints the figures; no target, nothing written.
 """
 

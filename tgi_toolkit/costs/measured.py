@@ -106,7 +106,7 @@ class MeasuredCostModel(RooflineCostModel):
     tables: KernelTables | None = None
     server_version: str | None = None
     kernel_times: str | None = None  # a folder profile-gpu wrote, read when `tables` is None
-    engine: bool = False  # the embedded engine's forward: SDPA per prompt chunk, unfused elementwise ops
+    engine: bool = False  # the embedded engine's forward: SDPA per prompt chunk (`one_prompt_call`), unfused ops
     priced: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

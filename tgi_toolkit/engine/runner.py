@@ -10,7 +10,8 @@ the last row (one row copied, not the whole cache).
 Every pass is `forward(rows)`, a mixed batch as TGI 3 schedules it: each row computes its tokens at positions
 `seq.length ..` (a decode row one token, a prompt chunk many, possibly continuing an earlier chunk). The
 linear layers see every row's tokens as one `[tokens, hidden]` matrix; attention (`attention`, planned once
-per forward) runs per prompt chunk, plus one call for all one-token rows over a view of the cache rows.
+per forward) runs per prompt chunk (one call for new prompts of one length side by side), plus one call for all
+one-token rows over a view of the cache rows.
 `decode` (every running row decodes one token) and `prefill` (new prompts, whole) are two such forwards; a
 decode step's layers multiply the weights as tensors (`decode_step.decode_layers`, run as TorchScript; or
 compiled by `compile_decode`).
