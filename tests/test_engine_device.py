@@ -211,6 +211,73 @@ def test_the_graphs_compiled_layers_give_the_plain_steps_logits_and_a_failed_com
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+class Rerun:
+    """Stands in for CUDA graphs, which a CPU has not (graphs.Capture): a replay runs the recorded step again into
+    the output it recorded, where a card replays its kernels. Records are counted from 1, failed ones too: those
+    numbered in `fail` raise, and the graphs numbered in `stray` replay twice the logits, as a capture or a kernel
+    that misbehaves on a card would."""
+
+    def __init__(self, fail: set[int] = frozenset(), stray: set[int] = frozenset()) -> None:
+        self.fail, self.stray, self.records = fail, stray, 0
+
+    def warm(self, run):
+        run()
+
+    def record(self, run):
+        self.records += 1
+        if self.records in self.fail:
+            raise RuntimeError("operation not permitted when stream is capturing\n(more lines)")
+        out, scale = run(), 2.0 if self.records in self.stray else 1.0
+
+        class Replay:
+            def replay(self) -> None:
+                out.copy_(run() * scale)
+
+        return Replay(), out
+
+
+@pytest.mark.slow
+def test_the_capture_compiles_before_it_records_and_leaves_a_size_that_fails_or_strays_to_the_eager_layers(
+        tiny_config):
+    """`GraphDecode`'s capture with a stand-in for the graphs (`Rerun`): sizes recorded largest first, each span
+    from the longest, a compiled size warmed (compiled) before its graphs are recorded, and one replay of the largest
+    size and of each compiled size checked against the eager step. A compiled size whose capture fails, or whose
+    replay strays, is captured again with its eager layers, saying why; an eager size that does either stops the
+    start, saying why. With sizes 2 and 4 and spans 128, 256 and 300, records 1-3 are size 4's, 4-6 size 2's."""
+    loaded = load_random(str(tiny_config), dtype="float32")
+    runner = LlamaRunner(loaded.model, 4, 300)
+    plain = decode_logits(runner, 7)
+
+    def served(capturer: Rerun) -> GraphDecode:
+        graphs = GraphDecode(runner, [2, 4], capture=True, compile_sizes=[2], capturer=capturer)
+        runner.graphs = graphs
+        for a, b in zip(plain, decode_logits(runner, 7), strict=True):  # every step a replay, as on a card
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        runner.graphs = None
+        return graphs
+
+    graphs = served(Rerun())
+    assert graphs.compiled_sizes == {2} and graphs.not_compiled == {}
+    assert len(graphs.steps) == 6 and all(step.graph is not None for step in graphs.steps.values())
+    # size 2's first record fails: recorded again (record 5) with the eager layers, then its other two spans
+    capturer = Rerun(fail={4})
+    graphs = served(capturer)
+    assert capturer.records == 7 and graphs.compiled_sizes == set()
+    assert graphs.not_compiled == {2: "its capture failed (RuntimeError: operation not permitted when stream is "
+                                      "capturing)"}
+    # size 2's replays come out twice the eager logits, 100 % off where a compiled size may stray 10 %: its three
+    # spans recorded again (records 7-9), eagerly
+    capturer = Rerun(stray={4, 5, 6})
+    graphs = served(capturer)
+    assert capturer.records == 9 and graphs.compiled_sizes == set()
+    assert graphs.not_compiled == {2: "its logits were 100.0% off the eager step's (relative 2-norm)"}
+    # an eager size (4) that fails to record, or whose replay strays, stops the start
+    with pytest.raises(RuntimeError, match="operation not permitted"):
+        GraphDecode(runner, [2, 4], capture=True, compile_sizes=[2], capturer=Rerun(fail={1}))
+    with pytest.raises(RuntimeError, match=r"CUDA graph \(4 rows, 128 positions\) gives other logits"):
+        GraphDecode(runner, [2, 4], capture=True, compile_sizes=[2], capturer=Rerun(stray={3}))
+
+
 def test_a_compiled_steps_logits_are_judged_by_their_relative_error():
     # |(3, 4.5) - (3, 4)| / |(3, 4)| = 0.5 / 5
     assert relative_error(torch.tensor([3.0, 4.5]), torch.tensor([3.0, 4.0])) == pytest.approx(0.1)

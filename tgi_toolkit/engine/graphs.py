@@ -14,7 +14,8 @@ weight), compiled in the warm-up before the capture; a size whose compile or cap
 from the eager step by more than bfloat16 rounding, is captured eagerly instead, with a warning: a start-up never
 fails for the compiler.
 
-`capture=False` runs the same padded, masked step eagerly: the CPU tests check it against the plain step there.
+`capture=False` runs the same padded, masked step eagerly: the CPU tests check it against the plain step there, and
+run the capture's own logic (warm-up, compile, verification, fallbacks) with a stand-in for the graphs (`Capture`).
 A cache re-laid as longer rows (`SlotCache.reserve`) moves the rows' addresses; its steps then run eagerly.
 """
 
@@ -22,9 +23,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -49,6 +50,42 @@ def span_buckets(positions: int, floor: int = SPAN_FLOOR) -> list[int]:
     return [*spans, positions]
 
 
+class Graph(Protocol):
+    def replay(self) -> None: ...
+
+
+class Capture(Protocol):
+    """How a step becomes a graph: `CudaCapture` on a card (the CPU tests stand in one that replays by running)."""
+
+    def warm(self, run: Callable[[], None]) -> None:
+        """Run `run` as the capture wants it run first."""
+
+    def record(self, run: Callable[[], torch.Tensor]) -> tuple[Graph, torch.Tensor]:
+        """`run` captured: the graph, and the output tensor each replay fills."""
+
+
+class CudaCapture:
+    """torch's CUDA graphs, all in one memory pool."""
+
+    def __init__(self) -> None:
+        self.pool: Any = None
+
+    def warm(self, run: Callable[[], None]) -> None:
+        # on a side stream first (cuBLAS picks its kernels, the allocator settles), as torch's docs ask
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def record(self, run: Callable[[], torch.Tensor]) -> tuple[Graph, torch.Tensor]:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = run()
+        self.pool = graph.pool()
+        return graph, out
+
+
 @dataclass
 class _Step:
     """One (batch size, span) step: its input tensors, its output, and its graph (None: run eagerly)."""
@@ -57,13 +94,15 @@ class _Step:
     positions: torch.Tensor
     span: int
     logits: torch.Tensor | None = None
-    graph: Any = None  # torch.cuda.CUDAGraph
+    graph: Graph | None = None
 
 
 class GraphDecode:
     """Decode steps for `sizes` rows (each padded to the next size) over every span bucket of the runner's cache."""
 
-    def __init__(self, runner: Any, sizes: Sequence[int], capture: bool, compile_sizes: Sequence[int] = ()) -> None:
+    def __init__(self, runner: Any, sizes: Sequence[int], capture: bool, compile_sizes: Sequence[int] = (),
+                 capturer: Capture | None = None) -> None:
+        """`capture` False: no graphs, the steps run eagerly; else captured by `capturer` (default `CudaCapture`)."""
         started = time.perf_counter()
         cache = runner.cache
         if cache.seqs:
@@ -72,7 +111,7 @@ class GraphDecode:
         self.view = (cache.rows, cache.positions)
         self.sizes = sorted({n for n in sizes if 0 < n <= cache.rows})
         self.spans = span_buckets(cache.positions)
-        self.pool: Any = None
+        self.capturer = (capturer or CudaCapture()) if capture else None
         self.steps: dict[tuple[int, int], _Step] = {}
         self.compiled: CompiledDecode | None = None
         self.compiled_sizes = {n for n in compile_sizes if n in self.sizes}  # those whose graphs run it
@@ -127,26 +166,19 @@ class GraphDecode:
         log.warning("Decode step at batch size %d captured without inductor: %s", size, why)
 
     def _capture(self, step: _Step) -> None:
-        # Warm on a side stream first (cuBLAS picks its kernels, the allocator settles), as torch's docs ask.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        def warm() -> None:
             for _ in range(2):
                 self._warm(step)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
+
+        self.capturer.warm(warm)
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
-                step.logits = self._run(step)
+            step.graph, step.logits = self.capturer.record(lambda: self._run(step))
         except Exception as exc:  # compiled code a graph cannot hold: the size's eager layers, captured instead
             size = step.ids.shape[0]
             if size not in self.compiled_sizes:
                 raise
             self._eager_instead(size, f"its capture failed ({failure(exc)})")
             self._capture(step)
-            return
-        self.pool = graph.pool()
-        step.graph = graph
 
     def _warm(self, step: _Step) -> None:
         """One run before the capture: inductor compiles on a size's first; a compile that fails leaves the size to
