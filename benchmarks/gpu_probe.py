@@ -233,8 +233,10 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
                                        max_new_tokens=plan["max_new_tokens"], requests=requests_for(n),
                                        ignore_eos=True, progress=False, output=str(out / "concurrency"))
                  for n in plan["users"]]
-    built = [line.split(": ", 1)[-1].strip() for line in (out / "engine.log").read_text().splitlines()
-             if "Decode step" in line]  # its graphs, the sizes whose layers compiled, and any left eager (why)
+    # its graphs, the sizes whose layers compiled, and any left eager (why); read so that nothing in it can cost
+    # the measurements above (a failure here would send the probe to measure again without the compile)
+    log_text = (out / "engine.log").read_text(errors="replace") if (out / "engine.log").is_file() else ""
+    built = [line.split(": ", 1)[-1].strip() for line in log_text.splitlines() if "Decode step" in line]
     return {"seconds_to_ready": round(ready_s, 1), "decode_step": built, "info": info, "batch": batch_rows(batch),
             "concurrency": [r for res in users for r in user_rows(res)],
             "trace": {"path": str(trace), "batch_bytes": batch_bytes}}
