@@ -61,10 +61,10 @@ def split_engine_args(argv: list[str], environ: Any = None) -> tuple[Any, list[s
     random_weights = known.random_weights
     if random_weights is None:
         random_weights = environ.get(RANDOM_WEIGHTS_ENV, "").strip().lower() in ("1", "true", "yes")
-    compile_sizes = known.compile_sizes if known.compile_sizes is not None else environ.get(COMPILE_SIZES_ENV)
-    return EngineOptions(device=known.device or environ.get(DEVICE_ENV) or None, random_weights=random_weights,
-                         compile_sizes=None if compile_sizes is None else parse_sizes(compile_sizes, "--compile-sizes")
-                         ), rest
+    sizes = known.compile_sizes if known.compile_sizes is not None else environ.get(COMPILE_SIZES_ENV)
+    options = EngineOptions(device=known.device or environ.get(DEVICE_ENV) or None, random_weights=random_weights,
+                            compile_sizes=None if sizes is None else parse_sizes(sizes, "--compile-sizes"))
+    return options, rest
 
 
 # What chooses how OpenMP threads wait between parallel regions; the user's choice wins.

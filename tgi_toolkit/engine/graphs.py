@@ -121,8 +121,6 @@ class GraphDecode:
             self.compiled_sizes = set()
         if self.compiled_sizes:
             self.compiled = CompiledDecode(runner.device.type)
-            # the plain weights: inductor takes no oneDNN-packed one (a CPU's; a card's are plain anyway)
-            self.plain_weights = [w for layer in runner.layers for w in layer.weights(packed=False)]
         # Largest first: the smaller graphs then fit in the pool's blocks the larger ones left (as vLLM captures).
         for size in reversed(self.sizes):
             for span in reversed(self.spans):
@@ -151,10 +149,10 @@ class GraphDecode:
         h = r.embed[step.ids]
         cos, sin = r.cos[step.positions].unsqueeze(1), r.sin[step.positions].unsqueeze(1)
         mask = causal_mask(step.positions, step.span, r.sliding_window)[:, None, None, :]
-        weights, norms, _ = r.step_weights()
-        layers = decode_layers
-        if compiled and self.compiled is not None and step.ids.shape[0] in self.compiled_sizes:
-            layers, weights = self.compiled.layers, self.plain_weights
+        # the compiled layers multiply the plain weights: inductor takes no oneDNN-packed one (a CPU's)
+        compiled = compiled and self.compiled is not None and step.ids.shape[0] in self.compiled_sizes
+        weights, norms, _ = r.step_weights(packed=not compiled)
+        layers = self.compiled.layers if compiled else decode_layers
         h = layers(h, weights, norms, cos, sin, r.cache.k, r.cache.v, step.positions, step.span, mask,
                    r.eps, r.heads, r.kv_heads)
         return r.logits(h)

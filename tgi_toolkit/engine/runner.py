@@ -120,7 +120,8 @@ class LlamaRunner:
         self.compiled: CompiledDecode | None = None  # see compile_decode()
         self.graphs: GraphDecode | None = None  # CUDA graphs of the decode step (compile_decode on a GPU)
         self.scripted = scripted_decode_layers()  # the decode step's layers as TorchScript (None: from Python)
-        self._step_args: tuple[list[torch.nn.Module], tuple[list[Weight], list[torch.Tensor], bool]] | None = None
+        # step_weights' lists by `packed`, with the modules they were read from
+        self._step_args: dict[bool, tuple[list[torch.nn.Module], tuple[list[Weight], list[torch.Tensor], bool]]] = {}
         self.last_logits = torch.empty(0, device=self.device)  # see forward()
         if pool_slots:
             self.enable_pool(pool_slots)
@@ -173,7 +174,7 @@ class LlamaRunner:
         if self.device.type == "cuda":
             self.graphs = GraphDecode(self, rows, capture=True, compile_sizes=compile_sizes)
             return self.graphs.seconds
-        if any(isinstance(w, torch.nn.Module) for layer in self.layers for w in layer.weights()):
+        if not self.step_weights()[2]:
             log.info("Decode step not compiled: its quantized layers run their own kernels")
             return 0.0
         self.compiled = CompiledDecode()
@@ -268,32 +269,37 @@ class LlamaRunner:
         """The decoder layers over the forward's tokens: the hidden states after the last."""
         h = self.embed[torch.tensor(tokens, dtype=torch.long, device=self.device)]
         cos, sin = self.cos[plan.positions].unsqueeze(1), self.sin[plan.positions].unsqueeze(1)
-        if step and self.compiled is None:  # the layers' tensors, in TorchScript where it can take them
-            weights, norms, tensors_only = self.step_weights()
-            run = self.scripted if self.scripted and tensors_only else decode_layers
+        if step:  # the layers' tensors: compiled (`compile_decode`: the plain weights), else in TorchScript where it
+            # can take them
             one = plan.one_token
+            if self.compiled is not None:
+                weights, norms, _ = self.step_weights(packed=False)
+                run = self.compiled.layers
+            else:
+                weights, norms, tensors_only = self.step_weights()
+                run = self.scripted if self.scripted and tensors_only else decode_layers
             return run(h, weights, norms, cos, sin, self.cache.k, self.cache.v, one.positions, one.span, one.mask,
                        self.eps, self.heads, self.kv_heads)
-        # A compiled decode step multiplies the plain weights (`compile_decode`); any other forward (prompt chunks:
-        # many rows) runs the layers' own forward (`F.linear` past a few rows).
-        first, second = (self.compiled.layer_in, self.compiled.layer_out) if step else (layer_in, layer_out)
+        # any other forward (prompt chunks: many rows) runs the layers' own forward (`F.linear` past a few rows)
         for index, layer in enumerate(self.layers):
-            qkv, o, gate_up, down = layer.weights(packed=False) if step else layer.linears().values()
-            q, k, v = first(h, layer.input_norm, qkv, cos, sin, self.eps, self.heads, self.kv_heads)
+            qkv, o, gate_up, down = layer.linears().values()
+            q, k, v = layer_in(h, layer.input_norm, qkv, cos, sin, self.eps, self.heads, self.kv_heads)
             attn = attention.attend(plan, index, q, k, v, self.cache.k, self.cache.v, self.pool)
-            h = second(h, attn, o, layer.post_norm, gate_up, down, self.eps)
+            h = layer_out(h, attn, o, layer.post_norm, gate_up, down, self.eps)
         return h
 
-    def step_weights(self) -> tuple[list[Weight], list[torch.Tensor], bool]:
-        """Every layer's weights as the decode step takes them and its two norms, in layer order, and whether all
-        are tensors (TorchScript takes no module). Kept between steps (building them was 1-2 % of a one-row
-        step); built again when a layer's linear modules change (`quantization.quantize_runner` replaces them)."""
+    def step_weights(self, packed: bool = True) -> tuple[list[Weight], list[torch.Tensor], bool]:
+        """Every layer's weights as the decode step takes them (`packed` False: the plain ones, which inductor
+        compiles) and its two norms, in layer order, and whether all are tensors (TorchScript takes no module).
+        Kept between steps (building them was 1-2 % of a one-row step); built again when a layer's linear modules
+        change (`quantization.quantize_runner` replaces them)."""
         modules = [m for layer in self.layers for m in layer.linears().values()]
-        if self._step_args is None or self._step_args[0] != modules:
-            weights = [w for layer in self.layers for w in layer.weights()]
+        held = self._step_args.get(packed)
+        if held is None or held[0] != modules:
+            weights = [w for layer in self.layers for w in layer.weights(packed)]
             norms = [n for layer in self.layers for n in (layer.input_norm, layer.post_norm)]
-            self._step_args = (modules, (weights, norms, all(isinstance(w, tuple) for w in weights)))
-        return self._step_args[1]
+            held = self._step_args[packed] = (modules, (weights, norms, all(isinstance(w, tuple) for w in weights)))
+        return held[1]
 
     def _read_logits(self, h: torch.Tensor, ns: list[int], all_logits: list[bool] | None,
                      emits: list[bool] | None) -> list[torch.Tensor]:

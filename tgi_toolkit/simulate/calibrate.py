@@ -299,7 +299,7 @@ class Profiling:
             # MIXED's rounds spread over the passes, at least one a pass
             rounds = max(1, int(MIXED["repeats"]) // self.passes)
             self.mixed += measure_mixed(server, self.facts, self.grid["batch_sizes"], self.limit, self.progress,
-                                         rounds)
+                                        rounds)
             lap("mixed steps")
         if self.trace:
             self.traced += forward_samples(read_trace(self.trace, offset)[0])
