@@ -57,6 +57,20 @@ def test_serve_refuses_device_cuda_before_loading_anything(monkeypatch, capsys):
     assert "error: --device cuda" in err and "allowed: cuda, cpu" in err and "Traceback" not in err
 
 
+def test_serve_refuses_compile_sizes_on_a_cpu_before_loading_anything(monkeypatch, capsys):
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("tgi_toolkit.engine.model.load_model", never)
+    monkeypatch.setattr("tgi_toolkit.engine.model.load_random", never)
+    assert engine_main(["--device", "cpu", "--compile-sizes", "1", "--random-weights", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --compile-sizes compiles the layers inside a CUDA card's decode-step graphs" in err
+    assert "Traceback" not in err
+    assert engine_main(["--compile-sizes", "1,x", "--port", "1"]) == 2
+    assert "error: --compile-sizes must be batch sizes" in capsys.readouterr().err
+
+
 def test_the_engine_flags_are_split_from_the_launchers():
     options, rest = split_engine_args(["--model", "c.json", "--random-weights", "--device", "cpu", "--port", "9"])
     assert (options.device, options.random_weights) == ("cpu", True)

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engin
     from tgi_toolkit.config import ConfigError, LauncherConfig
     from tgi_toolkit.config.embedded import resolve_device
     from tgi_toolkit.engine.runner import UnsupportedModelError
-    from tgi_toolkit.engine.serve import UnsupportedSetting, serve
+    from tgi_toolkit.engine.serve import UnsupportedSetting, decode_step_sizes, serve
     from tgi_toolkit.models.files import ModelNotFoundError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -109,8 +109,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m tgi_toolkit.engin
     try:
         options, argv = split_engine_args(argv, os.environ)
         cfg = LauncherConfig.from_cli(argv, environ=os.environ)
-        # a device the machine lacks is refused here, before serve() takes over the process's logging
-        resolve_device(options.device)
+        # a device the machine lacks, or compile sizes it cannot take, refused here, before serve() takes over the
+        # process's logging (build() checks both again for callers that skip this)
+        decode_step_sizes(cfg.cuda_graphs, options.compile_sizes, resolve_device(options.device))
         return serve(cfg, options)
     except (ConfigError, UnsupportedSetting, ModelNotFoundError, UnsupportedModelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
