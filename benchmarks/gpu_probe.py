@@ -108,6 +108,32 @@ def weight_bytes(config: dict[str, Any], dtype_bytes: int = 2) -> int:
     return dtype_bytes * (config["num_hidden_layers"] * layer + config["vocab_size"] * hidden)
 
 
+def one_row_gemms(kernels: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """A decoder layer's four one-row GEMMs as profile-gpu timed them, cuBLAS's (`F.linear`) and compiled as the
+    engine's batch-1 graphs hold them, in microseconds, beside their weights' read time at the copy bandwidth;
+    None where the compiled ones were not measured."""
+    import pandas as pd
+
+    from tgi_toolkit.costs.kernel_timing import COMPILED_PROJECTIONS, Shard
+
+    path, bandwidth = kernels / "compiled_gemm_perf.parquet", copy_bandwidth(kernels)
+    if not path.exists() or not bandwidth:
+        return None
+    shapes = [Shard.of(config).gemms[name] for name in COMPILED_PROJECTIONS]
+
+    def layer_us(table: Any) -> float | None:
+        one = table[(table["m"] == 1) & (table["gemm_dtype"] == "bfloat16")]
+        times = {(int(n), int(k)): float(ms) for n, k, ms in zip(one["n"], one["k"], one["latency"], strict=True)}
+        found = [times.get(shape) for shape in shapes]
+        return None if None in found else 1e3 * sum(found)
+
+    compiled, linear = layer_us(pd.read_parquet(path)), layer_us(pd.read_parquet(kernels / "gemm_perf.parquet"))
+    if compiled is None or linear is None:
+        return None
+    read_us = 1e6 * 2 * sum(n * k for n, k in shapes) / bandwidth
+    return {"linear_us": round(linear, 2), "compiled_us": round(compiled, 2), "weight_read_us": round(read_us, 2)}
+
+
 def copy_bandwidth(kernels: Path) -> float | None:
     """Bytes a second the largest measured copy moved, counting bytes read and written (mem_perf.parquet)."""
     import pandas as pd
@@ -157,8 +183,9 @@ class CappedKV:
 
 
 def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str, Any], flags: list[str],
-            out: Path) -> dict[str, Any]:
-    """The simulator's batch table and users for `kind` (roofline: the datasheet; measured: the kernel times)."""
+            out: Path, compile_sizes: list[int] | None = None) -> dict[str, Any]:
+    """The simulator's batch table and users for `kind` (roofline: the datasheet; measured: the kernel times, the
+    decode steps at the engine's `compile_sizes` rows from the compiled GEMMs profile-gpu timed)."""
     from tgi_toolkit import simulate
     from tgi_toolkit.costs.measured import gpu_cost_model
 
@@ -169,7 +196,7 @@ def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str
         # the engine's own forward (costs.measured's `engine`): its prompt chunks attend one SDPA call each and its
         # elementwise ops run unfused, unlike the fused kernels a TGI the profile stands for would run
         cost = gpu_cost_model(card, config, cost_model="measured", kernel_times=str(kernels), server=SERVER_PROFILE,
-                              engine=True)
+                              engine=True, compile_sizes=compile_sizes or ())
     if plan.get("kv_tokens"):
         cost = CappedKV(cost, plan["kv_tokens"])
     batch = simulate.run_batch(cost, batch_sizes=plan["batch_sizes"], sequence_length=plan["sequence_length"],
@@ -484,6 +511,11 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
                 lines += [f"- alone, {row['forward']}: {row['wall_ms']:.2f} ms, "
                           f"{row['wall_ms'] / 1e3 / step['weight_read_s']:.2f}x{why}"]
         lines.append("")
+    gemms = summary.get("one_row_gemms")
+    if gemms:
+        lines += [f"A layer's four one-row GEMMs (profile-gpu): {gemms['linear_us']:.1f} us by cuBLAS, "
+                  f"{gemms['compiled_us']:.1f} us compiled, against {gemms['weight_read_us']:.1f} us to read their "
+                  "weights at the copy bandwidth.", ""]
     measured = summary.get("measured") or {}
     for table, key in (("batch", "batch_size"), ("concurrency", "users")):
         rows = measured.get(table) or []
@@ -542,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.predict_again:
         return predict_again(Path(args.predict_again), args.card)
 
+    from tgi_toolkit.config.embedded import COMPILE_SIZES_DEFAULT
     from tgi_toolkit.costs.profile import profile, provenance
     from tgi_toolkit.engine.device import resolve_device
 
@@ -559,15 +592,19 @@ def main(argv: list[str] | None = None) -> int:
     config = TINY if args.tiny else _llama_8b()
     model_dir = prepare_model(out, config, Path(args.tokenizer) if args.tokenizer else None)
     flags = launcher_flags(plan, device)
+    # the engine's default --compile-sizes on a card (docs/engine.md), which profile-gpu times and the prediction prices
+    compile_sizes = list(COMPILE_SIZES_DEFAULT) if device == "cuda" else []
     summary: dict[str, Any] = {"provenance": facts, "model": "tiny random Llama" if args.tiny else MODEL,
-                               "plan": plan, "launcher_flags": flags, "predicted": {}, "ratios": {}, "skipped": {}}
+                               "plan": plan, "launcher_flags": flags, "engine_compile_sizes": compile_sizes,
+                               "predicted": {}, "ratios": {}, "skipped": {}}
     print(f"gpu_probe: {facts['device']} ({device}), torch {facts['torch']}, CUDA {facts['cuda']}, "
           f"driver {facts['driver']} -> {out}", flush=True)
 
     # 1. kernel times (the tiny plan's grid is profile-gpu's --tiny grid over the toy model's own shapes)
     kernels = out / "kernels"
     profile(config, kernels, device=device, tiny=args.tiny, budget_s=plan["profile_budget_s"],
-            log=lambda line: print(line, flush=True))
+            compile_sizes=compile_sizes, log=lambda line: print(line, flush=True))
+    summary["one_row_gemms"] = one_row_gemms(kernels, config)
 
     # 2. predictions, before the engine serves anything
     card = args.card or (facts["device"] if device == "cuda" else None)
@@ -576,7 +613,8 @@ def main(argv: list[str] | None = None) -> int:
             summary["skipped"][kind] = "a CPU has no datasheet: pass --card to predict for a card's"
             continue
         try:
-            summary["predicted"][kind] = predict(kind, card, model_dir, kernels, plan, flags, out / "predicted" / kind)
+            summary["predicted"][kind] = predict(kind, card, model_dir, kernels, plan, flags, out / "predicted" / kind,
+                                                 compile_sizes)
             print(f"gpu_probe: predicted ({kind}, {card}) {summary['predicted'][kind]['batch'][:1]}", flush=True)
         except Exception as exc:  # a prediction that cannot run here must not cost the lease its measurements
             summary["skipped"][kind] = f"{type(exc).__name__}: {exc}"
@@ -651,9 +689,11 @@ def predict_again(out: Path, card: str | None) -> int:
     summary = json.loads((out / "summary.json").read_text())
     card = card or summary.get("card_for_predictions") or summary["provenance"]["device"]
     summary["skipped"] = {k: v for k, v in summary.get("skipped", {}).items() if k not in ("roofline", "measured")}
+    # the compile sizes the measured engine ran with: none where it was served again without them
+    compile_sizes = [] if summary.get("compile_sizes") == "0" else summary.get("engine_compile_sizes") or []
     for kind in ("roofline", "measured"):
         summary["predicted"][kind] = predict(kind, card, out / "model", out / "kernels", summary["plan"],
-                                             summary["launcher_flags"], out / "predicted-again" / kind)
+                                             summary["launcher_flags"], out / "predicted-again" / kind, compile_sizes)
         summary["ratios"][kind] = ratios(summary["predicted"][kind], summary["measured"])
     summary["card_for_predictions"] = card
     summary["predicted_again"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

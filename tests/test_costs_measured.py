@@ -140,6 +140,48 @@ def test_the_engine_attends_each_prompt_chunk_alone_and_runs_its_elementwise_ops
     assert engine.seconds(decode) == pytest.approx(2 * (9e-6 + 4e-6 + engine_elementwise) + 4e-6, rel=1e-9)
 
 
+def test_the_engines_compiled_decode_sizes_take_the_compiled_gemms_and_nothing_else(tmp_path: Path) -> None:
+    # profile-gpu's compiled table: at one row QKV 1 us, O 0.5 us, gate/up 2 us, down 1 us (4.5 us a layer, where
+    # the tiny gemm table's F.linear gives 2 + 1 + 4 + 2 = 9 us); at two rows every projection but the down one;
+    # and an fp8 row the bf16 model does not read
+    tables = write_tables(tmp_path)
+    common = {"framework": "tgi_toolkit", "version": "test", "device": "test card", "op_name": "gemm",
+              "kernel_source": "torch.compile (inductor)"}
+    rows = [(1, 256, 128, 0.001), (1, 128, 128, 0.0005), (1, 512, 128, 0.002), (1, 128, 256, 0.001),
+            (2, 256, 128, 0.001), (2, 128, 128, 0.0005), (2, 512, 128, 0.002)]
+    compiled = [{**common, "gemm_dtype": "bfloat16", "m": m, "n": n, "k": k, "latency": ms} for m, n, k, ms in rows]
+    compiled.append({**common, "gemm_dtype": "fp8", "m": 4, "n": 256, "k": 128, "latency": 1e-6})
+    pd.DataFrame(compiled).to_parquet(tables / "compiled_gemm_perf.parquet")
+    eager = gpu_cost_model("H100", TINY, cost_model="measured", kernel_times=tables, server="vllm-v1", engine=True,
+                           **NO_HOST)
+    sized = gpu_cost_model("H100", TINY, cost_model="measured", kernel_times=tables, server="vllm-v1", engine=True,
+                           compile_sizes=(1, 2, 4), **NO_HOST)
+    framework = gpu_cost_model("H100", TINY, cost_model="measured", kernel_times=tables, server="vllm-v1",
+                               compile_sizes=(1,), **NO_HOST)
+    one = Shape(rows=1, tokens=1, context=64, pairs=64, prefilling=False)
+    # one row: 2 layers x (9 - 4.5) us less
+    assert eager.seconds(one) - sized.seconds(one) == pytest.approx(9e-6, rel=1e-9)
+    # two rows lack the down projection's compiled time, four rows any bf16 one: priced as the eager step
+    for rows_ in (2, 4):
+        step = Shape(rows=rows_, tokens=rows_, context=64 * rows_, pairs=64 * rows_, prefilling=False,
+                     decode_rows=rows_, decode_context=64 * rows_)
+        assert sized.seconds(step) == eager.seconds(step)
+    # a one-token prompt is a prefill (the graphs replay decode steps only), and a framework has no compiled layers
+    prompt = Shape(rows=1, tokens=1, context=1, pairs=1, prefilling=True)
+    assert sized.seconds(prompt) == eager.seconds(prompt)
+    assert framework.seconds(one) == MeasuredCostModel("H100", TINY, server="vllm-v1", kernel_times=str(tables),
+                                                       **NO_HOST).seconds(one)
+    assert sized.priced_by()["measured"]["compiled_gemm"].endswith("(decode rows 1)")
+    assert "compiled_gemm" not in eager.priced_by()["measured"] and "compiled" not in eager.priced_by()
+    assert MeasuredCostModel.from_dict(sized.to_dict()).seconds(one) == sized.seconds(one)
+    # compile sizes with no compiled table: priced by F.linear's times, and said so
+    (tables / "compiled_gemm_perf.parquet").unlink()
+    bare = gpu_cost_model("H100", TINY, cost_model="measured", kernel_times=tables, server="vllm-v1", engine=True,
+                          compile_sizes=(1,), **NO_HOST)
+    assert bare.seconds(one) == eager.seconds(one)
+    assert "no compiled_gemm_perf table" in bare.priced_by()["compiled"]
+
+
 def test_provenance_names_the_tables_and_what_the_roofline_priced(tiny: MeasuredCostModel) -> None:
     p = tiny.priced_by()
     assert set(p["measured"]) == {"gemm", "lm_head", "context_attention", "generation_attention"}
@@ -242,7 +284,7 @@ def test_the_engines_elementwise_bytes_are_what_its_own_forward_moves() -> None:
     from torch.utils._pytree import tree_leaves
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tgi_toolkit.costs.measured import engine_elementwise_bytes
+    from tgi_toolkit.costs.engine_forward import engine_elementwise_bytes
     from tgi_toolkit.engine.runner import LlamaRunner
     from tgi_toolkit.planner.shape import ModelShape
 

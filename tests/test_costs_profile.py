@@ -88,15 +88,18 @@ def test_the_metadata_says_where_the_times_came_from(tiny_tables):
 
 
 def test_the_budget_stops_the_walk_and_says_what_it_left(tmp_path):
-    """Spent before the first kernel: the toy grid's 2 copies, 5 x 4 GEMMs and 2 x 2 of each attention left out."""
-    meta = profile(TINY_CONFIG, tmp_path, device="cpu", tiny=True, budget_s=1e-9, log=lambda line: None)
+    """Spent before the first kernel: the toy grid's 2 copies, 5 x 4 GEMMs, 2 x 2 of each attention and the 4
+    compiled projections at one row left out."""
+    meta = profile(TINY_CONFIG, tmp_path, device="cpu", tiny=True, budget_s=1e-9, compile_sizes=(1,),
+                   log=lambda line: None)
     assert meta["skipped_for_budget"] == {"mem_perf": 2, "gemm_perf": 20, "generation_attention_perf": 4,
-                                          "context_attention_perf": 4}
+                                          "context_attention_perf": 4, "compiled_gemm_perf": 4}
     assert not list(tmp_path.glob("*.parquet"))
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "cfg.json", "--num-shard", "0"], "--num-shard must be >= 1"),
+    (["--tiny", "--compile-sizes", "1,x"], "--compile-sizes must be batch sizes separated by commas"),
     (["--tiny", "--num-shard", "3"], "--num-shard 3 must divide the model's 4 attention heads"),
     (["--budget-s", "0", "--tiny"], "--budget-s must be > 0"),
     ([], "--model is required"),
@@ -105,3 +108,45 @@ def test_the_cli_refuses_bad_input_before_measuring(tmp_path, capsys, argv, mess
     assert cli_main(["profile-gpu", "--device", "cpu", "--out", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_compiled_gemms_are_the_decode_layers_projections_each_compiled_at_each_size(tmp_path):
+    """The toy shape's four projections (QKV 128 x 64, O 64 x 64, gate/up 256 x 64, down 64 x 128; not the LM head,
+    which the engine's compiled layers leave out) at 1 and 2 rows: eight compiles, eight rows in gemm_perf's
+    columns, read by the cost model's reader."""
+    import pandas as pd
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    meta = profile(TINY_CONFIG, tmp_path, device="cpu", tiny=True, compile_sizes=(1, 2), log=lambda line: None)
+    assert counters["stats"]["unique_graphs"] - graphs == 8
+    table = pd.read_parquet(tmp_path / "compiled_gemm_perf.parquet")
+    assert sorted(zip(table.m, table.n, table.k, strict=True)) == sorted(
+        (m, n, k) for m in (1, 2) for n, k in ((128, 64), (64, 64), (256, 64), (64, 128)))
+    assert set(table.kernel_source) == {"torch.compile (inductor)"} and set(table.gemm_dtype) == {"bfloat16"}
+    assert (table.latency > 0).all()
+    assert pq.read_schema(tmp_path / "compiled_gemm_perf.parquet") == pq.read_schema(tmp_path / "gemm_perf.parquet")
+    assert meta["compile_sizes"] == [1, 2] and meta["skipped_for_budget"] == {}
+    assert "compiled_gemm_perf" in yaml.safe_load((tmp_path / "collection_meta.yaml").read_text())["tables"]
+    assert "compiled_gemm" in KernelTables.from_dir(tmp_path).tables
+
+
+def test_a_compiled_gemm_whose_capture_fails_is_left_out_and_says_why(tmp_path):
+    """A CUDA graph's capture cannot run here: a clock whose replay refuses the gate/up shape stands for one that
+    fails on a card. That shape is left out, with the error; the other three are measured."""
+    import pandas as pd
+
+    from tgi_toolkit.costs.kernel_timing import Clock
+
+    class Refusing(Clock):
+        def replay_ms(self, call):
+            if call.args[1].shape == (256, 64):
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return super().replay_ms(call)
+
+    meta = profile(TINY_CONFIG, tmp_path, device="cpu", tiny=True, compile_sizes=(1,),
+                   clock=Refusing("cpu", warmup=1, repeats=3), log=lambda line: None)
+    table = pd.read_parquet(tmp_path / "compiled_gemm_perf.parquet")
+    assert sorted(zip(table.n, table.k, strict=True)) == [(64, 64), (64, 128), (128, 64)]
+    assert meta["skipped_for_budget"] == {
+        "compiled m=1 n=256 k=64: RuntimeError: operation not permitted when stream is capturing": 1}

@@ -147,3 +147,24 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
     assert rows == [
         {"batch_size": 1, "runs": 2, "first_prompt_ms": 11.0, "other_prompts_ms": None, "decode_step_ms": 6.0},
         {"batch_size": 4, "runs": 1, "first_prompt_ms": 20.0, "other_prompts_ms": 50.0, "decode_step_ms": 8.0}]
+
+
+def test_the_summary_sets_a_layers_one_row_gemms_compiled_beside_cublas_and_the_weight_read(tmp_path):
+    """profile-gpu's toy shape at one row: QKV 128 x 64, O 64 x 64, gate/up 256 x 64 and down 64 x 128 hold 36,864
+    bf16 weights, 73,728 bytes to read at the largest copy's bandwidth (bytes read and written over its time)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_probe
+
+    from tgi_toolkit.costs.profile import TINY_CONFIG, profile
+
+    profile(TINY_CONFIG, tmp_path, device="cpu", tiny=True, log=lambda line: None)
+    assert gpu_probe.one_row_gemms(tmp_path, TINY_CONFIG) is None  # no compiled GEMMs on a CPU by default
+    profile(TINY_CONFIG, tmp_path, device="cpu", tiny=True, compile_sizes=(1,), log=lambda line: None)
+    gemms = gpu_probe.one_row_gemms(tmp_path, TINY_CONFIG)
+    copies = pd.read_parquet(tmp_path / "mem_perf.parquet").set_index("bytes")["latency"]
+    bandwidth = 2 * 2**20 / (copies[2**20] / 1e3)
+    assert gemms["weight_read_us"] == pytest.approx(73728 / bandwidth * 1e6, abs=0.01)
+    linear = pd.read_parquet(tmp_path / "gemm_perf.parquet").query("m == 1 and n != 512")
+    assert gemms["linear_us"] == pytest.approx(1e3 * linear["latency"].sum(), abs=0.01)
+    compiled = pd.read_parquet(tmp_path / "compiled_gemm_perf.parquet")
+    assert gemms["compiled_us"] == pytest.approx(1e3 * compiled["latency"].sum(), abs=0.01)

@@ -43,6 +43,25 @@ class UnsupportedSetting(ValueError):
 
 
 DEVICES = ("cuda", "cpu")
+# --compile-sizes' default on a CUDA card: the one-row step, where cuBLAS's GEMMs left the weights' read time furthest
+# behind (docs/gpu-probe.md) and one compile serves every layer; more sizes, more start-up
+COMPILE_SIZES_DEFAULT = (1,)
+# How the card's decode layers compile (engine.decode_step.CompiledDecode; profile-gpu times its GEMMs the same
+# way): shapes static per batch size, and coordinate-descent tuning, which makes inductor compute a one-row matmul
+# as a reduction kernel streaming the weight (torch/_inductor/decomposition.py `mm`; gpt-fast's setting)
+CUDA_COMPILE_OPTIONS = {"coordinate_descent_tuning": True}
+
+
+def parse_sizes(value: str, flag: str) -> tuple[int, ...]:
+    """Batch sizes separated by commas, `0` alone for none; anything else is refused naming `flag`."""
+    try:
+        sizes = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        sizes = (-1,)
+    if any(n < 0 for n in sizes) or (0 in sizes and len(sizes) > 1):
+        raise UnsupportedSetting(f"{flag} must be batch sizes separated by commas (e.g. 1,2,4), or 0 for none; "
+                                 f"got {value!r}")
+    return tuple(sorted({n for n in sizes if n}))
 
 
 def cuda_available() -> bool:

@@ -22,7 +22,9 @@ from tgi_toolkit.costs.server_profiles import version_tuple
 
 TABLES = {"gemm": ("gemm", "gemm_perf"), "context_attention": ("attention", "context_attention_perf"),
           "generation_attention": ("attention", "generation_attention_perf"),
-          "allreduce": ("comm", "custom_allreduce_perf"), "nccl": ("comm", "nccl_perf"), "moe": ("moe", "moe_perf")}
+          "allreduce": ("comm", "custom_allreduce_perf"), "nccl": ("comm", "nccl_perf"), "moe": ("moe", "moe_perf"),
+          # the toolkit's own: GEMMs compiled as the engine's decode layers compile them (costs.profile)
+          "compiled_gemm": ("gemm", "compiled_gemm_perf")}
 
 
 def database_root() -> Path:

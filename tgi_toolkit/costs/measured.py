@@ -19,19 +19,23 @@ the elementwise ops (norms, rotary, activation, residual adds: memory-bound, a f
 `engine=True` prices the toolkit's own embedded engine (tgi_toolkit.engine) instead of a serving framework's
 fused kernels: its prompt path runs one SDPA call per prompt chunk (engine/attention.py `_chunk`), not one
 varlen kernel over all of them, except new prompts all of one length, which it attends in one batched call
-(`one_prompt_call`), and its elementwise ops unfused (`engine_elementwise_bytes`). Its host time is
-not priced differently: what its eager Python calls cost is the GPU probe's to measure (docs/gpu-probe.md).
+(`one_prompt_call`), and its elementwise ops unfused (`engine_elementwise_bytes`). With `compile_sizes` (the
+engine's `--compile-sizes`), a decode forward of exactly that many rows, which replays the CUDA graph holding the
+layers inductor compiled, takes its four projections from profile-gpu's `compiled_gemm_perf` where that table has
+them, and from `gemm_perf` otherwise (the engine too runs a size eagerly whose compile failed). Its host time is not
+priced differently: what its eager Python calls cost is the GPU probe's to measure (docs/gpu-probe.md).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tgi_toolkit.costs.engine_forward import compiled_layers, engine_elementwise_bytes, one_prompt_call
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.kernel_tables import (
     Curve,
@@ -61,41 +65,6 @@ GRAPH_TOKENS = 512  # vLLM captures forwards of up to 512 tokens in CUDA graphs:
 ELEMENTWISE_PASSES = 10  # hidden-sized reads and writes a layer's fused norms, rotary and residual adds make a token
 
 
-def engine_elementwise_bytes(shape: Any) -> float:
-    """Bytes a token's elementwise ops read and write in one layer of the embedded engine, which runs them unfused
-    (engine/decode_step.py layer_in/layer_out, engine/attention.py attend), counted from its code for bf16
-    activations with H hidden, Q = heads x head_dim, K = KV heads x head_dim, I intermediate, in bf16 elements
-    read plus written (2 bytes each; a float32 value counts 2):
-    - each of the two RMSNorms: to float32 (read H, write 2H), rms_norm (2H, 2H), back (2H, H), times the weight
-      (H, H): 12H, 24H in the two;
-    - RoPE on the queries and keys (R = Q + K wide): x cos (2R), the negated half (R), the cat (2R), x sin (2R),
-      the sum (3R): 10R, and the token's cos and sin rows (head_dim d each): 2d; the grouped queries made
-      contiguous: 2Q;
-    - the keys and values into the sequence's cache row (2 x 2K), and into the prefix cache's pool (a gather
-      then a scatter, 2 x 4K): 12K; the chunk's attention output copied into the forward's buffer: 2Q (SDPA's
-      output transposed back is a view);
-    - the two residual adds (3H each): 6H; SwiGLU: silu (2I) and the product (3I): 5I (an ungated MLP's
-      activation 2I).
-    In all 30H + 14Q + 22K + 5I + 2d: 67H for Llama-3.1-8B, against the 10H (ELEMENTWISE_PASSES) of fused kernels.
-    tests/test_costs_measured.py counts the same bytes in the engine's own forward on a CPU."""
-    h, q = shape.hidden_size, shape.num_heads * shape.head_dim
-    k = shape.num_kv_heads * shape.head_dim
-    elements = 30 * h + 14 * q + 22 * k + (5 if shape.gated_mlp else 2) * shape.intermediate_size + 2 * shape.head_dim
-    return 2.0 * elements
-
-
-def one_prompt_call(rows: float, tokens: float, context: float, pairs: float) -> bool:
-    """Whether the embedded engine attends a forward's prompt chunks (`rows` of them, `tokens` tokens over `context`
-    positions with `pairs` causal query-key pairs) in one SDPA call: where every chunk is a new prompt and all are
-    of one length (engine/attention.py `plan`). Read from the shape: new prompts have no cached positions (context
-    = tokens), and R new prompts of T tokens in all have R n (n + 1) / 2 pairs at n = T / R when all are n long,
-    more otherwise."""
-    if rows < 1 or context != tokens:
-        return False
-    n = tokens / rows
-    return math.isclose(pairs, rows * n * (n + 1) / 2, rel_tol=1e-9)
-
-
 @dataclass
 class MeasuredCostModel(RooflineCostModel):
     """A forward's seconds from measured kernel times (module docstring). `tables` None reads the operator
@@ -107,6 +76,7 @@ class MeasuredCostModel(RooflineCostModel):
     server_version: str | None = None
     kernel_times: str | None = None  # a folder profile-gpu wrote, read when `tables` is None
     engine: bool = False  # the embedded engine's forward: SDPA per prompt chunk (`one_prompt_call`), unfused ops
+    compile_sizes: tuple[int, ...] = ()  # with `engine`: the decode rows whose layers run compiled (module docstring)
     priced: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -148,6 +118,7 @@ class MeasuredCostModel(RooflineCostModel):
         self.generation: Surface | None = None
         self.allreduce_graph: Curve | None = None
         self.allreduce_eager: Curve | None = None
+        self.compiled_layer: dict[int, float] = {}  # decode rows -> a layer's four compiled GEMMs, seconds
         dtype = "fp8" if self.quantize == "fp8" else "bfloat16" if not self.quantize else None
         q_out = s.num_heads * s.head_dim
         kv_out = 2 * s.num_kv_heads * s.head_dim
@@ -171,6 +142,11 @@ class MeasuredCostModel(RooflineCostModel):
                 self.priced["lm_head"] = src["gemm"]
             except KeyError:
                 self.gemms, self.lm_head = [], None
+        if self.engine and dense_mlp and self.compile_sizes and "compiled_gemm" in t:
+            self.compiled_layer = compiled_layers(t["compiled_gemm"], dtype, projections, self.compile_sizes)
+            if self.compiled_layer:
+                self.priced["compiled_gemm"] = f"{src['compiled_gemm']} (decode rows " \
+                    f"{', '.join(map(str, self.compiled_layer))})"
         if not dense_mlp and "moe" in t:
             self.moe, note = self._moe_curve(t["moe"], dtype)
             if self.moe is not None:
@@ -243,7 +219,10 @@ class MeasuredCostModel(RooflineCostModel):
         decode_context = s.context if not s.prefilling else s.decode_context
         prefill_rows = s.rows - decode_rows
         # per layer
-        t = self._layer_gemms(tokens) if self.gemms else self._body_roofline(tokens)
+        if not s.prefilling and s.rows == tokens and tokens in self.compiled_layer:
+            t = self.compiled_layer[tokens]  # a decode step replaying the graph of compiled layers
+        else:
+            t = self._layer_gemms(tokens) if self.gemms else self._body_roofline(tokens)
         if shape.num_experts and self.moe is not None:  # the experts from the MoE table, their router's GEMM beside
             t += self.moe(tokens) + self._op_roofline(2 * tokens * shape.hidden_size * shape.num_experts,
                                                       2 * shape.hidden_size * shape.num_experts)
@@ -308,11 +287,16 @@ class MeasuredCostModel(RooflineCostModel):
         ops = ["gemm", "lm_head", "context_attention", "generation_attention"]
         if self.shape.num_experts:
             ops.append("moe")
+        if self.compiled_layer:
+            ops.append("compiled_gemm")
         if self.num_shard > 1:
             ops.append("allreduce")
         measured = {op: self.priced[op] for op in ops if op in self.priced}
         roofline = [op for op in ops if op not in self.priced] + ["elementwise"]
         out: dict[str, Any] = {"measured": measured, "roofline": roofline}
+        if self.engine and self.compile_sizes and not self.compiled_layer:
+            out["compiled"] = (f"decode rows {', '.join(map(str, self.compile_sizes))} run compiled layers, priced "
+                               "by gemm's times: no compiled_gemm_perf table measured them")
         if self.fallback_reason:
             out["why"] = self.fallback_reason
         elif self.quantize and self.quantize != "fp8" and "gemm" not in self.priced:
@@ -333,6 +317,7 @@ class MeasuredCostModel(RooflineCostModel):
         out = super().describe()
         out.update({"kind": "measured", "name": self.name, "server_version": self.server_version,
                     "kernel_times": self.kernel_times, "engine": self.engine,
+                    "compile_sizes": list(self.compile_sizes),
                     "priced_by": self.priced_by(), "provenance": self.provenance()})
         out["source"] = {"kernel_times": self.provenance(),
                          "host_terms": f"{self.profile.label}'s profile priors ({self.server}), not fitted"
@@ -349,7 +334,8 @@ class MeasuredCostModel(RooflineCostModel):
     def from_dict(cls, data: Mapping[str, Any]) -> MeasuredCostModel:
         keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "server", *EFFICIENCY_HELP)
         return cls(**{k: data[k] for k in keys if k in data}, server_version=data.get("server_version"),
-                   kernel_times=data.get("kernel_times"), engine=bool(data.get("engine", False)))
+                   kernel_times=data.get("kernel_times"), engine=bool(data.get("engine", False)),
+                   compile_sizes=tuple(data.get("compile_sizes") or ()))
 
 
 def covered(gpu: str, server: str) -> bool:
@@ -363,12 +349,13 @@ COST_MODELS = ("auto", "measured", "roofline")
 
 def gpu_cost_model(gpu: str, model: ModelShape | ModelConfigSource, *, cost_model: str = "auto",
                    kernel_times: str | Path | None = None, server_version: str | None = None, engine: bool = False,
-                   **roof: Any) -> RooflineCostModel:
+                   compile_sizes: Sequence[int] = (), **roof: Any) -> RooflineCostModel:
     """The GPU cost model of `model` on `gpu` (the roofline's arguments, `roof`): `measured` prices from kernel
     times (the operator database, or `kernel_times`, a folder `profile-gpu` wrote), `roofline` from the
     datasheet, `auto` (the default) measured where the database covers the card and the server's framework,
-    else the roofline; `engine` prices the embedded engine's own forward from measured kernels (module docstring;
-    the roofline has no such variant). A ValueError names
+    else the roofline; `engine` prices the embedded engine's own forward from measured kernels, its decode steps
+    at `compile_sizes` rows with compiled layers (module docstring; the roofline has no such variant). A ValueError
+    names
     the field when the choice cannot be met."""
     from tgi_toolkit.costs.roofline import roofline
 
@@ -392,4 +379,4 @@ def gpu_cost_model(gpu: str, model: ModelShape | ModelConfigSource, *, cost_mode
     return MeasuredCostModel(base.gpu, base.model, **{k: getattr(base, k) for k in keys},
                              **{k: v for k, v in roof.items() if k not in keys},
                              kernel_times=str(kernel_times) if kernel_times else None, server_version=server_version,
-                             engine=engine)
+                             engine=engine, compile_sizes=tuple(compile_sizes))

@@ -34,23 +34,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     return parser
 
 
-def parse_sizes(value: str, flag: str) -> tuple[int, ...]:
-    """Batch sizes separated by commas, `0` alone for none; anything else is refused naming `flag`."""
-    from tgi_toolkit.config.embedded import UnsupportedSetting
-
-    try:
-        sizes = tuple(int(part) for part in value.split(","))
-    except ValueError:
-        sizes = (-1,)
-    if any(n < 0 for n in sizes) or (0 in sizes and len(sizes) > 1):
-        raise UnsupportedSetting(f"{flag} must be batch sizes separated by commas (e.g. 1,2,4), or 0 for none; "
-                                 f"got {value!r}")
-    return tuple(sorted({n for n in sizes if n}))
-
-
 def split_engine_args(argv: list[str], environ: Any = None) -> tuple[Any, list[str]]:
     """The engine's own options (flags, else their variables in `environ`), and the launcher arguments left
     (`--model` spelled as `--model-id`)."""
+    from tgi_toolkit.config.embedded import parse_sizes
     from tgi_toolkit.engine.serve import EngineOptions
 
     environ = {} if environ is None else environ

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tgi_toolkit.config.embedded import CUDA_COMPILE_OPTIONS
 from tgi_toolkit.engine.attention import one_token_attention
 from tgi_toolkit.engine.packed import packed_linear
 
@@ -148,11 +149,9 @@ class CompiledDecode:
 
     def __init__(self, device_type: str = "cpu") -> None:
         if device_type == "cuda":
-            # Shapes static per batch size (a second size compiles one graph dynamic in the rows). Coordinate-descent
-            # tuning is what makes inductor compute a one-row matmul as a reduction kernel streaming the weight
-            # (torch/_inductor/decomposition.py, `mm`; gpt-fast's setting): cuBLAS's one-row GEMMs ran 1.3-3.5x the
-            # weight's read time on the H200 (docs/gpu-probe.md).
-            options = {"coordinate_descent_tuning": True}
+            # cuBLAS's one-row GEMMs ran 1.3-3.5x the weight's read time on the H200 (docs/gpu-probe.md); why these
+            # options: config.embedded
+            options = dict(CUDA_COMPILE_OPTIONS)
             self.layer_in = torch.compile(layer_in, fullgraph=True, options=options)
             self.layer_out = torch.compile(layer_out, fullgraph=True, options=options)
         else:

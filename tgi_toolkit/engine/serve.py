@@ -17,7 +17,7 @@ from typing import IO, Any
 
 # The rules live below both the engine and the configuration (the form and the planner show them
 # without importing the engine); re-exported here, where the engine applies them.
-from tgi_toolkit.config.embedded import UnsupportedSetting, refusals
+from tgi_toolkit.config.embedded import COMPILE_SIZES_DEFAULT, UnsupportedSetting, refusals
 from tgi_toolkit.models.files import DEFAULT_MODEL_ID
 
 log = logging.getLogger("tgi_toolkit.engine")
@@ -206,9 +206,6 @@ def _cuda_kv_bytes(cfg: Any, loaded: Any) -> int:
 
 # TGI's --cuda-graphs default, taken on a CUDA card when the flag is not given
 CUDA_GRAPHS_DEFAULT = (1, 2, 4, 8, 16, 32)
-# --compile-sizes' default on a CUDA card: the one-row step, where cuBLAS's GEMMs left the weights' read time furthest
-# behind (docs/gpu-probe.md) and one compile serves every layer; more sizes, more start-up
-COMPILE_SIZES_DEFAULT = (1,)
 
 
 def decode_step_sizes(cuda_graphs: list[int] | None, compile_sizes: tuple[int, ...] | None, device: str

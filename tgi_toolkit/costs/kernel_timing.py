@@ -1,0 +1,251 @@
+"""The kernel timings `tgi-toolkit profile-gpu` (costs.profile) walks: a model's shapes on one shard, the clock, and one
+method of a `Walk` per table (copies, GEMMs, compiled GEMMs, generation and context attention), each adding its rows
+to a `Profile` until the budget's deadline."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+GEMM_KERNEL = "torch.nn.functional.linear"
+FP8_KERNEL = "torch._scaled_mm"
+COMPILED_KERNEL = "torch.compile (inductor)"
+COMPILED_PROJECTIONS = ("qkv", "o", "gate_up", "down")  # what the engine's compiled decode layers hold
+GRAPH_CALLS = 20  # compiled calls captured in one CUDA graph: a replay's time over them is one call's, launch-free
+ATTENTION_KERNEL = "torch.nn.functional.scaled_dot_product_attention"
+CONTEXT_TOKENS = 16384  # batch x isl at most: past it a prefill is chunked anyway
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The sizes one shard computes: heads and KV heads on it, and each projection's (n, k)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    gemms: dict[str, tuple[int, int]]
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any], num_shard: int = 1) -> Shard:
+        """Column-parallel QKV and gate/up split n, row-parallel O and down split k, the LM head splits the vocab
+        (as TGI shards them); KV heads fewer than shards are replicated, one per shard."""
+        heads = int(config["num_attention_heads"])
+        kv = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+        hidden, inter = int(config["hidden_size"]), int(config["intermediate_size"])
+        if heads % num_shard:
+            raise ValueError(f"--num-shard {num_shard} must divide the model's {heads} attention heads")
+        h, k = heads // num_shard, max(1, kv // num_shard)
+        gemms = {"qkv": ((h + 2 * k) * head_dim, hidden), "o": (hidden, h * head_dim),
+                 "gate_up": (2 * inter // num_shard, hidden), "down": (hidden, inter // num_shard),
+                 "lm_head": (math.ceil(int(config["vocab_size"]) / num_shard), hidden)}
+        return cls(h, k, head_dim, gemms)
+
+
+@dataclass
+class Clock:
+    """Median milliseconds of a call: CUDA events around each call on a card, perf_counter on a CPU."""
+
+    device: str
+    warmup: int = 3
+    repeats: int = 10
+
+    def median_ms(self, call: Callable[[], Any]) -> float:
+        import torch
+
+        for _ in range(self.warmup):
+            call()
+        times = []
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            for _ in range(self.repeats):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                call()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+        else:
+            for _ in range(self.repeats):
+                began = time.perf_counter()
+                call()
+                times.append((time.perf_counter() - began) * 1e3)
+        return float(statistics.median(times))
+
+    def replay_ms(self, call: Callable[[], Any]) -> float:
+        """Median milliseconds of `call` as a CUDA graph replays it (GRAPH_CALLS captured back to back, after the
+        warm-up, which is where a compiled call compiles); on a CPU, `median_ms`."""
+        import torch
+
+        if self.device != "cuda":
+            return self.median_ms(call)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(max(self.warmup, 1)):
+                call()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(GRAPH_CALLS):
+                call()
+        return self.median_ms(graph.replay) / GRAPH_CALLS
+
+
+@dataclass
+class Profile:
+    """The rows measured so far, table by table, and what the budget left out."""
+
+    device_name: str
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        self.rows.setdefault(table, []).append(row)
+
+
+def _linear(x: Any, weight: Any) -> Any:
+    import torch.nn.functional as F
+
+    return F.linear(x, weight)  # a Python function for torch.compile to trace (F.linear itself is a builtin)
+
+
+@dataclass
+class Walk:
+    """One profile's walk over its tables: the shard's shapes on `device` in `dtype`, timed by `clock` until
+    `deadline` (time.perf_counter), each row into `result` with the `common` columns."""
+
+    result: Profile
+    shard: Shard
+    device: str
+    dtype: str
+    clock: Clock
+    deadline: float
+    common: dict[str, Any]
+
+    @property
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    def within(self, table: str) -> bool:
+        """Whether time is left for one more of `table`'s rows; counts the row left out if not."""
+        if time.perf_counter() < self.deadline:
+            return True
+        self.result.skipped[table] = self.result.skipped.get(table, 0) + 1
+        return False
+
+    def copies(self, sizes: tuple[int, ...]) -> None:
+        import torch
+
+        for size in sizes:
+            if not self.within("mem_perf"):
+                continue
+            src = torch.empty(size, dtype=torch.uint8, device=self.device)
+            dst = torch.empty_like(src)
+            ms = self.clock.median_ms(partial(dst.copy_, src))
+            self.result.add("mem_perf", {"device": self.result.device_name, "op_name": "copy", "bytes": size,
+                                         "latency": ms})
+
+    def gemms(self, tokens: tuple[int, ...]) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        from tgi_toolkit.config.embedded import has_fp8
+
+        fp8, dtype = has_fp8(self.device), self.torch_dtype
+        for n, k in dict.fromkeys(self.shard.gemms.values()):  # O and down share (n, k) when hidden == intermediate
+            weight = torch.randn(n, k, device=self.device, dtype=dtype) * 0.02
+            w8 = weight.to(torch.float8_e4m3fn) if fp8 else None
+            one = torch.ones((), device=self.device)
+            for m in tokens:
+                if not self.within("gemm_perf"):
+                    continue
+                x = torch.randn(m, k, device=self.device, dtype=dtype)
+                ms = self.clock.median_ms(partial(F.linear, x, weight))
+                self.result.add("gemm_perf", self._gemm_row(GEMM_KERNEL, self.dtype, m, n, k, ms))
+                if w8 is not None:
+                    x8 = x.to(torch.float8_e4m3fn)
+                    try:
+                        ms = self.clock.median_ms(partial(torch._scaled_mm, x8, w8.t(), one, one, out_dtype=dtype))
+                    except RuntimeError as exc:  # a shape cuBLASLt's fp8 kernels refuse: the bf16 row stands
+                        self.result.skipped[f"fp8 m={m} n={n} k={k}: {exc}"[:120]] = 1
+                        continue
+                    self.result.add("gemm_perf", self._gemm_row(FP8_KERNEL, "fp8", m, n, k, ms))
+
+    def compiled_gemms(self, sizes: tuple[int, ...]) -> None:
+        """The compiled decode layers' GEMMs (COMPILED_PROJECTIONS) at `sizes` rows. A compile or capture that fails
+        is recorded in `skipped` with its error, and that shape is left out: the engine then runs that size's layers
+        eagerly too, and the cost model prices them from `gemm_perf`."""
+        import torch
+
+        from tgi_toolkit.config.embedded import CUDA_COMPILE_OPTIONS
+
+        options = dict(CUDA_COMPILE_OPTIONS) if self.device == "cuda" else None
+        for n, k in dict.fromkeys(self.shard.gemms[name] for name in COMPILED_PROJECTIONS):
+            weight = torch.randn(n, k, device=self.device, dtype=self.torch_dtype) * 0.02
+            for m in sizes:
+                if not self.within("compiled_gemm_perf"):
+                    continue
+                x = torch.randn(m, k, device=self.device, dtype=self.torch_dtype)
+                torch.compiler.reset()  # each shape its own compile: no recompile limit reached, no stale guard
+                compiled = torch.compile(_linear, fullgraph=True, dynamic=False, options=options)
+                try:
+                    ms = self.clock.replay_ms(partial(compiled, x, weight))
+                except Exception as exc:  # inductor's and the capture's errors have no common base
+                    self.result.skipped[f"compiled m={m} n={n} k={k}: {type(exc).__name__}: {exc}"[:160]] = 1
+                    continue
+                self.result.add("compiled_gemm_perf", self._gemm_row(COMPILED_KERNEL, self.dtype, m, n, k, ms))
+        if sizes:
+            torch.compiler.reset()
+
+    def generation_attention(self, batches: tuple[int, ...], steps: tuple[int, ...]) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        shard, dtype = self.shard, self.torch_dtype
+        group = shard.heads // shard.kv_heads
+        for step in steps:
+            for batch in batches:
+                if not self.within("generation_attention_perf"):
+                    continue
+                q = torch.randn(batch, shard.kv_heads, group, shard.head_dim, device=self.device, dtype=dtype)
+                k = torch.randn(batch, shard.kv_heads, step, shard.head_dim, device=self.device, dtype=dtype)
+                v = torch.randn_like(k)
+                ms = self.clock.median_ms(partial(F.scaled_dot_product_attention, q, k, v))
+                self.result.add("generation_attention_perf",
+                                self._attention_row("generation_attention", batch, 1, step, ms))
+
+    def context_attention(self, batches: tuple[int, ...], lengths: tuple[int, ...]) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        shard, dtype = self.shard, self.torch_dtype
+        gqa = shard.heads != shard.kv_heads
+        for isl in lengths:
+            for batch in batches:
+                if batch * isl > CONTEXT_TOKENS or not self.within("context_attention_perf"):
+                    continue
+                q = torch.randn(batch, shard.heads, isl, shard.head_dim, device=self.device, dtype=dtype)
+                k = torch.randn(batch, shard.kv_heads, isl, shard.head_dim, device=self.device, dtype=dtype)
+                v = torch.randn_like(k)
+                ms = self.clock.median_ms(partial(F.scaled_dot_product_attention, q, k, v, is_causal=True,
+                                                  enable_gqa=gqa))
+                self.result.add("context_attention_perf", self._attention_row("context_attention", batch, isl, 0, ms))
+
+    def _gemm_row(self, kernel: str, dtype: str, m: int, n: int, k: int, ms: float) -> dict[str, Any]:
+        return {**self.common, "op_name": "gemm", "kernel_source": kernel, "gemm_dtype": dtype, "m": m, "n": n,
+                "k": k, "latency": ms}
+
+    def _attention_row(self, op: str, batch: int, isl: int, step: int, ms: float) -> dict[str, Any]:
+        shard = self.shard
+        return {**self.common, "op_name": op, "kernel_source": ATTENTION_KERNEL, "batch_size": batch, "isl": isl,
+                "num_heads": shard.heads, "num_key_value_heads": shard.kv_heads, "head_dim": shard.head_dim,
+                "beam_width": 1, "attn_dtype": self.dtype, "kv_cache_dtype": self.dtype, "step": step,
+                "window_size": 0, "latency": ms}
