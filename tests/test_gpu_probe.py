@@ -115,12 +115,16 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
     """The first prompt's forward, the other B - 1 prompts' and the decode steps of each batch size, from the trace
     lines bench's batch runs added; a run the engine split otherwise (here the other 3 prompts in two forwards) is
     left out rather than taken for another batch size, and so is one whose first prompt decoded alone until the
-    others joined (not a run of batch 1)."""
+    others joined (not a run of batch 1). Each line's time is the one before it plus the engine's gap (1 ms, 2 ms
+    before a 4-row decode step) and its own seconds."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_probe
 
+    clock = [100.0]
+
     def line(rpc: str, rows: int, decode_rows: int, seconds: float) -> str:
-        return json.dumps({"t": 0.0, "rpc": rpc, "rows": rows, "tokens": 8 * rows, "context": 8 * rows,
+        clock[0] += (0.002 if rpc == "decode" and rows == 4 else 0.001) + seconds
+        return json.dumps({"t": clock[0], "rpc": rpc, "rows": rows, "tokens": 8 * rows, "context": 8 * rows,
                            "pairs": 36.0 * rows, "prefilling": rpc == "prefill", "decode_rows": decode_rows,
                            "decode_context": 9 * decode_rows, "seconds": seconds}) + "\n"
 
@@ -143,10 +147,12 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
     rows = gpu_probe.traced_batch(trace, [start, start + len(runs.encode())], [1, 4], runs=1)
     # batch 1 (a warm-up and 1 run: its 2 prompts are the trace's first): first forwards 10 and 12 ms (median 11),
     # decode steps 5, 7 and 6 ms (median 6); batch 4: the one run whose other 3 prompts came in one forward: 20, 50
-    # and 8 ms; the late runs count for neither
+    # and 8 ms; the late runs count for neither. The gaps before the decode steps: 1 ms at batch 1, 2 at batch 4
     assert rows == [
-        {"batch_size": 1, "runs": 2, "first_prompt_ms": 11.0, "other_prompts_ms": None, "decode_step_ms": 6.0},
-        {"batch_size": 4, "runs": 1, "first_prompt_ms": 20.0, "other_prompts_ms": 50.0, "decode_step_ms": 8.0}]
+        {"batch_size": 1, "runs": 2, "first_prompt_ms": 11.0, "other_prompts_ms": None, "decode_step_ms": 6.0,
+         "decode_gap_ms": 1.0},
+        {"batch_size": 4, "runs": 1, "first_prompt_ms": 20.0, "other_prompts_ms": 50.0, "decode_step_ms": 8.0,
+         "decode_gap_ms": 2.0}]
 
 
 def test_the_summary_sets_a_layers_one_row_gemms_compiled_beside_cublas_and_the_weight_read(tmp_path):
