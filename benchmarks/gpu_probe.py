@@ -6,14 +6,17 @@ data/measured/gpu/<card>-<date>/):
 1. `profile-gpu`: the card's kernel times for the model's shapes (kernels/, tgi_toolkit.costs.profile);
 2. predictions, before anything is served: bench's batch table and closed-loop users simulated from the card's
    datasheet (the roofline, tgi_toolkit.costs.roofline) and from the kernel times just measured
-   (tgi_toolkit.costs.measured), each as bench's Results (predicted/roofline/, predicted/measured/);
+   (tgi_toolkit.costs.measured), the latter twice: with the TGI 3 profile's host terms, and with the engine's own
+   host (its calls counted from its code at the host's measured seconds a call, its loop between forwards), each
+   as bench's Results (predicted/roofline/, predicted/measured/, predicted/measured-host/);
 3. the engine served over HTTP (`tgi-toolkit serve --random-weights`, Llama-3.1-8B's shape; CUDA graphs at the
    batch sizes measured) and measured with the toolkit's own bench: the batch table (batch 1-64) and 1, 8 and 32
    users (measured/);
 4. the engine's forwards alone (engine_forwards.json): the runner built in this process after the server has
    gone, its prompt forwards of the batch table (one prompt; B - 1 prompts beside a decode row) and a one-row
    decode step run eagerly, each timed (wall, with the card synchronised), profiled (the card's busy time per
-   operator) and counted (torch calls from Python): what a forward costs without HTTP, against its price; and the
+   operator) and counted (torch calls from Python, beside the calls the measured-host rule counts for it): what a
+   forward costs without HTTP, against its price; and the
    one-row step as the server builds it, captured with the eager layers and with the compiled ones (`graph_steps`);
 5. summary.json and summary.md: every point predicted beside measured, the decode step at batch 1 against the
    weights' read time at the measured copy bandwidth, and the provenance (card, driver, torch, CUDA).
@@ -39,13 +42,13 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
-
-from torch.overrides import TorchFunctionMode
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing (the lent GPU's python)
     sys.path.insert(0, str(ROOT))
+if TYPE_CHECKING:  # pragma: no cover
+    from tgi_toolkit.costs.engine_forward import EngineCalls
 
 MODEL = "meta-llama/Llama-3.1-8B"
 # Llama-3.1-8B's config.json (its Hugging Face repository), for a checkout without the shipped shapes
@@ -70,6 +73,7 @@ PLANS = {
              "max_total_tokens": 256, "max_batch_prefill_tokens": 512, "kv_tokens": 65536},
 }
 SERVER_PROFILE = "tgi-3"  # the simulator's server: the engine schedules by TGI 3's rules
+KINDS = ("roofline", "measured", "measured-host")  # the predictions (`predict`)
 # Step 4 starts only this many seconds into the probe, and builds the compiled step only before the second: the
 # lease's call stops the probe at 400 s (docs/gpu-probe.md). Step 4 has not run on a card yet: it builds the 8B model
 # again (11 s on the H200) and times a few forwards; a compile that missed inductor's cache may take a minute more.
@@ -184,8 +188,10 @@ class CappedKV:
 
 def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str, Any], flags: list[str],
             out: Path, compile_sizes: list[int] | None = None) -> dict[str, Any]:
-    """The simulator's batch table and users for `kind` (roofline: the datasheet; measured: the kernel times, the
-    decode steps at the engine's `compile_sizes` rows from the compiled GEMMs profile-gpu timed)."""
+    """The simulator's batch table and users for `kind` (KINDS: roofline, the datasheet; measured, the kernel times,
+    the decode steps at the engine's `compile_sizes` rows from the compiled GEMMs profile-gpu timed, and the TGI 3
+    profile's host terms; measured-host, the same kernels with the engine's own host: its calls counted from its
+    code at the host's seconds a call (profile-gpu's host_perf), and its loop between forwards, ENGINE_LOOP)."""
     from tgi_toolkit import simulate
     from tgi_toolkit.costs.measured import gpu_cost_model
 
@@ -195,8 +201,14 @@ def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str
     else:
         # the engine's own forward (costs.measured's `engine`): its prompt chunks attend one SDPA call each and its
         # elementwise ops run unfused, unlike the fused kernels a TGI the profile stands for would run
+        host: dict[str, Any] = {}
+        if kind == "measured-host":
+            from tgi_toolkit.costs.engine_forward import ENGINE_LOOP
+            from tgi_toolkit.engine.host_calls import count_calls
+
+            host = {"host_calls": count_calls(json.loads(Path(config).read_text())), **ENGINE_LOOP}
         cost = gpu_cost_model(card, config, cost_model="measured", kernel_times=str(kernels), server=SERVER_PROFILE,
-                              engine=True, compile_sizes=compile_sizes or ())
+                              engine=True, compile_sizes=compile_sizes or (), **host)
     if plan.get("kv_tokens"):
         cost = CappedKV(cost, plan["kv_tokens"])
     batch = simulate.run_batch(cost, batch_sizes=plan["batch_sizes"], sequence_length=plan["sequence_length"],
@@ -333,31 +345,22 @@ def forward_shapes(plan: dict[str, Any]) -> list[tuple[str, int, bool]]:
     return [*shapes, ("decode row", 0, True)]
 
 
-class TorchCalls(TorchFunctionMode):
-    """While on (`with TorchCalls() as calls:`), counts the torch functions called from Python (`calls.n`): the
-    host's share of an eager forward, one call at a time."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
 def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: Any | None,
-                    repeats: int = 3, compiled: bool = True) -> list[dict[str, Any]]:
+                    repeats: int = 3, compiled: bool = True, calls_rule: EngineCalls | None = None
+                    ) -> list[dict[str, Any]]:
     """The engine's forwards (`forward_shapes`) on its runner alone, built here on `device` from the random model:
     each one's median wall time (the card synchronised), the card's busy time per operator (torch.profiler), the
     torch calls made from Python (a TorchFunctionMode count: the host's share of an eager forward), and the cost
-    model's price for it (`cost`, or none). The prompt rows store their keys in the prefix pool, as the server's do.
+    model's price for it (`cost`, or none), and the calls `calls_rule` counts for its shape (the measured-host
+    prediction's rule, beside the count on this device). The prompt rows store their keys in the prefix pool, as the
+    server's do.
     Then the one-row step as the server builds it (`graph_steps`; without its compiled form unless `compiled`)."""
     import statistics
 
     import torch
 
     from tgi_toolkit.costs.features import Shape, row_pairs
+    from tgi_toolkit.engine.host_calls import TorchCalls
     from tgi_toolkit.engine.model import load_random
     from tgi_toolkit.engine.runner import LlamaRunner
 
@@ -406,6 +409,8 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
                           (s + 1) * int(decode))
             row: dict[str, Any] = {"forward": label, "prompts": prompts, "decode_rows": int(decode),
                                    "tokens": tokens, "wall_ms": round(wall * 1e3, 3), "torch_calls": calls.n}
+            if calls_rule is not None:
+                row["rule_calls"] = calls_rule.calls(shape, loaded.config.num_hidden_layers)
             if cost is not None:
                 row["priced_ms"] = round(cost.seconds(shape) * 1e3, 3)
                 row["priced_kernels_ms"] = round(cost.kernel_seconds(shape) * 1e3, 3)
@@ -528,13 +533,13 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
         if not rows:
             continue
         metrics = [m for m in rows[0] if m != key]
-        labels = {"roofline": "datasheet", "measured": "kernel times"}
+        labels = {"roofline": "datasheet", "measured": "kernel times", "measured-host": "kernel times, engine host"}
         lines += [f"## {table}: measured, and predicted / measured", "",
                   "| " + " | ".join([key, *metrics, *[f"{labels[k]}: {m}" for k in labels for m in metrics]]) + " |",
-                  "|" + "---|" * (1 + 3 * len(metrics))]
+                  "|" + "---|" * (1 + (1 + len(labels)) * len(metrics))]
         for row in rows:
             cells = [str(row[key]), *[f"{row[m]:.4g}" for m in metrics]]
-            for kind in ("roofline", "measured"):
+            for kind in labels:
                 ratio = next((r for r in summary.get("ratios", {}).get(kind, {}).get(table, []) if r[key] == row[key]),
                              {})
                 cells += [str(ratio.get(m, "-")) for m in metrics]
@@ -549,8 +554,8 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
         lines.append("")
     forwards = summary.get("engine_forwards") or []
     if forwards:
-        columns = ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "priced_ms", "priced_kernels_ms",
-                   "build_s")
+        columns = ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "rule_calls", "priced_ms",
+                   "priced_kernels_ms", "build_s")
         lines += ["## the engine's forwards alone (no HTTP)", "", "| " + " | ".join(columns) + " |",
                   "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in forwards]
@@ -614,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 2. predictions, before the engine serves anything
     card = args.card or (facts["device"] if device == "cuda" else None)
-    for kind in ("roofline", "measured"):
+    for kind in KINDS:
         if card is None:
             summary["skipped"][kind] = "a CPU has no datasheet: pass --card to predict for a card's"
             continue
@@ -677,7 +682,10 @@ def main(argv: list[str] | None = None) -> int:
                 cost = gpu_cost_model(card, str(model_dir / "config.json"), cost_model="measured",
                                       kernel_times=str(kernels), server=SERVER_PROFILE, engine=True)
             compiled = summary.get("compile_sizes") != "0" and elapsed < COMPILED_UNTIL_S
-            summary["engine_forwards"] = engine_forwards(model_dir, device, plan, cost, compiled=compiled)
+            from tgi_toolkit.engine.host_calls import count_calls
+
+            summary["engine_forwards"] = engine_forwards(model_dir, device, plan, cost, compiled=compiled,
+                                                         calls_rule=count_calls(config))
             (out / "engine_forwards.json").write_text(json.dumps(summary["engine_forwards"], indent=2) + "\n")
             print(f"gpu_probe: the engine's forwards alone {summary['engine_forwards']}", flush=True)
         except Exception as exc:  # the served measurements are in; this step must not cost them
@@ -694,10 +702,10 @@ def predict_again(out: Path, card: str | None) -> int:
     flags): where the lent machine could not run them, or the simulator has changed since."""
     summary = json.loads((out / "summary.json").read_text())
     card = card or summary.get("card_for_predictions") or summary["provenance"]["device"]
-    summary["skipped"] = {k: v for k, v in summary.get("skipped", {}).items() if k not in ("roofline", "measured")}
+    summary["skipped"] = {k: v for k, v in summary.get("skipped", {}).items() if k not in KINDS}
     # the compile sizes the measured engine ran with: none where it was served again without them
     compile_sizes = [] if summary.get("compile_sizes") == "0" else summary.get("engine_compile_sizes") or []
-    for kind in ("roofline", "measured"):
+    for kind in KINDS:
         summary["predicted"][kind] = predict(kind, card, out / "model", out / "kernels", summary["plan"],
                                              summary["launcher_flags"], out / "predicted-again" / kind, compile_sizes)
         summary["ratios"][kind] = ratios(summary["predicted"][kind], summary["measured"])

@@ -182,6 +182,46 @@ def test_the_engines_compiled_decode_sizes_take_the_compiled_gemms_and_nothing_e
     assert "no compiled_gemm_perf table" in bare.priced_by()["compiled"]
 
 
+def test_the_engines_host_issues_its_calls_beside_its_kernels_or_before_its_graph(tmp_path: Path) -> None:
+    """A host that takes 1 us a torch call and 10 us to launch a graph, and an engine whose rule (EngineCalls) says a
+    one-row prompt forward makes 20 + 70 calls a layer, each further row 1, each further prompt attention call 10
+    a layer, decode rows beside prompts 3 + 10 a layer, and a decode step 15. Two layers, no other host time."""
+    from tgi_toolkit.costs.engine_forward import EngineCalls
+
+    tables = write_tables(tmp_path)
+    common = {"framework": "tgi_toolkit", "version": "test", "device": "test card"}
+    pd.DataFrame([{**common, "op_name": "torch_call", "calls": 400, "latency": 0.001},
+                  {**common, "op_name": "graph_replay", "calls": 400, "latency": 0.010}]).to_parquet(
+        tables / "host_perf.parquet")
+    rule = EngineCalls(base=20, per_layer=70, per_row=1, per_call_layer=10, beside_decode=3, beside_decode_layer=10,
+                       decode_step=15)
+    host = gpu_cost_model("H100", TINY, cost_model="measured", kernel_times=tables, server="vllm-v1", engine=True,
+                          host_calls=rule, **NO_HOST)
+    plain = gpu_cost_model("H100", TINY, cost_model="measured", kernel_times=tables, server="vllm-v1", engine=True,
+                           **NO_HOST)
+    # one 16-token prompt: 20 + 2 x 70 = 160 calls, 160 us, past its kernels (2 x (9 + 2 us + elementwise) + 4 us)
+    prompt = Shape(rows=1, tokens=16, context=16, pairs=136, prefilling=True)
+    assert plain.seconds(prompt) < 160e-6
+    assert host.seconds(prompt) == pytest.approx(160e-6, rel=1e-9)
+    # four new 16-token prompts beside a decode row at KV 64: one attention call; 160 + 4 rows + 3 + 2 x 10 = 187
+    mixed = Shape(rows=5, tokens=65, context=128, pairs=4 * 136 + 64, prefilling=True, decode_rows=1,
+                  decode_context=64)
+    assert host.seconds(mixed) == pytest.approx(max(187e-6, plain.seconds(mixed)), rel=1e-9)
+    assert host.seconds(mixed) == pytest.approx(187e-6, rel=1e-9)
+    # four prompts of 15, 15, 17 and 17 tokens: four calls, 160 + 3 rows + 2 x 10 x 3 = 223 calls
+    uneven = Shape(rows=4, tokens=64, context=64, pairs=546, prefilling=True)
+    assert host.seconds(uneven) == pytest.approx(223e-6, rel=1e-9)
+    # 4 prompts of 256 tokens: 1,024 tokens, GEMMs of 64 x 9 = 576 us a layer: the kernels outlast the 163 calls
+    long = Shape(rows=4, tokens=1024, context=1024, pairs=4 * 256 * 257 / 2, prefilling=True)
+    assert plain.seconds(long) > 163e-6 and host.seconds(long) == plain.seconds(long)
+    # a decode step: its kernels, then its 15 calls and the graph's launch, the card idle meanwhile
+    one = Shape(rows=1, tokens=1, context=64, pairs=64, prefilling=False)
+    assert host.seconds(one) == pytest.approx(plain.seconds(one) + 15e-6 + 10e-6, rel=1e-9)
+    assert host.priced_by()["measured"]["host"].endswith("1.00 us a torch call x the engine's calls")
+    assert "host" not in plain.priced_by()["measured"]
+    assert MeasuredCostModel.from_dict(host.to_dict()).seconds(uneven) == host.seconds(uneven)
+
+
 def test_provenance_names_the_tables_and_what_the_roofline_priced(tiny: MeasuredCostModel) -> None:
     p = tiny.priced_by()
     assert set(p["measured"]) == {"gemm", "lm_head", "context_attention", "generation_attention"}

@@ -73,8 +73,10 @@ def test_the_tables_cover_the_grid_the_reader_interpolates_on(tiny_tables):
     copies = pd.read_parquet(out / "mem_perf.parquet")
     assert list(copies.columns) == ["device", "op_name", "bytes", "latency"]
     assert list(copies.bytes) == [2**16, 2**20] and set(copies.op_name) == {"copy"}
+    host = pd.read_parquet(out / "host_perf.parquet")  # a CPU has no graphs to replay
+    assert list(host.op_name) == ["torch_call"] and list(host.calls) == [400] and (host.latency > 0).all()
     tables = KernelTables.from_dir(out)  # the lead's reader takes the folder as it is
-    assert set(tables.tables) == {"gemm", "context_attention", "generation_attention"}
+    assert set(tables.tables) == {"gemm", "context_attention", "generation_attention", "host"}
 
 
 def test_the_metadata_says_where_the_times_came_from(tiny_tables):
@@ -83,17 +85,18 @@ def test_the_metadata_says_where_the_times_came_from(tiny_tables):
     assert doc["runtime"]["framework"] == "tgi_toolkit" and doc["framework"] == "tgi_toolkit"
     assert doc["torch"] == str(torch.__version__) and doc["device_type"] == "cpu"
     assert {"device", "cuda", "driver", "date", "version"} <= set(doc)
-    assert set(doc["tables"]) == {"gemm_perf", "context_attention_perf", "generation_attention_perf", "mem_perf"}
+    assert set(doc["tables"]) == {"gemm_perf", "context_attention_perf", "generation_attention_perf", "mem_perf",
+                                  "host_perf"}
     assert doc["skipped_for_budget"] == {}
 
 
 def test_the_budget_stops_the_walk_and_says_what_it_left(tmp_path):
-    """Spent before the first kernel: the toy grid's 2 copies, 5 x 4 GEMMs, 2 x 2 of each attention and the 4
-    compiled projections at one row left out."""
+    """Spent before the first kernel: the toy grid's 2 copies, the host's timing, 5 x 4 GEMMs, 2 x 2 of each
+    attention and the 4 compiled projections at one row left out."""
     meta = profile(TINY_CONFIG, tmp_path, device="cpu", tiny=True, budget_s=1e-9, compile_sizes=(1,),
                    log=lambda line: None)
     assert meta["skipped_for_budget"] == {"mem_perf": 2, "gemm_perf": 20, "generation_attention_perf": 4,
-                                          "context_attention_perf": 4, "compiled_gemm_perf": 4}
+                                          "context_attention_perf": 4, "compiled_gemm_perf": 4, "host_perf": 1}
     assert not list(tmp_path.glob("*.parquet"))
 
 

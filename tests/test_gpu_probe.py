@@ -45,7 +45,7 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
                for row in summary["measured"]["batch"])
     # both predictions ran before it, for the same points, and each point has its ratio
     assert summary["skipped"] == {} and summary["card_for_predictions"] == "H100"
-    for kind in ("roofline", "measured"):
+    for kind in ("roofline", "measured", "measured-host"):
         assert [row["batch_size"] for row in summary["predicted"][kind]["batch"]] == [1, 4, 16]
         assert [row["users"] for row in summary["ratios"][kind]["concurrency"]] == [1, 8]
     assert summary["weight_read"]["weight_bytes"] > 0 and "Decode step at batch 1" in (out / "summary.md").read_text()
@@ -65,13 +65,14 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
         "decode row, graph, compiled"]
     assert "- alone, decode row, graph, compiled: " in (out / "summary.md").read_text()
     assert all(row["wall_ms"] > 0 and "priced_ms" in row for row in summary["engine_forwards"])
+    assert all(row["rule_calls"] > 0 for row in summary["engine_forwards"][:4])
     # a folder brought back is predicted again here, from its own kernel times, plan and flags
     again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_probe.py"), "--predict-again", str(out)],
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     redone = json.loads((out / "summary.json").read_text())
     assert "predicted_again" in redone and redone["measured"] == summary["measured"]
-    assert [row["batch_size"] for row in redone["ratios"]["measured"]["batch"]] == [1, 4, 16]
+    assert [row["batch_size"] for row in redone["ratios"]["measured-host"]["batch"]] == [1, 4, 16]
 
 
 def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs_them(tmp_path):

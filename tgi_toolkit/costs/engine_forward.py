@@ -1,16 +1,41 @@
 """How the toolkit's embedded engine's forward on a card differs from a serving framework's, counted from its code:
 what `costs.measured`'s `engine=True` prices. Its elementwise ops run unfused (`engine_elementwise_bytes`); new prompts
 of one length attend in one SDPA call and any other prompt chunk in one of its own (`one_prompt_call`); its decode
-steps at `--compile-sizes` rows replay layers inductor compiled (`compiled_layers`, from profile-gpu's table)."""
+steps at `--compile-sizes` rows replay layers inductor compiled (`compiled_layers`, from profile-gpu's table; a size
+any projection lacks is priced from `gemm_perf`, as the engine runs a size eagerly whose compile failed); and its
+eager forwards are issued from Python one torch call at a time (`EngineCalls`), which the card's host may take longer
+to issue than the card takes to run: the card runs each kernel as the host issues it, so an eager forward takes the
+longer of the two, while a decode step replays a CUDA graph after a few calls, with the card idle meanwhile."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tgi_toolkit.costs.features import Shape
 
 
-def engine_elementwise_bytes(shape: Any) -> float:
+class LayerShape(Protocol):
+    """What the elementwise rule reads of a model's shape (planner.shape.ModelShape has it)."""
+
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    gated_mlp: bool
+
+
+# The engine's loop between two forwards (scheduling, token delivery, input preparation), as host terms in place of a
+# server profile's: gpu_probe.py --device cpu --tiny's decode_gap_ms on a 2-core CPU, 0.092 ms at one row and 0.100
+# at four (2026-11-29); the card's own host measures it at 1-64 rows in the probe's trace
+ENGINE_LOOP = {"forward_overhead_s": 1e-4, "row_overhead_s": 3e-6, "host_token_s": 0.0}
+
+
+def engine_elementwise_bytes(shape: LayerShape) -> float:
     """Bytes a token's elementwise ops read and write in one layer of the embedded engine, which runs them unfused
     (engine/decode_step.py layer_in/layer_out, engine/attention.py attend), counted from its code for bf16
     activations with H hidden, Q = heads x head_dim, K = KV heads x head_dim, I intermediate, in bf16 elements
@@ -60,3 +85,47 @@ def one_prompt_call(rows: float, tokens: float, context: float, pairs: float) ->
         return False
     n = tokens / rows
     return math.isclose(pairs, rows * n * (n + 1) / 2, rel_tol=1e-9)
+
+
+def prompt_attention_calls(s: Shape) -> int:
+    """The SDPA calls the engine makes a layer for a forward's prompt chunks: one for new prompts all of one length,
+    else one a chunk (`one_prompt_call`); 0 in a decode step."""
+    if not s.prefilling:
+        return 0
+    decode_rows = min(s.decode_rows, s.rows)
+    prompts = s.rows - decode_rows
+    if prompts < 1:
+        return 0
+    one = one_prompt_call(prompts, s.tokens - decode_rows, s.context - s.decode_context, s.pairs - s.decode_context)
+    return 1 if one else int(prompts)
+
+
+@dataclass(frozen=True)
+class EngineCalls:
+    """The torch functions the engine's forward calls from Python, as a rule of its shape counted from its code
+    (engine.host_calls.count_calls runs it and solves for these; its test runs it again at other shapes). A
+    prompt forward of one row makes `base` + `per_layer` x layers; each further row one more (`per_row`); each
+    further prompt attention call (`prompt_attention_calls`) `per_call_layer` x layers more; decode rows beside
+    prompts `beside_decode` + `beside_decode_layer` x layers more. A decode step makes `decode_step`: its layers
+    run in TorchScript or a CUDA graph, not call by call."""
+
+    base: int
+    per_layer: int
+    per_row: int
+    per_call_layer: int
+    beside_decode: int
+    beside_decode_layer: int
+    decode_step: int
+
+    def calls(self, s: Shape, layers: int) -> int:
+        prompt_calls = prompt_attention_calls(s)
+        if not prompt_calls:
+            return self.decode_step
+        n = self.base + self.per_layer * layers + self.per_row * (s.rows - 1) + \
+            self.per_call_layer * layers * (prompt_calls - 1)
+        if min(s.decode_rows, s.rows) > 0:
+            n += self.beside_decode + self.beside_decode_layer * layers
+        return n
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)

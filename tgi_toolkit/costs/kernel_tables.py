@@ -23,8 +23,9 @@ from tgi_toolkit.costs.server_profiles import version_tuple
 TABLES = {"gemm": ("gemm", "gemm_perf"), "context_attention": ("attention", "context_attention_perf"),
           "generation_attention": ("attention", "generation_attention_perf"),
           "allreduce": ("comm", "custom_allreduce_perf"), "nccl": ("comm", "nccl_perf"), "moe": ("moe", "moe_perf"),
-          # the toolkit's own: GEMMs compiled as the engine's decode layers compile them (costs.profile)
-          "compiled_gemm": ("gemm", "compiled_gemm_perf")}
+          # the toolkit's own (costs.profile): GEMMs compiled as the engine's decode layers compile them, and the
+          # host's seconds a torch call
+          "compiled_gemm": ("gemm", "compiled_gemm_perf"), "host": ("host", "host_perf")}
 
 
 def database_root() -> Path:
@@ -285,6 +286,29 @@ def attention_surface(table: Any, heads: int, kv_heads: int, head_dim: int, leng
     scale = {"num_heads": heads, "num_key_value_heads": kv_heads}[by] / picked[by] * head_dim / picked["head_dim"]
     rows["latency"] = rows["latency"] * scale
     return Surface.of(rows, "batch_size", length), note
+
+
+def moe_curve(table: Any, s: Any, n: int, dtype: str | None) -> tuple[Curve | None, str]:
+    """The MoE layer's seconds against tokens from the database's MoE table, at model shape `s`'s experts, top-k,
+    expert width and `n`-way TP split (all experts on every GPU, each GPU a slice of every expert: vLLM's default
+    without expert parallelism), and a note of how it was read."""
+    rows = table[(table["moe_dtype"] == (dtype or "bfloat16")) & (table["moe_ep_size"] == 1)]
+    if rows.empty:
+        return None, ""
+    for column, want in (("num_experts", s.num_experts), ("topk", s.experts_per_token),
+                         ("moe_tp_size", n)):
+        rows = rows[rows[column] == nearest_value(rows[column].unique(), want)]
+    dist = "power_law_1.01" if (rows["distribution"] == "power_law_1.01").any() else "balanced"
+    rows = rows[rows["distribution"] == dist]
+    inter = s.expert_intermediate_size or s.intermediate_size
+    key = min({(h, i) for h, i in zip(rows["hidden_size"], rows["inter_size"], strict=True)},
+              key=lambda c: abs(math.log(c[0] / s.hidden_size)) + abs(math.log(c[1] / inter)))
+    rows = rows[(rows["hidden_size"] == key[0]) & (rows["inter_size"] == key[1])]
+    best = rows.groupby("num_tokens", as_index=False)["latency"].min()
+    scale = s.hidden_size * inter / (key[0] * key[1])
+    curve = Curve.of(best["num_tokens"], best["latency"] / 1e3 * scale)
+    note = "measured shape" if scale == 1 else f"scaled from hidden {key[0]}, expert width {key[1]}"
+    return curve, f"{dist} routing, {note}"
 
 
 def comm_curve(table: Any, num_gpus: int, kernel: str | None) -> Curve | None:

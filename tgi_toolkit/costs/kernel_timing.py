@@ -16,6 +16,7 @@ GEMM_KERNEL = "torch.nn.functional.linear"
 FP8_KERNEL = "torch._scaled_mm"
 COMPILED_KERNEL = "torch.compile (inductor)"
 COMPILED_PROJECTIONS = ("qkv", "o", "gate_up", "down")  # what the engine's compiled decode layers hold
+HOST_CALLS = 400  # calls a host timing issues back to back (a CUDA launch queue holds about a thousand)
 GRAPH_CALLS = 20  # compiled calls captured in one CUDA graph: a replay's time over them is one call's, launch-free
 ATTENTION_KERNEL = "torch.nn.functional.scaled_dot_product_attention"
 CONTEXT_TOKENS = 16384  # batch x isl at most: past it a prefill is chunked anyway
@@ -238,6 +239,45 @@ class Walk:
                 ms = self.clock.median_ms(partial(F.scaled_dot_product_attention, q, k, v, is_causal=True,
                                                   enable_gqa=gqa))
                 self.result.add("context_attention_perf", self._attention_row("context_attention", batch, isl, 0, ms))
+
+    def host(self, calls: int = HOST_CALLS) -> None:
+        """The host's seconds to issue one small kernel from Python (`torch_call`: `torch.add` on 256 elements,
+        the device not waited on between calls: what each of an eager forward's calls costs the host beside its
+        kernel), and on a card to launch a captured CUDA graph (`graph_replay`); each the median over 5 runs of
+        `calls` calls."""
+        import torch
+
+        if not self.within("host_perf"):
+            return
+        a = torch.ones(256, device=self.device, dtype=self.torch_dtype)
+        out = torch.empty_like(a)
+        self.result.add("host_perf", self._host_row("torch_call", calls, partial(torch.add, a, a, out=out)))
+        if self.device == "cuda":
+            graph = torch.cuda.CUDAGraph()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                torch.add(a, a, out=out)
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                torch.add(a, a, out=out)
+            self.result.add("host_perf", self._host_row("graph_replay", calls, graph.replay))
+
+    def _host_row(self, op: str, calls: int, call: Callable[[], Any]) -> dict[str, Any]:
+        import torch
+
+        sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
+        for _ in range(max(self.clock.warmup, 1) * 10):
+            call()
+        runs = []
+        for _ in range(5):
+            sync()
+            began = time.perf_counter()
+            for _ in range(calls):
+                call()
+            runs.append((time.perf_counter() - began) / calls * 1e3)
+        sync()
+        return {**self.common, "op_name": op, "calls": calls, "latency": float(statistics.median(runs))}
 
     def _gemm_row(self, kernel: str, dtype: str, m: int, n: int, k: int, ms: float) -> dict[str, Any]:
         return {**self.common, "op_name": "gemm", "kernel_source": kernel, "gemm_dtype": dtype, "m": m, "n": n,

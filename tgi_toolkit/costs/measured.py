@@ -16,14 +16,11 @@ not measured, int4 weights, a server that runs its forwards eagerly (the tables 
 the elementwise ops (norms, rotary, activation, residual adds: memory-bound, a few per cent of a forward).
 `priced_by()` says which source priced which operation, and every prediction carries it.
 
-`engine=True` prices the toolkit's own embedded engine (tgi_toolkit.engine) instead of a serving framework's
-fused kernels: its prompt path runs one SDPA call per prompt chunk (engine/attention.py `_chunk`), not one
-varlen kernel over all of them, except new prompts all of one length, which it attends in one batched call
-(`one_prompt_call`), and its elementwise ops unfused (`engine_elementwise_bytes`). With `compile_sizes` (the
-engine's `--compile-sizes`), a decode forward of exactly that many rows, which replays the CUDA graph holding the
-layers inductor compiled, takes its four projections from profile-gpu's `compiled_gemm_perf` where that table has
-them, and from `gemm_perf` otherwise (the engine too runs a size eagerly whose compile failed). Its host time is not
-priced differently: what its eager Python calls cost is the GPU probe's to measure (docs/gpu-probe.md).
+`engine=True` prices the toolkit's own embedded engine instead of a framework's fused kernels, by the rules
+tgi_toolkit.costs.engine_forward counts from its code: its prompt chunks' SDPA calls, its unfused elementwise ops,
+its compiled decode layers at `compile_sizes` rows (profile-gpu's `compiled_gemm_perf`, else `gemm_perf`), and, with
+`host_calls` and profile-gpu's `host_perf`, its host issuing its calls: an eager forward takes the longer of its
+kernels and its calls, a decode step (a CUDA graph's replay) its kernels plus its few calls and the replay's launch.
 """
 
 from __future__ import annotations
@@ -35,7 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tgi_toolkit.costs.engine_forward import compiled_layers, engine_elementwise_bytes, one_prompt_call
+from tgi_toolkit.costs.engine_forward import (
+    EngineCalls,
+    compiled_layers,
+    engine_elementwise_bytes,
+    prompt_attention_calls,
+)
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.kernel_tables import (
     Curve,
@@ -43,7 +45,7 @@ from tgi_toolkit.costs.kernel_tables import (
     Surface,
     attention_surface,
     comm_curve,
-    nearest_value,
+    moe_curve,
 )
 from tgi_toolkit.costs.roofline import EFFICIENCY_HELP, RooflineCostModel, gpu_spec
 from tgi_toolkit.costs.server_profiles import server_profile
@@ -77,6 +79,7 @@ class MeasuredCostModel(RooflineCostModel):
     kernel_times: str | None = None  # a folder profile-gpu wrote, read when `tables` is None
     engine: bool = False  # the embedded engine's forward: SDPA per prompt chunk (`one_prompt_call`), unfused ops
     compile_sizes: tuple[int, ...] = ()  # with `engine`: the decode rows whose layers run compiled (module docstring)
+    host_calls: EngineCalls | None = None  # with `engine`: its calls from Python, priced at host_perf's seconds
     priced: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -119,6 +122,8 @@ class MeasuredCostModel(RooflineCostModel):
         self.allreduce_graph: Curve | None = None
         self.allreduce_eager: Curve | None = None
         self.compiled_layer: dict[int, float] = {}  # decode rows -> a layer's four compiled GEMMs, seconds
+        self.call_s: float | None = None  # the host's seconds a torch call (engine with host_calls only)
+        self.replay_s = 0.0
         dtype = "fp8" if self.quantize == "fp8" else "bfloat16" if not self.quantize else None
         q_out = s.num_heads * s.head_dim
         kv_out = 2 * s.num_kv_heads * s.head_dim
@@ -147,8 +152,13 @@ class MeasuredCostModel(RooflineCostModel):
             if self.compiled_layer:
                 self.priced["compiled_gemm"] = f"{src['compiled_gemm']} (decode rows " \
                     f"{', '.join(map(str, self.compiled_layer))})"
+        if self.engine and self.host_calls is not None and "host" in t:
+            host = t["host"].groupby("op_name")["latency"].median() / 1e3
+            if "torch_call" in host:
+                self.call_s, self.replay_s = float(host["torch_call"]), float(host.get("graph_replay", 0.0))
+                self.priced["host"] = f"{src['host']}: {self.call_s * 1e6:.2f} us a torch call x the engine's calls"
         if not dense_mlp and "moe" in t:
-            self.moe, note = self._moe_curve(t["moe"], dtype)
+            self.moe, note = moe_curve(t["moe"], s, n, dtype)
             if self.moe is not None:
                 self.priced["moe"] = f"{src['moe']} ({note})"
         heads, kv_heads = max(s.num_heads // n, 1), max(s.num_kv_heads // n, 1)
@@ -176,28 +186,6 @@ class MeasuredCostModel(RooflineCostModel):
                 if self.allreduce_graph is not None:
                     self.priced["allreduce"] = src["nccl"]
         self._layer_gemms = functools.lru_cache(maxsize=4096)(self._gemm_seconds)
-
-    def _moe_curve(self, table: Any, dtype: str | None) -> tuple[Curve | None, str]:
-        """The MoE layer's seconds against tokens, at the model's experts, top-k, expert width and TP split (all
-        experts on every GPU, each GPU a slice of every expert: vLLM's default without expert parallelism)."""
-        s, n = self.shape, self.num_shard
-        rows = table[(table["moe_dtype"] == (dtype or "bfloat16")) & (table["moe_ep_size"] == 1)]
-        if rows.empty:
-            return None, ""
-        for column, want in (("num_experts", s.num_experts), ("topk", s.experts_per_token),
-                             ("moe_tp_size", n)):
-            rows = rows[rows[column] == nearest_value(rows[column].unique(), want)]
-        dist = "power_law_1.01" if (rows["distribution"] == "power_law_1.01").any() else "balanced"
-        rows = rows[rows["distribution"] == dist]
-        inter = s.expert_intermediate_size or s.intermediate_size
-        key = min({(h, i) for h, i in zip(rows["hidden_size"], rows["inter_size"], strict=True)},
-                  key=lambda c: abs(math.log(c[0] / s.hidden_size)) + abs(math.log(c[1] / inter)))
-        rows = rows[(rows["hidden_size"] == key[0]) & (rows["inter_size"] == key[1])]
-        best = rows.groupby("num_tokens", as_index=False)["latency"].min()
-        scale = s.hidden_size * inter / (key[0] * key[1])
-        curve = Curve.of(best["num_tokens"], best["latency"] / 1e3 * scale)
-        note = "measured shape" if scale == 1 else f"scaled from hidden {key[0]}, expert width {key[1]}"
-        return curve, f"{dist} routing, {note}"
 
     # -- pricing a forward ------------------------------------------------------------------------
     def _gemm_seconds(self, tokens: float) -> float:
@@ -238,8 +226,7 @@ class MeasuredCostModel(RooflineCostModel):
             isl = (math.sqrt(1 + 8 * pairs / prefill_rows) - 1) / 2
             if self.context is None:
                 t += self._attention_roofline(s.context - decode_context, pairs)
-            elif self.engine and not one_prompt_call(prefill_rows, tokens - decode_rows,
-                                                      s.context - decode_context, pairs):
+            elif self.engine and prompt_attention_calls(s) > 1:
                 t += prefill_rows * self.context(1, isl)  # one SDPA call per prompt chunk (engine/attention.py)
             else:
                 t += self.context(prefill_rows, isl)
@@ -254,6 +241,14 @@ class MeasuredCostModel(RooflineCostModel):
         else:
             t += self._op_roofline(2 * self.lm_head_params * emitting, self.lm_head_params * 2)
         return t
+
+    def seconds(self, s: Shape) -> float:
+        if self.call_s is None or self.host_calls is None:
+            return super().seconds(s)
+        kernels = self.kernel_seconds(s)
+        issue = self.host_calls.calls(s, self.shape.num_layers) * self.call_s
+        card = max(kernels, issue) if s.prefilling else kernels + issue + self.replay_s
+        return card + self.host_seconds(s)
 
     def _body_roofline(self, tokens: float) -> float:
         per_layer = self.body_params / self.shape.num_layers
@@ -289,6 +284,8 @@ class MeasuredCostModel(RooflineCostModel):
             ops.append("moe")
         if self.compiled_layer:
             ops.append("compiled_gemm")
+        if self.call_s is not None:
+            ops.append("host")
         if self.num_shard > 1:
             ops.append("allreduce")
         measured = {op: self.priced[op] for op in ops if op in self.priced}
@@ -318,6 +315,7 @@ class MeasuredCostModel(RooflineCostModel):
         out.update({"kind": "measured", "name": self.name, "server_version": self.server_version,
                     "kernel_times": self.kernel_times, "engine": self.engine,
                     "compile_sizes": list(self.compile_sizes),
+                    "host_calls": self.host_calls.to_dict() if self.host_calls else None,
                     "priced_by": self.priced_by(), "provenance": self.provenance()})
         out["source"] = {"kernel_times": self.provenance(),
                          "host_terms": f"{self.profile.label}'s profile priors ({self.server}), not fitted"
@@ -335,7 +333,8 @@ class MeasuredCostModel(RooflineCostModel):
         keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "server", *EFFICIENCY_HELP)
         return cls(**{k: data[k] for k in keys if k in data}, server_version=data.get("server_version"),
                    kernel_times=data.get("kernel_times"), engine=bool(data.get("engine", False)),
-                   compile_sizes=tuple(data.get("compile_sizes") or ()))
+                   compile_sizes=tuple(data.get("compile_sizes") or ()),
+                   host_calls=EngineCalls(**data["host_calls"]) if data.get("host_calls") else None)
 
 
 def covered(gpu: str, server: str) -> bool:
@@ -349,13 +348,14 @@ COST_MODELS = ("auto", "measured", "roofline")
 
 def gpu_cost_model(gpu: str, model: ModelShape | ModelConfigSource, *, cost_model: str = "auto",
                    kernel_times: str | Path | None = None, server_version: str | None = None, engine: bool = False,
-                   compile_sizes: Sequence[int] = (), **roof: Any) -> RooflineCostModel:
+                   compile_sizes: Sequence[int] = (), host_calls: EngineCalls | None = None, **roof: Any
+                   ) -> RooflineCostModel:
     """The GPU cost model of `model` on `gpu` (the roofline's arguments, `roof`): `measured` prices from kernel
     times (the operator database, or `kernel_times`, a folder `profile-gpu` wrote), `roofline` from the
     datasheet, `auto` (the default) measured where the database covers the card and the server's framework,
     else the roofline; `engine` prices the embedded engine's own forward from measured kernels, its decode steps
-    at `compile_sizes` rows with compiled layers (module docstring; the roofline has no such variant). A ValueError
-    names
+    at `compile_sizes` rows with compiled layers, and with `host_calls` its host issuing its calls (module docstring;
+    the roofline has no such variant). A ValueError names
     the field when the choice cannot be met."""
     from tgi_toolkit.costs.roofline import roofline
 
@@ -379,4 +379,4 @@ def gpu_cost_model(gpu: str, model: ModelShape | ModelConfigSource, *, cost_mode
     return MeasuredCostModel(base.gpu, base.model, **{k: getattr(base, k) for k in keys},
                              **{k: v for k, v in roof.items() if k not in keys},
                              kernel_times=str(kernel_times) if kernel_times else None, server_version=server_version,
-                             engine=engine, compile_sizes=tuple(compile_sizes))
+                             engine=engine, compile_sizes=tuple(compile_sizes), host_calls=host_calls)

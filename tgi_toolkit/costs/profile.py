@@ -10,6 +10,8 @@ three the way it reads NVIDIA's AIConfigurator database, `systems/data/<gpu>/<op
 - `generation_attention_perf.parquet`: one query row per sequence over `step` cached positions (`isl` 1), in the
   engine's grouped layout (the query heads sharing a key head are its queries), as the decode step runs it;
 - `mem_perf.parquet`: a device-to-device copy of `bytes` bytes (the weight read's bound);
+- `host_perf.parquet` (the toolkit's own): the host's seconds to issue a small kernel from Python (`torch_call`)
+  and, on a card, to launch a CUDA graph (`graph_replay`): what an eager forward's calls cost beside its kernels;
 - `compiled_gemm_perf.parquet` (the toolkit's own table, in `gemm_perf`'s columns): the four projections of a decoder
   layer at the engine's `--compile-sizes` (one row by default on a card), compiled as the engine compiles its decode
   layers there (inductor, config.embedded's CUDA_COMPILE_OPTIONS) and timed as its CUDA graphs replay them; the
@@ -115,6 +117,7 @@ def profile(config: Mapping[str, Any], out: str | Path, *, num_shard: int = 1, d
     started = time.perf_counter()
     with torch.inference_mode():
         walk.copies(grids["copy_bytes"])
+        walk.host()
         walk.gemms(grids["tokens"])
         walk.generation_attention(grids["generation_batches"], grids["generation_steps"])
         walk.context_attention(grids["context_batches"], grids["context_lengths"])
@@ -129,7 +132,8 @@ def profile(config: Mapping[str, Any], out: str | Path, *, num_shard: int = 1, d
     return meta
 
 
-TABLE_FILES = ("gemm_perf", "context_attention_perf", "generation_attention_perf", "mem_perf", "compiled_gemm_perf")
+TABLE_FILES = ("gemm_perf", "context_attention_perf", "generation_attention_perf", "mem_perf", "compiled_gemm_perf",
+               "host_perf")
 
 
 def _write(result: Profile, out: Path, meta: dict[str, Any]) -> dict[str, str]:

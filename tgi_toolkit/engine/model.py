@@ -7,6 +7,7 @@ conversion cache are tgi_toolkit.models', which the planner and the tuner use wi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,23 @@ def random_config(model: str) -> tuple[dict[str, Any], Path | None]:
     return {k: v for k, v in shipped.items() if not k.startswith("_")}, None
 
 
+def random_model(fields: Mapping[str, Any], dtype: Any, device: str, source: str = "the config") -> Any:
+    """The transformers model of config.json `fields` with random weights, in torch `dtype` on `device`, in eval
+    mode; a config transformers cannot read is refused naming `source`."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        fields = dict(fields)
+        config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    except (ValueError, KeyError) as exc:
+        raise ModelNotFoundError(f"--random-weights: cannot read {source} as a model's config.json "
+                                 f"({type(exc).__name__}: {exc})") from exc
+    with torch.device(device):
+        built = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return built.eval()
+
+
 def load_random(model: str, dtype: str | None = None, tokenizer_config_path: str | None = None,
                 device: str = "cpu") -> LoadedModel:
     """A model of `model`'s shape (`random_config`) with random weights, built on `device` in `dtype`.
@@ -131,20 +149,11 @@ def load_random(model: str, dtype: str | None = None, tokenizer_config_path: str
     For timing only: its tokens are noise. Built under `torch.device(device)`, so an 8B model's weights are
     allocated once, on the card, never first in host memory. The tokenizer is the one beside config.json where
     there is one, else the bundled default model's (ids beyond its vocabulary decode to nothing)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     fields, path = random_config(model)
-    try:
-        fields = dict(fields)
-        config = AutoConfig.for_model(fields.pop("model_type"), **fields)
-    except (ValueError, KeyError) as exc:
-        raise ModelNotFoundError(f"--random-weights: cannot read {path or model} as a model's config.json "
-                                 f"({type(exc).__name__}: {exc})") from exc
     target = torch_dtype(dtype, device)
-    with torch.device(device):
-        built = AutoModelForCausalLM.from_config(config, dtype=target)
-    built.eval()
+    built = random_model(fields, target, device, str(path or model))
     tokenizer_dir = path.parent if path is not None and (path.parent / "tokenizer.json").is_file() else \
         converted_model_dir(resolve_model(DEFAULT_MODEL_ID))
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)

@@ -1,0 +1,60 @@
+"""The engine's calls from Python as a rule of a forward's shape (tgi_toolkit.engine.host_calls, costs.engine_forward
+.EngineCalls): solved from a few forwards at 2 and 3 layers, the rule gives the engine's own count at 4 layers and at
+shapes it was not solved from."""
+
+from __future__ import annotations
+
+import pytest
+
+from tgi_toolkit.costs.features import Shape, row_pairs
+from tgi_toolkit.engine.host_calls import PROMPT, count_calls, count_forward, narrow
+
+LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256, "rms_norm_eps": 1e-5,
+         "rope_theta": 500000.0, "bos_token_id": 128000, "eos_token_id": 128001,
+         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 8192}}
+
+
+def test_a_narrow_copy_keeps_the_code_path_and_shrinks_the_widths():
+    """32 heads of 16 (hidden 512), 8 KV heads as before, MLP 1,024, vocabulary 512, 4 layers; RoPE's scaling kept,
+    the token ids past the small vocabulary dropped."""
+    c = narrow(LLAMA, 4)
+    assert (c["num_hidden_layers"], c["hidden_size"], c["intermediate_size"], c["vocab_size"]) == (4, 512, 1024, 512)
+    assert (c["num_attention_heads"], c["num_key_value_heads"]) == (32, 8)
+    assert c["rope_scaling"] == LLAMA["rope_scaling"] and "bos_token_id" not in c and "eos_token_id" not in c
+
+
+def shape(prompts: list[int], decodes: int) -> Shape:
+    """The forward `count_forward` runs: new prompts of `prompts` tokens beside `decodes` rows one token past a
+    PROMPT-token prompt."""
+    tokens = sum(prompts) + decodes
+    context = sum(prompts) + decodes * (PROMPT + 1)
+    pairs = sum(row_pairs(0, n) for n in prompts) + decodes * row_pairs(PROMPT, 1)
+    return Shape(len(prompts) + decodes, tokens, context, pairs, bool(prompts), decodes, decodes * (PROMPT + 1))
+
+
+@pytest.mark.parametrize(("prompts", "decodes"), [
+    ([PROMPT], 0), ([PROMPT] * 3, 0), ([PROMPT, PROMPT + 1, PROMPT + 2], 0), ([PROMPT], 2),
+    ([PROMPT, PROMPT + 1], 1), ([PROMPT] * 4, 3), ([], 3)])
+def test_the_rule_counts_what_the_engine_calls_at_shapes_it_was_not_solved_from(prompts, decodes):
+    rule = rules()
+    assert rule.calls(shape(prompts, decodes), 4) == count_forward(narrow(LLAMA, 4), prompts, decodes)
+
+
+_RULES = []
+
+
+def rules():
+    if not _RULES:
+        _RULES.append(count_calls(LLAMA))
+    return _RULES[0]
+
+
+def test_each_further_prompt_call_costs_calls_in_every_layer_and_a_decode_step_none():
+    """What the rule's terms say of the engine: a prompt attended apart adds calls in every layer (its own SDPA
+    call and cache writes), one more prompt of the same length only its row's; a decode step's layers are one
+    TorchScript call, so its count does not grow with the layers."""
+    rule = rules()
+    assert rule.per_layer > rule.per_call_layer > 0 and rule.per_row >= 1
+    assert count_forward(narrow(LLAMA, 2), [], 1) == count_forward(narrow(LLAMA, 5), [], 1) == rule.decode_step

@@ -1,0 +1,96 @@
+"""The torch functions the engine's forward calls from Python, counted: `TorchCalls` counts them while on, and
+`count_calls` runs a model's forward at a few shapes on narrow 2- and 3-layer copies of it and solves for the rule
+the measured cost model prices an eager forward's host time with (costs.engine_forward.EngineCalls).
+
+A forward's calls depend on its code path, not on its widths: the copies keep the model's type, head grouping,
+RoPE and norms and shrink the rest, and run on the CPU in float32, where the engine's projections take `F.linear` as
+they do on a card (decode_step.project). The decode step is counted as the CPU runs it (TorchScript: one call for
+all its layers); on a card its CUDA graph replay takes about as few.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch.overrides import TorchFunctionMode
+
+from tgi_toolkit.costs.engine_forward import EngineCalls
+
+PROMPT = 8  # tokens a counted prompt holds (a second prompt of another length holds one more)
+
+
+class TorchCalls(TorchFunctionMode):
+    """While on (`with TorchCalls() as calls:`), counts the torch functions called from Python (`calls.n`): the
+    host's share of an eager forward, one call at a time. A tensor's attribute reads (`.shape`, `.dtype`,
+    `.device`: `__get__`) are not counted: they cost the host a fraction of a call, and which are read depends on
+    the device and dtype (engine.linear's checks) where the calls that run kernels do not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        if getattr(func, "__name__", "") != "__get__":
+            self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def narrow(config: Mapping[str, Any], layers: int) -> dict[str, Any]:
+    """`config` with `layers` layers and 16-wide heads, an MLP twice the hidden width and a 512-token vocabulary."""
+    heads = int(config["num_attention_heads"])
+    kv = int(config.get("num_key_value_heads") or heads)
+    out = {k: v for k, v in config.items() if not str(k).startswith("_")}
+    out.update(num_hidden_layers=layers, hidden_size=16 * heads, intermediate_size=32 * heads, num_key_value_heads=kv,
+               vocab_size=512)
+    if out.get("head_dim"):
+        out["head_dim"] = 16
+    for token in ("bos_token_id", "eos_token_id", "pad_token_id"):  # ids past the narrow vocabulary
+        out.pop(token, None)
+    return out
+
+
+def count_forward(config: Mapping[str, Any], prompts: list[int], decodes: int) -> int:
+    """Torch calls of one forward of `config`'s engine: prompts of `prompts` tokens (new, their keys stored in the
+    prefix pool as the server stores them) beside `decodes` decode rows; none but decode rows: a decode step."""
+    import torch
+
+    from tgi_toolkit.engine.model import random_model
+    from tgi_toolkit.engine.runner import LlamaRunner
+
+    rows = len(prompts) + decodes
+    runner = LlamaRunner(random_model(config, torch.float32, "cpu"), max_rows=rows, max_positions=4 * PROMPT)
+    runner.enable_pool(rows * 4 * PROMPT)
+    with torch.inference_mode():
+        inputs, store = [], []
+        for _ in range(decodes):
+            seq = runner.new_seq()
+            runner.forward([(seq, list(range(PROMPT)))])
+            inputs.append((seq, [1]))
+            store.append(None)
+        for i, n in enumerate(prompts):
+            inputs.append((runner.new_seq(), [(i + j) % 512 for j in range(n)]))
+            store.append(list(range(i * 4 * PROMPT, i * 4 * PROMPT + n)))
+        with TorchCalls() as calls:
+            runner.forward(inputs, None, store if prompts else None, [True] * len(inputs))
+    return calls.n
+
+
+def count_calls(config: Mapping[str, Any]) -> EngineCalls:
+    """The rule `EngineCalls` for `config`'s model, solved from its engine's forwards at 2 and 3 layers: one prompt;
+    two of one length; two of two lengths; one beside a decode row; a decode step."""
+    counts = {}
+    for layers in (2, 3):
+        c = narrow(config, layers)
+        counts[layers] = {"one": count_forward(c, [PROMPT], 0), "two": count_forward(c, [PROMPT, PROMPT], 0),
+                          "apart": count_forward(c, [PROMPT, PROMPT + 1], 0),
+                          "beside": count_forward(c, [PROMPT], 1), "step": count_forward(c, [], 1)}
+    two, three = counts[2], counts[3]
+    per_layer = three["one"] - two["one"]
+    per_row = two["two"] - two["one"]
+    per_call_layer = (three["apart"] - three["one"]) - (two["apart"] - two["one"])
+    beside_layer = (three["beside"] - three["one"]) - (two["beside"] - two["one"])
+    return EngineCalls(base=two["one"] - 2 * per_layer, per_layer=per_layer, per_row=per_row,
+                       per_call_layer=per_call_layer,
+                       beside_decode=two["beside"] - two["one"] - per_row - 2 * beside_layer,
+                       beside_decode_layer=beside_layer, decode_step=two["step"])
