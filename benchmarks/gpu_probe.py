@@ -203,6 +203,9 @@ def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str
         # elementwise ops run unfused, unlike the fused kernels a TGI the profile stands for would run
         host: dict[str, Any] = {}
         if kind == "measured-host":
+            if not (kernels / "host_perf.parquet").exists():
+                raise ValueError(f"{kind}: {kernels} has no host_perf.parquet (a profile-gpu of before 2026-11-29 "
+                                 "timed no host)")
             from tgi_toolkit.costs.engine_forward import ENGINE_LOOP
             from tgi_toolkit.engine.host_calls import count_calls
 
@@ -706,8 +709,13 @@ def predict_again(out: Path, card: str | None) -> int:
     # the compile sizes the measured engine ran with: none where it was served again without them
     compile_sizes = [] if summary.get("compile_sizes") == "0" else summary.get("engine_compile_sizes") or []
     for kind in KINDS:
-        summary["predicted"][kind] = predict(kind, card, out / "model", out / "kernels", summary["plan"],
-                                             summary["launcher_flags"], out / "predicted-again" / kind, compile_sizes)
+        try:
+            summary["predicted"][kind] = predict(kind, card, out / "model", out / "kernels", summary["plan"],
+                                                 summary["launcher_flags"], out / "predicted-again" / kind,
+                                                 compile_sizes)
+        except ValueError as exc:  # what the folder lacks for this kind (an older probe's)
+            summary["skipped"][kind] = str(exc)
+            continue
         summary["ratios"][kind] = ratios(summary["predicted"][kind], summary["measured"])
     summary["card_for_predictions"] = card
     summary["predicted_again"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -175,3 +175,16 @@ def test_the_summary_sets_a_layers_one_row_gemms_compiled_beside_cublas_and_the_
     assert gemms["linear_us"] == pytest.approx(1e3 * linear["latency"].sum(), abs=0.01)
     compiled = pd.read_parquet(tmp_path / "compiled_gemm_perf.parquet")
     assert gemms["compiled_us"] == pytest.approx(1e3 * compiled["latency"].sum(), abs=0.01)
+
+
+def test_a_kernels_folder_without_the_hosts_times_is_refused_for_the_engine_host_prediction(tmp_path):
+    """The probes of 2026-11-28 timed no host: predicting them again with the engine's host is refused by name (the
+    other predictions go on: `predict_again` records it in `skipped`)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_probe
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "config.json").write_text(json.dumps(gpu_probe.TINY))
+    with pytest.raises(ValueError, match="measured-host: .* has no host_perf.parquet"):
+        gpu_probe.predict("measured-host", "H100", tmp_path, tmp_path / "kernels", gpu_probe.PLANS["tiny"], [],
+                          tmp_path / "out")
