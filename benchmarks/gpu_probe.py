@@ -118,24 +118,21 @@ def one_row_gemms(kernels: Path, config: dict[str, Any]) -> dict[str, Any] | Non
     None where the compiled ones were not measured."""
     import pandas as pd
 
+    from tgi_toolkit.costs.engine_forward import compiled_layers
     from tgi_toolkit.costs.kernel_timing import COMPILED_PROJECTIONS, Shard
 
     path, bandwidth = kernels / "compiled_gemm_perf.parquet", copy_bandwidth(kernels)
     if not path.exists() or not bandwidth:
         return None
     shapes = [Shard.of(config).gemms[name] for name in COMPILED_PROJECTIONS]
-
-    def layer_us(table: Any) -> float | None:
-        one = table[(table["m"] == 1) & (table["gemm_dtype"] == "bfloat16")]
-        times = {(int(n), int(k)): float(ms) for n, k, ms in zip(one["n"], one["k"], one["latency"], strict=True)}
-        found = [times.get(shape) for shape in shapes]
-        return None if None in found else 1e3 * sum(found)
-
-    compiled, linear = layer_us(pd.read_parquet(path)), layer_us(pd.read_parquet(kernels / "gemm_perf.parquet"))
+    # gemm_perf has compiled_gemm_perf's columns: the cost model's reader sums either table's layer at one row
+    compiled, linear = (compiled_layers(pd.read_parquet(table), "bfloat16", shapes, [1]).get(1)
+                        for table in (path, kernels / "gemm_perf.parquet"))
     if compiled is None or linear is None:
         return None
     read_us = 1e6 * 2 * sum(n * k for n, k in shapes) / bandwidth
-    return {"linear_us": round(linear, 2), "compiled_us": round(compiled, 2), "weight_read_us": round(read_us, 2)}
+    return {"linear_us": round(linear * 1e6, 2), "compiled_us": round(compiled * 1e6, 2),
+            "weight_read_us": round(read_us, 2)}
 
 
 def copy_bandwidth(kernels: Path) -> float | None:
@@ -187,11 +184,13 @@ class CappedKV:
 
 
 def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str, Any], flags: list[str],
-            out: Path, compile_sizes: list[int] | None = None) -> dict[str, Any]:
+            out: Path, compile_sizes: list[int] | None = None, host_calls: EngineCalls | None = None
+            ) -> dict[str, Any]:
     """The simulator's batch table and users for `kind` (KINDS: roofline, the datasheet; measured, the kernel times,
     the decode steps at the engine's `compile_sizes` rows from the compiled GEMMs profile-gpu timed, and the TGI 3
     profile's host terms; measured-host, the same kernels with the engine's own host: its calls counted from its
-    code at the host's seconds a call (profile-gpu's host_perf), and its loop between forwards, ENGINE_LOOP)."""
+    code at the host's seconds a call (profile-gpu's host_perf), and its loop between forwards, ENGINE_LOOP; the
+    count is `host_calls` where the caller made it, else made here)."""
     from tgi_toolkit import simulate
     from tgi_toolkit.costs.measured import gpu_cost_model
 
@@ -209,7 +208,7 @@ def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str
             from tgi_toolkit.costs.engine_forward import ENGINE_LOOP
             from tgi_toolkit.engine.host_calls import count_calls
 
-            host = {"host_calls": count_calls(json.loads(Path(config).read_text())), **ENGINE_LOOP}
+            host = {"host_calls": host_calls or count_calls(json.loads(Path(config).read_text())), **ENGINE_LOOP}
         cost = gpu_cost_model(card, config, cost_model="measured", kernel_times=str(kernels), server=SERVER_PROFILE,
                               engine=True, compile_sizes=compile_sizes or (), **host)
     if plan.get("kv_tokens"):
@@ -620,7 +619,16 @@ def main(argv: list[str] | None = None) -> int:
             compile_sizes=compile_sizes, log=lambda line: print(line, flush=True))
     summary["one_row_gemms"] = one_row_gemms(kernels, config)
 
-    # 2. predictions, before the engine serves anything
+    # 2. predictions, before the engine serves anything (the engine's calls counted once, for them and for step 4)
+    from tgi_toolkit.engine.host_calls import count_calls
+
+    try:
+        calls_rule: EngineCalls | None = count_calls(config)
+        summary["engine_calls"] = calls_rule.to_dict()
+    except Exception as exc:  # a count that cannot run here must not cost the lease its measurements
+        calls_rule = None
+        summary["skipped"]["engine_calls"] = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
     card = args.card or (facts["device"] if device == "cuda" else None)
     for kind in KINDS:
         if card is None:
@@ -628,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             summary["predicted"][kind] = predict(kind, card, model_dir, kernels, plan, flags, out / "predicted" / kind,
-                                                 compile_sizes)
+                                                 compile_sizes, calls_rule)
             print(f"gpu_probe: predicted ({kind}, {card}) {summary['predicted'][kind]['batch'][:1]}", flush=True)
         except Exception as exc:  # a prediction that cannot run here must not cost the lease its measurements
             summary["skipped"][kind] = f"{type(exc).__name__}: {exc}"
@@ -685,10 +693,8 @@ def main(argv: list[str] | None = None) -> int:
                 cost = gpu_cost_model(card, str(model_dir / "config.json"), cost_model="measured",
                                       kernel_times=str(kernels), server=SERVER_PROFILE, engine=True)
             compiled = summary.get("compile_sizes") != "0" and elapsed < COMPILED_UNTIL_S
-            from tgi_toolkit.engine.host_calls import count_calls
-
             summary["engine_forwards"] = engine_forwards(model_dir, device, plan, cost, compiled=compiled,
-                                                         calls_rule=count_calls(config))
+                                                         calls_rule=calls_rule)
             (out / "engine_forwards.json").write_text(json.dumps(summary["engine_forwards"], indent=2) + "\n")
             print(f"gpu_probe: the engine's forwards alone {summary['engine_forwards']}", flush=True)
         except Exception as exc:  # the served measurements are in; this step must not cost them

@@ -6,7 +6,7 @@ pays call by call; docs/gpu-probe.md).
 
 Prints one JSON line per batch size. To compare two versions of the runner side by side, run it from both
 checkouts in turn on one machine (benchmarks/results/prompt_batch_forward.txt: before and after new prompts of
-one length attended in one SDPA call).
+one length attended in one SDPA call; counted then with a tensor's attribute reads, which TorchCalls now leaves out).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import statistics
 import time
 
 import torch
-from gpu_probe import TorchCalls  # benchmarks/, this script's folder
 
+from tgi_toolkit.engine.host_calls import TorchCalls
 from tgi_toolkit.engine.model import load_model
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.models.files import DEFAULT_MODEL_ID, resolve_model

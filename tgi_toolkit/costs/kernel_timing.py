@@ -81,21 +81,28 @@ class Clock:
     def replay_ms(self, call: Callable[[], Any]) -> float:
         """Median milliseconds of `call` as a CUDA graph replays it (GRAPH_CALLS captured back to back, after the
         warm-up, which is where a compiled call compiles); on a CPU, `median_ms`."""
-        import torch
 
         if self.device != "cuda":
             return self.median_ms(call)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(max(self.warmup, 1)):
-                call()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(GRAPH_CALLS):
-                call()
-        return self.median_ms(graph.replay) / GRAPH_CALLS
+        return self.median_ms(captured(call, GRAPH_CALLS, max(self.warmup, 1)).replay) / GRAPH_CALLS
+
+
+def captured(call: Callable[[], Any], calls: int, warmup: int) -> Any:
+    """A CUDA graph of `calls` calls of `call` back to back, captured after `warmup` calls on a side stream (where a
+    compiled call compiles and cuBLAS picks its kernels), as torch.cuda.graphs asks."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    return graph
 
 
 @dataclass
@@ -253,14 +260,7 @@ class Walk:
         out = torch.empty_like(a)
         self.result.add("host_perf", self._host_row("torch_call", calls, partial(torch.add, a, a, out=out)))
         if self.device == "cuda":
-            graph = torch.cuda.CUDAGraph()
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                torch.add(a, a, out=out)
-            torch.cuda.current_stream().wait_stream(side)
-            with torch.cuda.graph(graph):
-                torch.add(a, a, out=out)
+            graph = captured(partial(torch.add, a, a, out=out), 1, 1)
             self.result.add("host_perf", self._host_row("graph_replay", calls, graph.replay))
 
     def _host_row(self, op: str, calls: int, call: Callable[[], Any]) -> dict[str, Any]:
