@@ -15,7 +15,13 @@
    unfused elementwise ops); what is left is host time the model does not price (docs/gpu-probe.md). Since
    2026-11-29 the engine attends new prompts of one length in one call and `engine` prices them so: the
    2026-11-28 folders' engine still made one call a prompt, so this section now sets that older engine against
-   the newer rule (benchmarks/results/gpu_probe_pairs.txt was printed before the change).
+   the newer rule (benchmarks/results/gpu_probe_pairs.txt as first printed, before the change, priced the
+   two forwards at batch 64 at 279 ms on the H200 and 373 on the H100; now 231 and 265).
+4. GPU to GPU from kernel times (issue 41, item 5 as written): the second card's batch table and concurrency
+   predicted by the simulator (the probe's `measured` prediction, the engine's own forward) from the first card's
+   kernel times carried by the datasheets (tgi_toolkit.costs.kernel_carry), beside the same prediction from the
+   second card's own kernel times, both against what the second card measured; and the other way round.
+   carried / own isolates the carry rule: the same simulator, only the kernel tables differ.
 Prints the figures; no target, nothing written.
 """
 
@@ -29,6 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # gpu_probe's predict, the probe's own prediction
 
 SYSTEM_OF = {"H200": "h200_sxm", "H100": "h100_sxm"}
 POINT_KEYS = {"batch": "batch_size", "concurrency": "users"}
@@ -104,9 +111,49 @@ def carried(first: Path, second: Path) -> list[float]:
                 errors.append(abs(ratio - 1))
                 cells.append(f"{ratio:24.2f}")
             print(f"  {key:12d} " + " ".join(cells))
-    print(f"  median |error| {statistics.median(errors):.1%} over {len(errors)} figures, "
-          f"{sum(e <= 0.15 for e in errors) / len(errors):.0%} within ±15 %")
+    print(f"  {_median_error([1 + e for e in errors])}")
     return errors
+
+
+def _median_error(ratios: list[float]) -> str:
+    errors = [abs(r - 1) for r in ratios]
+    return (f"median |error| {statistics.median(errors):.1%} over {len(errors)} figures, "
+            f"{sum(e <= 0.15 for e in errors) / len(errors):.0%} within ±15 %")
+
+
+def kernels_carried(first: Path, second: Path) -> None:
+    """`second`'s points predicted from `first`'s kernel times carried to `second`'s card, and from its own."""
+    import tempfile
+
+    import gpu_probe
+
+    summary = json.loads((second / "summary.json").read_text())
+    card = summary["provenance"]["device"]
+    predicted = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, kernels in (("carried", first / "kernels"), ("own", second / "kernels")):
+            predicted[label] = gpu_probe.predict("measured", card, second / "model", kernels, summary["plan"],
+                                                 summary["launcher_flags"], Path(tmp) / label)
+    a, b = card_of(first), card_of(second)
+    print(f"\n{b} predicted by the simulator from {a}'s kernel times carried by the datasheets (carried) and from "
+          f"{b}'s own (own), predicted / measured on {b}, and carried / own:")
+    found: dict[str, list[float]] = {"carried": [], "own": [], "carried / own": []}
+    for scenario, metrics in METRICS.items():
+        measured = points(second, "measured", scenario)
+        rows = {label: {int(r[POINT_KEYS[scenario]]): r for r in predicted[label][scenario]} for label in predicted}
+        print(f"  {scenario:12} " + " ".join(f"{m + ' (carried, own, c/o)':>44}" for m in metrics))
+        for key in sorted(measured):
+            cells = []
+            for m in metrics:
+                c, o = rows["carried"][key][m], rows["own"][key][m]
+                trio = (c / measured[key][m], o / measured[key][m], c / o)
+                for label, value in zip(found, trio, strict=True):
+                    found[label].append(value)
+                cells.append(f"{'  '.join(f'{v:.2f}' for v in trio):>44}")
+            print(f"  {key:12d} " + " ".join(cells))
+    for label, values in found.items():
+        against = "own prediction" if label == "carried / own" else "measured"
+        print(f"  {label} against {against}: {_median_error(values)}")
 
 
 def _counter(server: Any, metric: str, label: str, start: float, end: float) -> float:
@@ -188,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         prefill_forwards(folder)
     carried(first, second)
     carried(second, first)
+    kernels_carried(first, second)
+    kernels_carried(second, first)
     return 0
 
 

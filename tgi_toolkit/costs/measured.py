@@ -39,6 +39,7 @@ from tgi_toolkit.costs.engine_forward import (
     prompt_attention_calls,
 )
 from tgi_toolkit.costs.features import Shape
+from tgi_toolkit.costs.kernel_carry import carried_to
 from tgi_toolkit.costs.kernel_tables import (
     Curve,
     KernelTables,
@@ -85,8 +86,8 @@ class MeasuredCostModel(RooflineCostModel):
     def __post_init__(self) -> None:
         gpu, _ = gpu_spec(self.gpu)
         self.fallback_reason = ""
-        if self.tables is None and self.kernel_times:
-            self.tables = KernelTables.from_dir(self.kernel_times)
+        if self.tables is None and self.kernel_times:  # another card's are carried by the datasheets
+            self.tables = carried_to(KernelTables.from_dir(self.kernel_times), gpu)
         if self.tables is None:
             system, framework = SYSTEMS.get(gpu), FRAMEWORKS.get(self.server)
             self.tables = (KernelTables.database(system, framework, self.server_version)
