@@ -8,7 +8,10 @@ data/measured/gpu/<card>-<date>/):
    datasheet (the roofline, tgi_toolkit.costs.roofline) and from the kernel times just measured
    (tgi_toolkit.costs.measured), the latter twice: with the TGI 3 profile's host terms, and with the engine's own
    host (its calls counted from its code at the host's measured seconds a call, its loop between forwards), each
-   as bench's Results (predicted/roofline/, predicted/measured/, predicted/measured-host/);
+   as bench's Results (predicted/roofline/, predicted/measured/, predicted/measured-host/); and, where another
+   card's probe is in data/measured/gpu/ (or `--carry-from`), the `measured` prediction from that card's kernel
+   times carried to this card by the two datasheets (predicted/carried/, tgi_toolkit.costs.kernel_carry): issue 41's
+   GPU to GPU, judged by what this card then measures;
 3. the engine served over HTTP (`tgi-toolkit serve --random-weights`, Llama-3.1-8B's shape; CUDA graphs at the
    batch sizes measured) and measured with the toolkit's own bench: the batch table (batch 1-64) and 1, 8 and 32
    users (measured/);
@@ -148,6 +151,29 @@ def copy_bandwidth(kernels: Path) -> float | None:
 
 
 # -- the steps ----------------------------------------------------------------------------------------------
+def carry_source(folder: str | None, card: str | None, root: Path = ROOT / "data" / "measured" / "gpu"
+                 ) -> Path | None:
+    """The probe folder whose kernel times the `carried` prediction reads: `folder` when given, else the newest
+    under `root` (by its summary's date) of a card with a datasheet other than `card`; None when there is none."""
+    from tgi_toolkit.costs.kernel_carry import table_card
+    from tgi_toolkit.costs.kernel_tables import KernelTables
+    from tgi_toolkit.planner.gpus import resolve_gpu
+
+    if folder:
+        return Path(folder)
+    try:
+        here = resolve_gpu(card).name if card else None
+    except ValueError:
+        return None
+    found = []
+    for candidate in sorted(root.glob("*/summary.json")):
+        with contextlib.suppress(ValueError, OSError, KeyError):
+            other = table_card(KernelTables.from_dir(candidate.parent / "kernels"))
+            if other and other != here:
+                found.append((json.loads(candidate.read_text())["provenance"]["date"], candidate.parent))
+    return max(found)[1] if here and found else None
+
+
 def prepare_model(out: Path, config: dict[str, Any], tokenizer: Path | None) -> Path:
     """out/model/: config.json and the tokenizer files the engine reads beside it."""
     folder = out / "model"
@@ -536,6 +562,8 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
             continue
         metrics = [m for m in rows[0] if m != key]
         labels = {"roofline": "datasheet", "measured": "kernel times", "measured-host": "kernel times, engine host"}
+        if "carried" in summary.get("ratios", {}):
+            labels["carried"] = f"{summary['carried_from']['card']}'s kernel times carried"
         lines += [f"## {table}: measured, and predicted / measured", "",
                   "| " + " | ".join([key, *metrics, *[f"{labels[k]}: {m}" for k in labels for m in metrics]]) + " |",
                   "|" + "---|" * (1 + (1 + len(labels)) * len(metrics))]
@@ -580,12 +608,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--health-timeout", type=float, default=200.0,
                         help="seconds for the engine to start (31 s on an H100 before its layers were compiled; a "
                              "retry without the compile takes 120 s at most)")
+    parser.add_argument("--carry-from", metavar="DIR", default=None,
+                        help="another card's probe folder: predict this card's points from its kernel times carried "
+                             "by the datasheets too (default: the newest other card's in data/measured/gpu/)")
     parser.add_argument("--predict-again", metavar="DIR", default=None,
                         help="a probe's folder brought back: predict its points again here from its kernels/ and "
                              "its card's datasheet (this checkout's simulator), and rewrite its summary")
     args = parser.parse_args(argv)
     if args.predict_again:
-        return predict_again(Path(args.predict_again), args.card)
+        return predict_again(Path(args.predict_again), args.card, args.carry_from)
 
     from tgi_toolkit.config.embedded import COMPILE_SIZES_DEFAULT
     from tgi_toolkit.costs.profile import profile, provenance
@@ -642,6 +673,7 @@ def main(argv: list[str] | None = None) -> int:
             summary["skipped"][kind] = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
     summary["card_for_predictions"] = card
+    predict_carried(summary, carry_source(args.carry_from, card), model_dir, out / "predicted", calls_rule)
 
     # 3. the engine, served and measured; where it fails with its layers compiled in its CUDA graphs (never run on a
     # card before this probe; the graphs alone ran on an H100 and an H200), once more without the compile, so that
@@ -706,7 +738,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def predict_again(out: Path, card: str | None) -> int:
+def predict_carried(summary: dict[str, Any], source: Path | None, model_dir: Path, out: Path,
+                    calls_rule: EngineCalls | None = None) -> None:
+    """The `measured` prediction from `source`'s kernel times carried to the summary's card (GPU to GPU), into the
+    summary as the kind "carried"; a source that cannot price this card is recorded in `skipped`."""
+    card = summary.get("card_for_predictions")
+    if source is None or card is None:
+        return
+    try:
+        summary["carried_from"] = {"folder": source.name, "card": summary_card(source)}
+        summary["predicted"]["carried"] = predict("measured", card, model_dir, source / "kernels", summary["plan"],
+                                                  summary["launcher_flags"], out / "carried",
+                                                  summary.get("engine_compile_sizes"), calls_rule)
+        print(f"gpu_probe: predicted (carried from {source.name}) {summary['predicted']['carried']['batch'][:1]}",
+              flush=True)
+    except Exception as exc:  # never worth the lease's measurements
+        summary["skipped"]["carried"] = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+
+
+def summary_card(folder: Path) -> str:
+    return str(json.loads((folder / "summary.json").read_text())["provenance"]["device"])
+
+
+def predict_again(out: Path, card: str | None, carry_from: str | None = None) -> int:
     """The predictions of a probe's folder made again from what it brought back (its kernel times, model, plan and
     flags): where the lent machine could not run them, or the simulator has changed since."""
     summary = json.loads((out / "summary.json").read_text())
@@ -724,6 +779,13 @@ def predict_again(out: Path, card: str | None) -> int:
             continue
         summary["ratios"][kind] = ratios(summary["predicted"][kind], summary["measured"])
     summary["card_for_predictions"] = card
+    summary["skipped"].pop("carried", None)
+    source = Path(carry_from) if carry_from else \
+        ROOT / "data" / "measured" / "gpu" / summary["carried_from"]["folder"] if summary.get("carried_from") else None
+    if source is not None:
+        predict_carried(summary, source, out / "model", out / "predicted-again")
+        if "carried" in summary["predicted"]:
+            summary["ratios"]["carried"] = ratios(summary["predicted"]["carried"], summary["measured"])
     summary["predicted_again"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     write_summary(out, summary)
     print((out / "summary.md").read_text(), flush=True)

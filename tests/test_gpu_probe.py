@@ -45,7 +45,10 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
                for row in summary["measured"]["batch"])
     # both predictions ran before it, for the same points, and each point has its ratio
     assert summary["skipped"] == {} and summary["card_for_predictions"] == "H100"
-    for kind in ("roofline", "measured", "measured-host"):
+    # and from the other card's kernel times in the checkout (the H200's probe), carried to the H100's datasheet
+    assert summary["carried_from"] == {"folder": "h200-2026-11-28", "card": "NVIDIA H200"}
+    assert "NVIDIA H200's kernel times carried: prefill_latency_s" in (out / "summary.md").read_text()
+    for kind in ("roofline", "measured", "measured-host", "carried"):
         assert [row["batch_size"] for row in summary["predicted"][kind]["batch"]] == [1, 4, 16]
         assert [row["users"] for row in summary["ratios"][kind]["concurrency"]] == [1, 8]
     assert summary["weight_read"]["weight_bytes"] > 0 and "Decode step at batch 1" in (out / "summary.md").read_text()
@@ -73,6 +76,26 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     redone = json.loads((out / "summary.json").read_text())
     assert "predicted_again" in redone and redone["measured"] == summary["measured"]
     assert [row["batch_size"] for row in redone["ratios"]["measured-host"]["batch"]] == [1, 4, 16]
+
+
+def test_the_carried_prediction_reads_the_newest_probe_of_another_card(tmp_path):
+    """GPU to GPU: the probe of an H100 predicts from the newest H200 probe's kernel times, not from an older H200
+    one, an H100's own, or a CPU's; an explicit folder wins; none is found for a CPU or where no other card was
+    probed."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_probe
+
+    for name, device, date in (("h200-old", "NVIDIA H200", "2026-11-01"), ("h200-new", "NVIDIA H200", "2026-11-28"),
+                               ("h100-newest", "NVIDIA H100 80GB HBM3", "2026-12-01"), ("cpu", "cpu", "2026-12-02")):
+        (tmp_path / name / "kernels").mkdir(parents=True)
+        pd.DataFrame([{"device": device, "m": 1, "n": 8, "k": 8, "latency": 0.01}]).to_parquet(
+            tmp_path / name / "kernels" / "gemm_perf.parquet")
+        (tmp_path / name / "summary.json").write_text(json.dumps({"provenance": {"device": device, "date": date}}))
+    assert gpu_probe.carry_source(None, "NVIDIA H100 80GB HBM3", tmp_path) == tmp_path / "h200-new"
+    assert gpu_probe.carry_source(None, "NVIDIA H200", tmp_path) == tmp_path / "h100-newest"
+    assert gpu_probe.carry_source("elsewhere", "NVIDIA H200", tmp_path) == Path("elsewhere")
+    assert gpu_probe.carry_source(None, None, tmp_path) is None
+    assert gpu_probe.carry_source(None, "B200", tmp_path / "h200-new") is None
 
 
 def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs_them(tmp_path):
