@@ -20,7 +20,9 @@ data/measured/gpu/<card>-<date>/):
    decode step run eagerly, each timed (wall, with the card synchronised), profiled (the card's busy time per
    operator) and counted (torch calls from Python, beside the calls the measured-host rule counts for it): what a
    forward costs without HTTP, against its price; and the
-   one-row step as the server builds it, captured with the eager layers and with the compiled ones (`graph_steps`);
+   one-row step as the server builds it, captured with the eager layers and with the compiled ones, and the largest
+   batch's step as it serves it (`graph_steps`): against the served steps in the trace, the host's share of a
+   step apart from the card's;
 5. summary.json and summary.md: every point predicted beside measured, the decode step at batch 1 against the
    weights' read time at the measured copy bandwidth, and the provenance (card, driver, torch, CUDA).
 
@@ -382,7 +384,8 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
     model's price for it (`cost`, or none), and the calls `calls_rule` counts for its shape (the measured-host
     prediction's rule, beside the count on this device). The prompt rows store their keys in the prefix pool, as the
     server's do.
-    Then the one-row step as the server builds it (`graph_steps`; without its compiled form unless `compiled`)."""
+    Then the decode steps as the server builds them (`graph_steps`; the one-row step's compiled form only where
+    `compiled`), in a cache of the served steps' span bucket, each priced at its own rows."""
     import statistics
 
     import torch
@@ -395,7 +398,10 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
     s = plan["sequence_length"]
     loaded = load_random(str(model_dir), device=device)
     rows = max(plan["batch_sizes"])
-    runner = LlamaRunner(loaded.model, max_rows=rows, max_positions=s + 2)
+    # the served decode steps' span: their positions (s .. s + decode_length) within a power of two, as the served
+    # cache's buckets hold them (engine/graphs.py)
+    span = 1 << (s + plan.get("decode_length", 1)).bit_length()
+    runner = LlamaRunner(loaded.model, max_rows=rows, max_positions=span)
     runner.enable_pool(rows * s)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     vocab = loaded.config.vocab_size
@@ -444,20 +450,27 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
                 row["priced_kernels_ms"] = round(cost.kernel_seconds(shape) * 1e3, 3)
             row.update(_profiled(lambda p=prompts, d=decode, m=None: once(p, d, m), device))
             results.append(row)
-        priced = {k: v for k, v in results[-1].items() if k.startswith("priced")}  # the decode row's: same shape
-        results += [{**row, **priced} for row in graph_steps(runner, s, device, compiled)]
+        position = s + plan.get("decode_length", 1) // 2  # the served steps' middle
+        for row in graph_steps(runner, position, device, compiled, largest=rows):
+            n = row["decode_rows"]
+            if cost is not None:
+                shape = Shape(n, n, n * (position + 1), n * (position + 1), False, n, n * (position + 1))
+                row["priced_ms"] = round(cost.seconds(shape) * 1e3, 3)
+                row["priced_kernels_ms"] = round(cost.kernel_seconds(shape) * 1e3, 3)
+            results.append(row)
     runner = loaded = None  # the card's memory back before the summary is written
     if device == "cuda":
         torch.cuda.empty_cache()
     return results
 
 
-def graph_steps(runner: Any, position: int, device: str, compiled: bool = True, repeats: int = 50
-                ) -> list[dict[str, Any]]:
+def graph_steps(runner: Any, position: int, device: str, compiled: bool = True, repeats: int = 50,
+                largest: int = 1) -> list[dict[str, Any]]:
     """The one-row decode step as the server runs it, built as the server builds it (`--cuda-graphs 1`), with the
-    eager layers and with the layers compiled by inductor (`--compile-sizes 1`): each build's seconds, the step's
-    median wall time over `repeats` (token at `position`, the card synchronised around each), and a size left to the
-    eager layers with why. On a CPU the same steps without a capture (what the CPU tests check)."""
+    eager layers and with the layers compiled by inductor (`--compile-sizes 1`), then the `largest` rows' step (eager
+    layers, as the server runs every size but 1): each build's seconds, the step's median wall time over `repeats`
+    (every row's token at `position`, the card synchronised around each), and a size left to the eager layers with
+    why. On a CPU the same steps without a capture (what the CPU tests check)."""
     import statistics
 
     import torch
@@ -466,25 +479,26 @@ def graph_steps(runner: Any, position: int, device: str, compiled: bool = True, 
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
-    builds = (("decode row, graph", []), ("decode row, graph, compiled", [1]))
-    for label, compile_sizes in builds[:2 if compiled else 1]:
+    builds = [("decode row, graph", [], 1)] + ([("decode row, graph, compiled", [1], 1)] if compiled else []) + \
+        ([(f"decode x{largest}, graph", [], largest)] if largest > 1 else [])
+    for label, compile_sizes, n in builds:
         began = time.perf_counter()
-        graphs = GraphDecode(runner, [1], capture=device == "cuda", compile_sizes=compile_sizes)
+        graphs = GraphDecode(runner, [n], capture=device == "cuda", compile_sizes=compile_sizes)
         built = time.perf_counter() - began
 
-        def step(graphs: GraphDecode = graphs) -> float:
+        def step(graphs: GraphDecode = graphs, n: int = n) -> float:
             sync()
             began = time.perf_counter()
-            graphs.step([1], [position])
+            graphs.step([1] * n, [position] * n)
             sync()
             return time.perf_counter() - began
 
         with torch.inference_mode():
             step()
             wall = statistics.median(step() for _ in range(repeats))
-            row = {"forward": label, "prompts": 0, "decode_rows": 1, "tokens": 1, "wall_ms": round(wall * 1e3, 3),
+            row = {"forward": label, "prompts": 0, "decode_rows": n, "tokens": n, "wall_ms": round(wall * 1e3, 3),
                    "build_s": round(built, 1), "compiled": sorted(graphs.compiled_sizes), **(
-                       {"not_compiled": graphs.not_compiled[1]} if 1 in graphs.not_compiled else {})}
+                       {"not_compiled": graphs.not_compiled[n]} if n in graphs.not_compiled else {})}
             row.update(_profiled(step, device))
         rows.append(row)
         graphs = None  # its pool back before the next build
@@ -550,6 +564,14 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
                 lines += [f"- alone, {row['forward']}: {row['wall_ms']:.2f} ms, "
                           f"{row['wall_ms'] / 1e3 / step['weight_read_s']:.2f}x{why}"]
         lines.append("")
+    served = {row["batch_size"]: row.get("decode_step_ms") for row in summary.get("traced_batch") or []}
+    for row in summary.get("engine_forwards") or []:
+        if row["forward"].startswith("decode x") and served.get(row["decode_rows"]):
+            n, alone = row["decode_rows"], row["wall_ms"]
+            busy = f", the card busy {row['device_busy_ms']:.2f} ms of it" if "device_busy_ms" in row else ""
+            lines += [f"Decode step at batch {n}: {served[n]:.2f} ms served (the trace's median), {alone:.2f} ms alone "
+                      f"(its graph replayed{busy}): {served[n] - alone:.2f} ms of the served step is the engine's "
+                      f"host around the graph; priced {row.get('priced_ms', '-')} ms.", ""]
     gemms = summary.get("one_row_gemms")
     if gemms:
         lines += [f"A layer's four one-row GEMMs (profile-gpu): {gemms['linear_us']:.1f} us by cuBLAS, "
