@@ -316,9 +316,11 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
     the first prompt's forward (a prompt forward of one row, none decoding), the other B - 1 prompts' (the next
     forward: a prompt forward of B rows, one of them decoding) and the decode steps of B rows after it, and the
     engine's time between two forwards before each of those decode steps (`decode_gap_ms`: the line's time less
-    the one before it less its seconds: the loop's scheduling, token delivery and input preparation), each the
-    median over the runs where the engine ran them so (TGI 3's rule B8 when the other B - 1 requests were all in
-    by the end of the first forward); B = 1 is the one-row prompt forward followed by one-row decode steps.
+    the one before it less its seconds: the loop's scheduling, token delivery and input preparation), and the host's
+    Python inside each of those steps (`decode_host_ms`: its seconds less the runner's and the token choice's, which
+    on a card hold the graph's launch and the wait for it; engine.backend's `split`), each the median over the runs
+    where the engine ran them so (TGI 3's rule B8 when the other B - 1 requests were all in by the end of the first
+    forward); B = 1 is the one-row prompt forward followed by one-row decode steps.
     Milliseconds; each row's "runs" counts the runs matched (the warm-up run among them). The argument `runs` is the
     table's measured runs a batch size (each after one warm-up run), which bounds how many batch-1 runs there are."""
     import statistics
@@ -327,7 +329,7 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
         f.seek(batch_bytes[0])
         data = f.read(batch_bytes[1] - batch_bytes[0])
     lines = [json.loads(line) for line in data.splitlines() if line.strip()]
-    found: dict[int, dict[str, list[float]]] = {b: {"first": [], "rest": [], "decode": [], "gap": []}
+    found: dict[int, dict[str, list[float]]] = {b: {"first": [], "rest": [], "decode": [], "gap": [], "host": []}
                                                 for b in batch_sizes}
     # the table runs its smallest batch first: B = 1's runs are the first runs + 1 prompts the trace shows decoding
     # alone (bench's length check before them decodes nothing). A later one is a larger batch's first request whose
@@ -343,10 +345,12 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
         if size not in found or (size == 1 and alone > runs + 1):
             continue
         j = i + 2 if size > 1 else i + 1
-        decodes, gaps = [], []
+        decodes, gaps, hosts = [], [], []
         while j < len(lines) and lines[j]["rpc"] == "decode" and lines[j]["rows"] == size:
             decodes.append(lines[j]["seconds"])
             gaps.append(lines[j]["t"] - lines[j - 1]["t"] - lines[j]["seconds"])
+            if "model_s" in lines[j]:
+                hosts.append(lines[j]["seconds"] - lines[j]["model_s"] - lines[j]["sample_s"])
             j += 1
         # one row decoding until others join is a larger batch whose requests came late (a busy machine), not B = 1
         if size == 1 and j < len(lines) and lines[j]["decode_rows"]:
@@ -356,12 +360,14 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
             found[size]["rest"].append(after["seconds"])
         found[size]["decode"].extend(decodes)
         found[size]["gap"].extend(gaps)
+        found[size]["host"].extend(hosts)
 
     def ms(values: list[float]) -> float | None:
         return round(statistics.median(values) * 1e3, 3) if values else None
 
     return [{"batch_size": b, "runs": len(v["first"]), "first_prompt_ms": ms(v["first"]),
-             "other_prompts_ms": ms(v["rest"]), "decode_step_ms": ms(v["decode"]), "decode_gap_ms": ms(v["gap"])}
+             "other_prompts_ms": ms(v["rest"]), "decode_step_ms": ms(v["decode"]), "decode_gap_ms": ms(v["gap"]),
+             "decode_host_ms": ms(v["host"])}
             for b, v in found.items()]
 
 
@@ -599,7 +605,8 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
         lines.append("")
     traced = summary.get("traced_batch") or []
     if traced:
-        columns = ("batch_size", "runs", "first_prompt_ms", "other_prompts_ms", "decode_step_ms", "decode_gap_ms")
+        columns = ("batch_size", "runs", "first_prompt_ms", "other_prompts_ms", "decode_step_ms", "decode_gap_ms",
+                   "decode_host_ms")
         lines += ["## the batch table's forwards in the engine's trace (medians)", "",
                   "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in traced]

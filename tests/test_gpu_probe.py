@@ -62,6 +62,13 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     # burners every run of batch 16 was one, so only batch 1 (one request, never late) must have a traced run
     assert [row["batch_size"] for row in summary["traced_batch"]] == [1, 4, 16]
     assert all(row["decode_step_ms"] > 0 for row in summary["traced_batch"] if row["runs"])
+    # each traced forward's seconds hold the runner's and the token choice's (engine.backend's split), and every
+    # decode step chose tokens; the host's Python in the batch table's decode steps is what is left
+    lines = [json.loads(line) for line in (out / "measured" / "forwards.jsonl").read_text().splitlines()]
+    assert all(0 < f["model_s"] and 0 <= f["sample_s"] and f["model_s"] + f["sample_s"] <= f["seconds"]
+               for f in lines)
+    assert all(f["sample_s"] > 0 for f in lines if f["rpc"] == "decode")
+    assert all(row["decode_host_ms"] > 0 for row in summary["traced_batch"] if row["decode_step_ms"])
     assert summary["traced_batch"][0]["decode_step_ms"] > 0
     assert [row["forward"] for row in summary["engine_forwards"]] == [
         "prompt x1", "prompt x7 + decode row", "prompt x15 + decode row", "decode row", "decode row, graph",
@@ -157,7 +164,9 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
         clock[0] += (0.002 if rpc == "decode" and rows == 4 else 0.001) + seconds
         return json.dumps({"t": clock[0], "rpc": rpc, "rows": rows, "tokens": 8 * rows, "context": 8 * rows,
                            "pairs": 36.0 * rows, "prefilling": rpc == "prefill", "decode_rows": decode_rows,
-                           "decode_context": 9 * decode_rows, "seconds": seconds}) + "\n"
+                           "decode_context": 9 * decode_rows, "seconds": seconds,
+                           # half of it in the runner and 1 ms choosing tokens: the host's Python is the rest
+                           "model_s": seconds / 2, "sample_s": 0.001}) + "\n"
 
     before = line("prefill", 1, 0, 9.0) + line("decode", 1, 0, 9.0)  # another scenario's, before the batch runs
     runs = (line("prefill", 1, 0, 0.010) + line("decode", 1, 0, 0.005) + line("decode", 1, 0, 0.007)
@@ -178,12 +187,13 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
     rows = gpu_probe.traced_batch(trace, [start, start + len(runs.encode())], [1, 4], runs=1)
     # batch 1 (a warm-up and 1 run: its 2 prompts are the trace's first): first forwards 10 and 12 ms (median 11),
     # decode steps 5, 7 and 6 ms (median 6); batch 4: the one run whose other 3 prompts came in one forward: 20, 50
-    # and 8 ms; the late runs count for neither. The gaps before the decode steps: 1 ms at batch 1, 2 at batch 4
+    # and 8 ms; the late runs count for neither. The gaps before the decode steps: 1 ms at batch 1, 2 at batch 4.
+    # The host's Python in those steps: 5/2 - 1, 7/2 - 1, 6/2 - 1 = 1.5, 2.5, 2 ms (median 2); 8/2 - 1 = 3 ms
     assert rows == [
         {"batch_size": 1, "runs": 2, "first_prompt_ms": 11.0, "other_prompts_ms": None, "decode_step_ms": 6.0,
-         "decode_gap_ms": 1.0},
+         "decode_gap_ms": 1.0, "decode_host_ms": 2.0},
         {"batch_size": 4, "runs": 1, "first_prompt_ms": 20.0, "other_prompts_ms": 50.0, "decode_step_ms": 8.0,
-         "decode_gap_ms": 2.0}]
+         "decode_gap_ms": 2.0, "decode_host_ms": 3.0}]
 
 
 def test_the_summary_sets_a_layers_one_row_gemms_compiled_beside_cublas_and_the_weight_read(tmp_path):

@@ -63,6 +63,10 @@ class ModelBackend:
         # (two calls per token per step).
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._raw_decode = getattr(backend, "decode", None)
+        # The last forward's seconds in the runner (on a card: launching its kernels or replaying its graph) and in
+        # the token choice (on a card: with the wait for those kernels): the rest of it is the host's Python around
+        # them, which the forward trace keeps apart (metrics.Metrics)
+        self.split = {"model_s": 0.0, "sample_s": 0.0}
 
     # -- text ---------------------------------------------------------------------------
     def _decode(self, ids: list[int], skip_special: bool = False) -> str:
@@ -121,8 +125,10 @@ class ModelBackend:
                 all_logits.append(False)
             inputs.append((state.seq, ids))
         # Rows that emit no token (a prompt's chunks before its last) skip the LM head.
+        began = time.perf_counter()
         logits = runner.forward(inputs, all_logits if any(all_logits) else None,
                                 store if any(s is not None for s in store) else None, [row.emits for row in rows])
+        self.split["model_s"], self.split["sample_s"] = time.perf_counter() - began, 0.0
         emitting, last = [], []
         for i, (row, rows_logits) in enumerate(zip(rows, logits, strict=True)):
             state = row.entry.request
@@ -181,9 +187,11 @@ class ModelBackend:
     # -- tokens ------------------------------------------------------------------------
     def _advance(self, entries: list[Entry], logits: torch.Tensor) -> None:
         states: list[RequestState] = [e.request for e in entries]
+        began = time.perf_counter()
         choices = choose_batch(logits, [s.chooser for s in states],
                                lambda i: states[i].request.input_ids + states[i].generated)
         now = time.perf_counter()
+        self.split["sample_s"] = now - began
         events = []
         for entry, state, choice in zip(entries, states, choices, strict=True):
             if entry.cancelled:

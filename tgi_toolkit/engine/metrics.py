@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import IO
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -25,10 +26,12 @@ _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 class Metrics(Observer):
     """All of the engine's metrics in one registry; also the scheduler's `Observer`."""
 
-    def __init__(self, trace: IO[str] | None = None) -> None:
+    def __init__(self, trace: IO[str] | None = None, split: Mapping[str, float] | None = None) -> None:
         # trace (TGI_TOOLKIT_FORWARD_TRACE): a JSON line per forward, its features as the simulator's cost
         # models price them and its measured seconds; what /metrics' histograms cannot give a fit: each forward.
+        # split: the backend's parts of its last forward (ModelBackend.split), written beside its seconds
         self._trace = trace
+        self._split = split if split is not None else {}
         r = self.registry = CollectorRegistry()
         self.request_count = Counter("tgi_request_count", "Requests received", registry=r)
         self.request_success = Counter("tgi_request_success", "Requests that succeeded", registry=r)
@@ -100,7 +103,8 @@ class Metrics(Observer):
     def ran(self, forward: Forward, seconds: float) -> None:
         if self._trace is not None:  # Shape's fields, as simulate.trace.read_trace reads them back
             self._trace.write(json.dumps({"t": time.time(), "rpc": forward.rpc,
-                                          **dataclasses.asdict(shape_of(forward)), "seconds": seconds}) + "\n")
+                                          **dataclasses.asdict(shape_of(forward)), "seconds": seconds,
+                                          **self._split}) + "\n")
 
     def concat(self, reason: str) -> None:
         self.batch_concat.labels(reason=reason).inc()

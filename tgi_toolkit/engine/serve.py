@@ -75,9 +75,9 @@ def build(cfg: Any, *, started: float | None = None, options: EngineOptions | No
         compute.close()
         raise
 
-    metrics = Metrics(trace=trace)
-    metrics.batch_max_total_tokens.set(config.max_batch_total_tokens)
     backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids, pace=pace)
+    metrics = Metrics(trace=trace, split=backend.split)
+    metrics.batch_max_total_tokens.set(config.max_batch_total_tokens)
     engine = Engine(backend, config, metrics)
     engine.start(compute)
     api = Api(
