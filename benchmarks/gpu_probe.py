@@ -217,7 +217,7 @@ def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str
     """The simulator's batch table and users for `kind` (KINDS: roofline, the datasheet; measured, the kernel times,
     the decode steps at the engine's `compile_sizes` rows from the compiled GEMMs profile-gpu timed, and the TGI 3
     profile's host terms; measured-host, the same kernels with the engine's own host: its calls counted from its
-    code at the host's seconds a call (profile-gpu's host_perf), and its loop between forwards, ENGINE_LOOP; the
+    code at the host's seconds a call (profile-gpu's host_perf), and its host around them, ENGINE_LOOP; the
     count is `host_calls` where the caller made it, else made here)."""
     from tgi_toolkit import simulate
     from tgi_toolkit.costs.measured import gpu_cost_model

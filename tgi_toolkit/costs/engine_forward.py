@@ -29,10 +29,12 @@ class LayerShape(Protocol):
     gated_mlp: bool
 
 
-# The engine's loop between two forwards (scheduling, token delivery, input preparation), as host terms in place of a
-# server profile's: gpu_probe.py --device cpu --tiny's decode_gap_ms on a 2-core CPU, 0.092 ms at one row and 0.100
-# at four (2026-11-29); the card's own host measures it at 1-64 rows in the probe's trace
-ENGINE_LOOP = {"forward_overhead_s": 1e-4, "row_overhead_s": 3e-6, "host_token_s": 0.0}
+# The engine's host time around its forwards, as host terms in place of a server profile's: its loop between two
+# forwards and its Python inside one outside the runner and the token choice (each row's text and event, the
+# hand-over to the front end streaming the last step's), served on a 2-core CPU at 1-64 decode rows
+# (benchmarks/engine_host_rows.py, 2026-11-29: 0.236 ms at one row, 1.975 at 64); the card's own host measures both
+# at 1-64 rows in the probe's trace (decode_gap_ms, decode_host_ms)
+ENGINE_LOOP = {"forward_overhead_s": 2.1e-4, "row_overhead_s": 2.8e-5, "host_token_s": 0.0}
 
 
 def engine_elementwise_bytes(shape: LayerShape) -> float:

@@ -1,0 +1,103 @@
+"""The embedded engine's host time around its decode steps, a forward and a row: where costs.engine_forward's
+ENGINE_LOOP comes from.
+
+    .venv/bin/python benchmarks/engine_host_rows.py [--repeats 3]
+
+Serves gpu_probe's tiny random Llama on the CPU over HTTP (the engine process the probe serves, its forward trace
+on) and runs bench's batch table at batch 1, 8, 32 and 64 (16-token prompts, 64 new tokens, 3 runs each), `repeats`
+times. From the trace (gpu_probe.traced_batch) each batch size's decode steps give the engine's host time beside the
+model: the loop between two forwards (`decode_gap_ms`) and the Python inside a forward outside its runner and its
+token choice (`decode_host_ms`: reading the rows, each row's text and event, handing the events to the front end,
+while that front end streams the last step's). Their sum at each batch size is a median over the repeats, and a
+line through batch 1 and 64 gives a forward's and a row's seconds. The host's seconds a torch call, timed as
+profile-gpu times it, are printed beside them. No target: it prints what ENGINE_LOOP holds beside this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+SIZES = [1, 8, 32, 64]
+
+
+def torch_call_us() -> float:
+    """profile-gpu's `torch_call` on this CPU: torch.add on 256 elements, the median of 5 runs of 400 calls."""
+    import torch
+
+    a, out = torch.ones(256), torch.empty(256)
+    runs = []
+    for _ in range(5):
+        began = time.perf_counter()
+        for _ in range(400):
+            torch.add(a, a, out=out)
+        runs.append((time.perf_counter() - began) / 400)
+    return statistics.median(runs) * 1e6
+
+
+def one_run(folder: Path, tokenizer: Path | None) -> dict[int, tuple[float, float]]:
+    """Per batch size: (decode_gap_ms, decode_host_ms), the medians of one served batch table."""
+    import gpu_probe
+
+    from tgi_toolkit import bench
+    from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.server import Server
+
+    model_dir = gpu_probe.prepare_model(folder, gpu_probe.TINY, tokenizer)
+    plan = {"batch_sizes": SIZES, "users": [max(SIZES)], "max_total_tokens": 1024, "max_batch_prefill_tokens": 4096}
+    config = LauncherConfig.from_cli(["--model-id", str(model_dir), *gpu_probe.launcher_flags(plan, "cpu")])
+    trace = folder / "forwards.jsonl"
+    env = {"TGI_TOOLKIT_DEVICE": "cpu", "TGI_TOOLKIT_RANDOM_WEIGHTS": "1", "TGI_TOOLKIT_KV_CACHE_GIB": "0.25",
+           "TGI_TOOLKIT_FORWARD_TRACE": str(trace)}
+    with Server(config, log_path=folder / "engine.log", env=env, health_timeout=200, startup_progress=False) as server:
+        first = trace.stat().st_size if trace.exists() else 0
+        bench.run_batch(server.url, batch_sizes=SIZES, sequence_length=16, decode_length=64, runs=3,
+                        ignore_eos=True, progress=False, output=str(folder / "batch"))
+        last = trace.stat().st_size
+    rows = gpu_probe.traced_batch(trace, [first, last], SIZES, 3)
+    return {r["batch_size"]: (r["decode_gap_ms"], r["decode_host_ms"]) for r in rows if r["decode_host_ms"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tgi_toolkit.costs.engine_forward import ENGINE_LOOP
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="a folder with tokenizer.json (default: the bundled model's)")
+    args = parser.parse_args(argv)
+    calls, runs = [torch_call_us()], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            runs.append(one_run(Path(tmp) / str(i), args.tokenizer))
+            calls.append(torch_call_us())
+            print(f"engine_host_rows: run {i + 1} of {args.repeats}: {runs[-1]}", flush=True)
+    print(f"\nthe host's seconds a torch call: {statistics.median(calls):.3f} us (median of {len(calls)})")
+    print(f"{'rows':>5} {'gap ms':>8} {'host ms':>8} {'sum ms':>8}   (medians over {len(runs)} runs)")
+    total = {}
+    for n in SIZES:
+        got = [run[n] for run in runs if n in run]
+        if not got:
+            print(f"{n:5d}  no clean run of this batch size")
+            continue
+        gap, host = statistics.median(g for g, _ in got), statistics.median(h for _, h in got)
+        total[n] = statistics.median(g + h for g, h in got)
+        print(f"{n:5d} {gap:8.3f} {host:8.3f} {total[n]:8.3f}")
+    if 1 in total and 64 in total:
+        row = (total[64] - total[1]) / 63
+        print(f"\na line through 1 and 64 rows: {total[1] - row:.3f} ms a forward + {row * 1e3:.1f} us a row; "
+              f"ENGINE_LOOP holds {ENGINE_LOOP['forward_overhead_s'] * 1e3:.3f} ms + "
+              f"{ENGINE_LOOP['row_overhead_s'] * 1e6:.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
