@@ -574,7 +574,7 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     for row in summary.get("engine_forwards") or []:
         if row["forward"].startswith("decode x") and served.get(row["decode_rows"]):
             n, alone = row["decode_rows"], row["wall_ms"]
-            busy = f", the card busy {row['device_busy_ms']:.2f} ms of it" if "device_busy_ms" in row else ""
+            busy = f", the card busy {row['device_busy_ms']:.2f} ms of it" if row.get("device_busy_ms") else ""
             lines += [f"Decode step at batch {n}: {served[n]:.2f} ms served (the trace's median), {alone:.2f} ms alone "
                       f"(its graph replayed{busy}): {served[n] - alone:.2f} ms of the served step is the engine's "
                       f"host around the graph; priced {row.get('priced_ms', '-')} ms.", ""]
