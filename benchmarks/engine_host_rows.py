@@ -19,7 +19,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,17 +29,15 @@ SIZES = [1, 8, 32, 64]
 
 
 def torch_call_us() -> float:
-    """profile-gpu's `torch_call` on this CPU: torch.add on 256 elements, the median of 5 runs of 400 calls."""
+    """profile-gpu's `torch_call` on this CPU: torch.add on 256 elements, timed by its own per_call_ms."""
+    from functools import partial
+
     import torch
 
+    from tgi_toolkit.costs.kernel_timing import per_call_ms
+
     a, out = torch.ones(256), torch.empty(256)
-    runs = []
-    for _ in range(5):
-        began = time.perf_counter()
-        for _ in range(400):
-            torch.add(a, a, out=out)
-        runs.append((time.perf_counter() - began) / 400)
-    return statistics.median(runs) * 1e6
+    return per_call_ms(partial(torch.add, a, a, out=out)) * 1e3
 
 
 def one_run(folder: Path, tokenizer: Path | None) -> dict[int, tuple[float, float]]:

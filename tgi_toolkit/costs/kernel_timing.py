@@ -264,20 +264,8 @@ class Walk:
             self.result.add("host_perf", self._host_row("graph_replay", calls, graph.replay))
 
     def _host_row(self, op: str, calls: int, call: Callable[[], Any]) -> dict[str, Any]:
-        import torch
-
-        sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
-        for _ in range(max(self.clock.warmup, 1) * 10):
-            call()
-        runs = []
-        for _ in range(5):
-            sync()
-            began = time.perf_counter()
-            for _ in range(calls):
-                call()
-            runs.append((time.perf_counter() - began) / calls * 1e3)
-        sync()
-        return {**self.common, "op_name": op, "calls": calls, "latency": float(statistics.median(runs))}
+        return {**self.common, "op_name": op, "calls": calls,
+                "latency": per_call_ms(call, calls, self.device, max(self.clock.warmup, 1) * 10)}
 
     def _gemm_row(self, kernel: str, dtype: str, m: int, n: int, k: int, ms: float) -> dict[str, Any]:
         return {**self.common, "op_name": "gemm", "kernel_source": kernel, "gemm_dtype": dtype, "m": m, "n": n,
@@ -289,3 +277,22 @@ class Walk:
                 "num_heads": shard.heads, "num_key_value_heads": shard.kv_heads, "head_dim": shard.head_dim,
                 "beam_width": 1, "attn_dtype": self.dtype, "kv_cache_dtype": self.dtype, "step": step,
                 "window_size": 0, "latency": ms}
+
+
+def per_call_ms(call: Callable[[], Any], calls: int = HOST_CALLS, device: str = "cpu", warmup: int = 10) -> float:
+    """Milliseconds a call of `call` costs the host, issued `calls` times back to back without waiting on the
+    device: the median of 5 runs after `warmup` calls (profile-gpu's host_perf rows)."""
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        call()
+    runs = []
+    for _ in range(5):
+        sync()
+        began = time.perf_counter()
+        for _ in range(calls):
+            call()
+        runs.append((time.perf_counter() - began) / calls * 1e3)
+    sync()
+    return float(statistics.median(runs))
