@@ -809,8 +809,11 @@ def predict_again(out: Path, card: str | None, carry_from: str | None = None) ->
         summary["ratios"][kind] = ratios(summary["predicted"][kind], summary["measured"])
     summary["card_for_predictions"] = card
     summary["skipped"].pop("carried", None)
-    source = Path(carry_from) if carry_from else \
-        ROOT / "data" / "measured" / "gpu" / summary["carried_from"]["folder"] if summary.get("carried_from") else None
+    source = None
+    if carry_from:
+        source = Path(carry_from)
+    elif summary.get("carried_from"):
+        source = ROOT / "data" / "measured" / "gpu" / summary["carried_from"]["folder"]
     if source is not None:
         predict_carried(summary, source, out / "model", out / "predicted-again")
         if "carried" in summary["predicted"]:

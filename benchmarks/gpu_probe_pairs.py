@@ -36,6 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # gpu_probe's predict, the probe's own prediction
+import gpu_probe  # noqa: E402
 
 SYSTEM_OF = {"H200": "h200_sxm", "H100": "h100_sxm"}
 POINT_KEYS = {"batch": "batch_size", "concurrency": "users"}
@@ -44,8 +45,7 @@ METRICS = {"batch": ("prefill_latency_s", "decode_token_latency_s"),
 
 
 def card_of(folder: Path) -> str:
-    device = json.loads((folder / "summary.json").read_text())["provenance"]["device"]
-    return next(k for k in SYSTEM_OF if k in device)
+    return next(k for k in SYSTEM_OF if k in gpu_probe.summary_card(folder))
 
 
 def kernels_against_database(folder: Path) -> None:
@@ -95,8 +95,9 @@ def points(folder: Path, source: str, scenario: str) -> dict[int, dict[str, floa
 
 
 def carried(first: Path, second: Path) -> list[float]:
-    """Each point of `second` predicted from `first`'s measurement scaled by the roofline ratio."""
-    errors = []
+    """Each point of `second` predicted from `first`'s measurement scaled by the roofline ratio; predicted /
+    measured at each."""
+    found = []
     a, b = card_of(first), card_of(second)
     print(f"\n{b} predicted from {a}'s measured points x the datasheets' roofline ratio (predicted / measured on {b}):")
     for scenario, metrics in METRICS.items():
@@ -108,11 +109,11 @@ def carried(first: Path, second: Path) -> list[float]:
             for m in metrics:
                 predicted = measured_a[key][m] * roof_b[key][m] / roof_a[key][m]
                 ratio = predicted / measured_b[key][m]
-                errors.append(abs(ratio - 1))
+                found.append(ratio)
                 cells.append(f"{ratio:24.2f}")
             print(f"  {key:12d} " + " ".join(cells))
-    print(f"  {_median_error([1 + e for e in errors])}")
-    return errors
+    print(f"  {_median_error(found)}")
+    return found
 
 
 def _median_error(ratios: list[float]) -> str:
@@ -124,8 +125,6 @@ def _median_error(ratios: list[float]) -> str:
 def kernels_carried(first: Path, second: Path) -> None:
     """`second`'s points predicted from `first`'s kernel times carried to `second`'s card, and from its own."""
     import tempfile
-
-    import gpu_probe
 
     summary = json.loads((second / "summary.json").read_text())
     card = summary["provenance"]["device"]
