@@ -220,6 +220,11 @@ def test_the_engines_host_issues_its_calls_beside_its_kernels_or_before_its_grap
     assert host.priced_by()["measured"]["host"].endswith("1.00 us a torch call x the engine's calls")
     assert "host" not in plain.priced_by()["measured"]
     assert MeasuredCostModel.from_dict(host.to_dict()).seconds(uneven) == host.seconds(uneven)
+    # the engine's front end, in its process, holds up the forwards it falls in: kept through the model's file
+    front = gpu_cost_model("H100", TINY, cost_model="measured", kernel_times=tables, server="vllm-v1", engine=True,
+                           host_calls=rule, frontend_s=7e-4, frontend_stalls_forwards=True, **NO_HOST)
+    again = MeasuredCostModel.from_dict(front.to_dict())
+    assert (again.frontend_s, again.frontend_stalls_forwards) == (7e-4, True) and not host.frontend_stalls_forwards
 
 
 def test_provenance_names_the_tables_and_what_the_roofline_priced(tiny: MeasuredCostModel) -> None:

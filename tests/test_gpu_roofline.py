@@ -124,6 +124,7 @@ class Linear:
     """A stand-in forward price: 10 ms plus 1 ms a computed token."""
 
     request_overhead_s = frontend_s = jitter_cv = 0.0
+    frontend_stalls_forwards = False
     name = "10 ms + 1 ms a token"
 
     def __init__(self, chunking: bool = False) -> None:

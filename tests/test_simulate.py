@@ -42,6 +42,7 @@ class PerForward:
 
     name = "1 s per forward"
     request_overhead_s = frontend_s = jitter_cv = 0.0
+    frontend_stalls_forwards = False
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
@@ -131,6 +132,42 @@ def test_a_burst_pays_the_overhead_side_by_side_and_the_front_end_one_request_at
     sim.run(OpenLoop(reqs, [0.0, 0.0, 0.0]), reqs)
     assert [r.record.token_ns[0] / 1e9 for r in reqs] == pytest.approx(first_tokens)
     assert cost.tokens == tokens
+
+
+@pytest.mark.parametrize(("sent", "frontend_s", "first_tokens", "tokens"), [
+    # a burst, queued at 0.4, 1.2 and 2.0 s as above; but the front end holds up the forward it falls in: the
+    # first prompt's forward from 0.4 s waits out the other two intakes (0.4-2.0) and ends at 3.0, when both
+    # are in: their prompts run together with the first's decode (3.0-4.0), then two Decodes
+    ([0.0, 0.0, 0.0], 0.8, [3.0, 4.0, 4.0], [10, 1 + 10 + 10, 3, 2]),
+    # a send during the forward: sent at 0.5 s, taken in 0.4-1.2 (after the first's), so the forward of 0.4-1.4
+    # ends at 2.2; the second's prompt beside the first's decode 2.2-3.2
+    ([0.0, 0.5], 0.8, [2.2, 3.2], [10, 1 + 10, 2, 1]),
+    # an intake that begins within the forward: sent at 0.5, taken in 0.7-0.9 (0.4 s later, less its 0.2): the
+    # forward ran 0.4-0.7, waited 0.7-0.9 and ran its last 0.7 s to 1.6
+    ([0.0, 0.5], 0.2, [1.6, 2.6], [10, 1 + 10, 2, 1]),
+])
+def test_a_front_end_in_the_engines_process_holds_up_the_forward_its_intake_falls_in(sent, frontend_s, first_tokens,
+                                                                                      tokens):
+    cost = PerForward()
+    cost.request_overhead_s, cost.frontend_s, cost.frontend_stalls_forwards = 0.4, frontend_s, True
+    sim = Simulator(SchedulerConfig(max_batch_prefill_tokens=2048, max_batch_total_tokens=100_000), cost)
+    reqs = [SimRequest(_ids(10, 100 * (i + 1)), 3) for i in range(len(sent))]
+    sim.run(OpenLoop(reqs, sent), reqs)
+    assert [r.record.token_ns[0] / 1e9 for r in reqs] == pytest.approx(first_tokens)
+    assert cost.tokens == tokens
+
+
+def test_a_cost_model_file_keeps_whether_its_front_end_holds_up_forwards(tmp_path):
+    model = LinearCostModel(forward_s=0.01, frontend_s=0.002, frontend_stalls_forwards=True)
+    path = tmp_path / "cost.json"
+    path.write_text(json.dumps(model.to_dict()))
+    assert load_cost_model(str(path)).frontend_stalls_forwards is True
+    assert load_cost_model({"forward_s": 0.01}).frontend_stalls_forwards is False
+    with pytest.raises(ValueError, match="frontend_stalls_forwards must be true or false; got 'yes'"):
+        load_cost_model({"forward_s": 0.01, "frontend_stalls_forwards": "yes"})
+    gpu = roofline("H100", "tests/data/configs/llama-2-7b.json", frontend_s=7e-4, frontend_stalls_forwards=True)
+    again = load_cost_model(json.loads(json.dumps(gpu.to_dict())))
+    assert (again.frontend_s, again.frontend_stalls_forwards) == (7e-4, True)
 
 
 def test_front_end_time_from_a_traced_burst_as_worked_by_hand():

@@ -64,11 +64,14 @@ def uniform_shape(rows: int, length: int, start: int, prefilling: bool | None = 
 
 class CostModel(Protocol):
     """Prices a forward in seconds; `request_overhead_s` is added before a request reaches the queue,
-    `frontend_s` of it paid one request at a time (0: none); `jitter_cv` spreads the forwards' times (0: none)."""
+    `frontend_s` of it paid one request at a time (0: none), and where `frontend_stalls_forwards` (a front end in
+    the engine's own Python process) that time holds up the forward it falls in; `jitter_cv` spreads the
+    forwards' times (0: none)."""
 
     name: str
     request_overhead_s: float
     frontend_s: float
+    frontend_stalls_forwards: bool
     jitter_cv: float
 
     def seconds(self, shape: Shape) -> float: ...
@@ -88,6 +91,8 @@ class LinearCostModel:
     attention_pair_s: float = 0.0
     request_overhead_s: float = 0.0
     frontend_s: float = 0.0  # the part of the overhead a front end spends on one request at a time
+    # a CPU profile's forwards were timed with the front end beside them: off, as its held-out scores were measured
+    frontend_stalls_forwards: bool = False
     # spread of a forward's time around the model (coefficient of variation): it decides how soon identical
     # requests sent together fall out of lockstep
     jitter_cv: float = 0.0
@@ -130,7 +135,7 @@ class LinearCostModel:
         return {"kind": "linear", "name": self.name, "formula": self.formula(),
                 **{t: getattr(self, t) for t in TERMS}, "free_tokens": self.free_tokens, "token_tile": self.token_tile,
                 "token_count_s": dict(self.token_count_s), "request_overhead_s": self.request_overhead_s,
-                "frontend_s": self.frontend_s,
+                "frontend_s": self.frontend_s, "frontend_stalls_forwards": self.frontend_stalls_forwards,
                 "jitter_cv": self.jitter_cv, "source": self.source}
 
     def to_dict(self) -> dict[str, Any]:
@@ -179,9 +184,12 @@ def load_linear(path_or_dict: str | Path | Mapping[str, Any]) -> LinearCostModel
     if kind != "linear":
         raise ValueError(f"cost_model: kind {kind!r} is not a linear profile (one `tgi-toolkit simulate profile` "
                          "makes)")
-    known = {*TERMS, "request_overhead_s", "frontend_s", "jitter_cv", "free_tokens", "token_tile", "token_count_s",
-             "name", "source", "points"}
+    known = {*TERMS, "request_overhead_s", "frontend_s", "frontend_stalls_forwards", "jitter_cv", "free_tokens",
+             "token_tile", "token_count_s", "name", "source", "points"}
     values = {k: v for k, v in data.items() if k in known}
+    if not isinstance(values.get("frontend_stalls_forwards", False), bool):
+        raise ValueError("cost_model: frontend_stalls_forwards must be true or false; got "
+                         f"{values['frontend_stalls_forwards']!r}")
     for term in (*TERMS, "request_overhead_s", "frontend_s", "jitter_cv"):
         value = values.get(term, 0.0)
         if not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):

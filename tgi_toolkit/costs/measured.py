@@ -48,7 +48,7 @@ from tgi_toolkit.costs.kernel_tables import (
     comm_curve,
     moe_curve,
 )
-from tgi_toolkit.costs.roofline import EFFICIENCY_HELP, RooflineCostModel, gpu_spec
+from tgi_toolkit.costs.roofline import EFFICIENCY_HELP, FRONTEND_TERMS, RooflineCostModel, gpu_spec
 from tgi_toolkit.costs.server_profiles import server_profile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -331,7 +331,8 @@ class MeasuredCostModel(RooflineCostModel):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MeasuredCostModel:
-        keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "server", *EFFICIENCY_HELP)
+        keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "server", *EFFICIENCY_HELP,
+                *FRONTEND_TERMS)
         return cls(**{k: data[k] for k in keys if k in data}, server_version=data.get("server_version"),
                    kernel_times=data.get("kernel_times"), engine=bool(data.get("engine", False)),
                    compile_sizes=tuple(data.get("compile_sizes") or ()),

@@ -56,6 +56,7 @@ EFFICIENCY_HELP = {
     "link_efficiency": "fraction of the interconnect's bandwidth an all-reduce reaches",
     **HOST_HELP,
 }
+FRONTEND_TERMS = ("frontend_s", "frontend_stalls_forwards")  # costs.linear.CostModel's, none fitted
 INT4 = ("awq", "gptq", "marlin", "compressed-tensors")
 
 
@@ -129,6 +130,7 @@ class RooflineCostModel:
     host_token_s: float | None = None
     request_overhead_s: float | None = None
     frontend_s: float = 0.0  # no figure publishes a front end's or a forward's spread: none assumed
+    frontend_stalls_forwards: bool = False  # a front end in the engine's process (the embedded engine's own host)
     jitter_cv: float = 0.0
     name: str = ""
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -238,6 +240,7 @@ class RooflineCostModel:
                 "model": self.shape.name or self.shape.model_type, "num_shard": self.num_shard, "dtype": self.dtype,
                 "quantize": self.quantize, "server": self.server, "server_label": self.profile.label,
                 **{k: getattr(self, k) for k in EFFICIENCY_HELP},
+                **{k: getattr(self, k) for k in FRONTEND_TERMS},
                 "source": {"fitted_to": fit_provenance()}}
 
     def to_dict(self) -> dict[str, Any]:
@@ -250,7 +253,7 @@ class RooflineCostModel:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RooflineCostModel:
         keys = ("gpu", "model", "num_shard", "dtype", "quantize", "memory_fraction", "server", "name",
-                *EFFICIENCY_HELP)
+                *EFFICIENCY_HELP, *FRONTEND_TERMS)
         return cls(**{k: data[k] for k in keys if k in data})
 
     def save(self, path: Any) -> Any:
@@ -264,10 +267,11 @@ class RooflineCostModel:
 
 def roofline(gpu: str, model: ModelShape | ModelConfigSource, *, num_shard: int = 1, dtype: str = "bfloat16",
              quantize: str | None = None, memory_fraction: float = 1.0, server: str = DEFAULT_SERVER,
-             **efficiency: float) -> RooflineCostModel:
+             frontend_s: float = 0.0, frontend_stalls_forwards: bool = False, **efficiency: float
+             ) -> RooflineCostModel:
     """The roofline cost model of `model` (config.json path, model directory, dict, or a name in
     PUBLISHED_MODELS) on `num_shard` x `gpu` served by `server` (a server_profiles.SERVERS profile); `efficiency`
-    overrides a fitted factor by name."""
+    overrides a fitted factor by name; the front end's terms are costs.linear.CostModel's."""
     from tgi_toolkit.planner.shape import load_config
 
     unknown = sorted(set(efficiency) - set(EFFICIENCY_HELP))
@@ -275,4 +279,5 @@ def roofline(gpu: str, model: ModelShape | ModelConfigSource, *, num_shard: int 
         raise ValueError(f"{unknown[0]} is not an efficiency factor (allowed: {', '.join(EFFICIENCY_HELP)})")
     config = PUBLISHED_MODELS[model] if isinstance(model, str) and model in PUBLISHED_MODELS else load_config(model)
     return RooflineCostModel(gpu, config, num_shard=num_shard, dtype=dtype, quantize=quantize,
-                             memory_fraction=memory_fraction, server=server, **efficiency)
+                             memory_fraction=memory_fraction, server=server, frontend_s=frontend_s,
+                             frontend_stalls_forwards=frontend_stalls_forwards, **efficiency)

@@ -37,6 +37,7 @@ class TransferredCostModel:
             raise ValueError("source and target must describe the same model and server; only the GPU changes")
         self.request_overhead_s = self.measured.request_overhead_s
         self.frontend_s = self.measured.frontend_s
+        self.frontend_stalls_forwards = self.measured.frontend_stalls_forwards
         self.jitter_cv = self.measured.jitter_cv
         self.name = f"{getattr(self.measured, 'name', 'measured')} on {self.source.gpu}, carried to {self.target.gpu}"
 

@@ -9,6 +9,8 @@ server (chunked TGI 3 path or the non-chunking one, prefix cache, block allocato
 - delivers requests to the queue when the client sends them (plus the cost model's request overhead, and
   its front end's time per request one at a time),
   and tells the client when one ends, so closed-loop users send their next one at that moment;
+- where the front end shares the engine's host (`frontend_stalls_forwards`: one Python process, one GIL), lengthens
+  a forward by the front end's time spent within it (`stretched`);
 - samples what the server's /metrics would show (batch size, queue size, KV tokens in use).
 
 The scheduler polls its queue at the start of each iteration (`step()`), as TGI's router does: a request
@@ -17,6 +19,7 @@ arriving during a forward is seen at the next poll, and none between the two for
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import math
@@ -53,8 +56,10 @@ class SimBackend:
     """The router's ModelSide with a cost model instead of a model: `forward` advances the clock."""
 
     def __init__(self, clock: VirtualClock, cost: CostModel, on_finish: Callable[[SimRequest, float], None],
-                 on_forward: Callable[[Any, float], None] | None = None, seed: int = 0) -> None:
+                 on_forward: Callable[[Any, float], None] | None = None, seed: int = 0,
+                 stall: Callable[[float, float], float] | None = None) -> None:
         self.clock, self.cost, self.on_finish, self.on_forward = clock, cost, on_finish, on_forward
+        self.stall = stall  # (start, seconds) -> the forward's seconds with the front end's time within it
         self.forwards = 0
         cv = cost.jitter_cv
         # log-normal with mean 1 and the model's coefficient of variation, seeded: runs repeat exactly
@@ -65,6 +70,8 @@ class SimBackend:
         seconds = self.cost.seconds(shape_of(forward))
         if self._sigma:
             seconds *= self._rng.lognormvariate(-self._sigma ** 2 / 2, self._sigma)
+        if self.stall is not None:
+            seconds = self.stall(self.clock.t, seconds)
         self.clock.advance(seconds)
         self.forwards += 1
         now = self.clock.t
@@ -153,7 +160,11 @@ class Simulator:
         self.clock = VirtualClock()
         self.observer = _Observer()
         self.driver: Driver | None = None
-        self.backend = SimBackend(self.clock, cost, self._finished, seed=seed)
+        # the front end's intake, [start, end) a request, while it can hold up a forward (`stretched`)
+        self._intake: collections.deque[tuple[float, float]] | None = \
+            collections.deque() if cost.frontend_stalls_forwards and cost.frontend_s > 0 else None
+        self.backend = SimBackend(self.clock, cost, self._finished, seed=seed,
+                                  stall=None if self._intake is None else self.stretched)
         # the server's own rules: vLLM V1's for a VllmConfig, TGI's for a SchedulerConfig
         rules = VllmScheduler if isinstance(config, VllmConfig) else Scheduler
         self.scheduler = rules(config, self.backend, observer=self.observer, clock=self.clock)
@@ -170,12 +181,12 @@ class Simulator:
         self.max_forwards = max_forwards
 
     # -- arrivals ------------------------------------------------------------------------------------
-    def _push(self, pairs: list[tuple[float, SimRequest]]) -> None:
+    def _push(self, pairs: list[tuple[float, SimRequest]], until: float | None = None) -> None:
         """Requests the client sends. Each reaches the queue `request_overhead_s` after it was sent (requests sent
         together pay it side by side), and after the one sent before it plus `frontend_s`, the part of the
         overhead the server's front end spends on one request at a time: a burst of N requests reaches the queue
         over N - 1 front-end times, in the order sent: a send in the future waits in `_later` until the clock
-        reaches it, so that one made later for an earlier time (a ramp's user) goes first."""
+        reaches it (or `until`), so that one made later for an earlier time (a ramp's user) goes first."""
         grown = len(self._requests) - self._counted  # requests the driver made as it went (a ramp's)
         self.in_flight += grown
         self._counted += grown
@@ -183,7 +194,8 @@ class Simulator:
             heapq.heappush(self._later, (t, next(self._seq), request))
         overhead = self.cost.request_overhead_s
         frontend = self.cost.frontend_s
-        while self._later and self._later[0][0] <= self.clock.t:
+        until = self.clock.t if until is None else until
+        while self._later and self._later[0][0] <= until:
             t, _, request = heapq.heappop(self._later)
             request.record.sent_ns = int(round(t * 1e9))
             # Strictly after it was sent, and after the one before it, whatever the times: a request a client
@@ -193,7 +205,36 @@ class Simulator:
             # users' first 512-token prompts as one forward of 512 tokens, then one of 1,100).
             entry = math.nextafter(max(t + overhead, self._frontend_free + frontend), math.inf)
             self._frontend_free = entry
+            if self._intake is not None:
+                self._intake.append((entry - frontend, entry))
             heapq.heappush(self._arrivals, (entry, next(self._seq), request))
+
+    def stretched(self, start: float, seconds: float) -> float:
+        """The seconds of a forward that needs `seconds` of the host from `start`, where the front end shares that
+        host and goes first: each request's intake within the forward holds it up for as long. Why first: the
+        engine's forward drops the GIL at every torch call, and its asyncio front end, holding it, keeps it up to
+        the 5 ms switch interval; so a burst's intake ends before the forward it arrives in does (the probe's trace:
+        the first prompt's forward of a batch of B took longer by the other B - 1 requests' intake). Intakes are in
+        order and apart (one front end); the sends made before the forward ends are taken in as it goes, so those
+        a longer forward lets in hold it up too. (A send a closed-loop user makes when a token arrives comes after
+        its forward.)"""
+        intake = self._intake
+        assert intake is not None
+        while intake and intake[0][1] <= start:
+            intake.popleft()
+        end = start + seconds
+        while True:
+            self._push([], until=end)  # sends due before the forward ends: their intakes
+            t, left = start, seconds
+            for begin, done in intake:
+                begin = max(begin, t)
+                if begin >= t + left:  # the forward is done before this intake begins
+                    break
+                left -= begin - t
+                t = max(done, t)
+            if t + left <= end:
+                return t + left - start
+            end = t + left
 
     def _finished(self, request: SimRequest, t: float) -> None:
         self.in_flight -= 1
