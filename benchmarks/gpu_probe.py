@@ -298,17 +298,52 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
                                 decode_length=plan["decode_length"], runs=plan["runs"], ignore_eos=True,
                                 progress=False, output=str(out / "batch"))
         batch_bytes = [first_byte, trace.stat().st_size if trace.exists() else 0]
-        users = [bench.run_concurrency(server.url, users=[n], prompt_tokens=plan["prompt_tokens"],
-                                       max_new_tokens=plan["max_new_tokens"], requests=requests_for(n),
-                                       ignore_eos=True, progress=False, output=str(out / "concurrency"))
-                 for n in plan["users"]]
+        users, users_bytes, start = [], {}, batch_bytes[1]
+        for n in plan["users"]:
+            users.append(bench.run_concurrency(server.url, users=[n], prompt_tokens=plan["prompt_tokens"],
+                                               max_new_tokens=plan["max_new_tokens"], requests=requests_for(n),
+                                               ignore_eos=True, progress=False, output=str(out / "concurrency")))
+            end = trace.stat().st_size if trace.exists() else 0
+            users_bytes[str(n)], start = [start, end], end
     # its graphs, the sizes whose layers compiled, and any left eager (why); read so that nothing in it can cost
     # the measurements above (a failure here would send the probe to measure again without the compile)
     log_text = (out / "engine.log").read_text(errors="replace") if (out / "engine.log").is_file() else ""
     built = [line.split(": ", 1)[-1].strip() for line in log_text.splitlines() if "Decode step" in line]
     return {"seconds_to_ready": round(ready_s, 1), "decode_step": built, "info": info, "batch": batch_rows(batch),
             "concurrency": [r for res in users for r in user_rows(res)],
-            "trace": {"path": str(trace), "batch_bytes": batch_bytes}}
+            "trace": {"path": str(trace), "batch_bytes": batch_bytes, "users_bytes": users_bytes}}
+
+
+def trace_lines(trace: Path, byte_range: list[int]) -> list[dict[str, Any]]:
+    """The engine's trace lines (one a forward) written within `byte_range`."""
+    with open(trace, "rb") as f:
+        f.seek(byte_range[0])
+        data = f.read(byte_range[1] - byte_range[0])
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def traced_users(trace: Path, users_bytes: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """Per closed-loop point (users), the engine's forwards in the trace its run added: how many, the share of
+    their span the engine spent in them (`busy_share`), the slowest forward and the longest gap between two (ms,
+    with the forward's or the next one's rpc, rows and tokens). On the H200 of 2026-11-28 ramped users' requests
+    waited up to 1.1 s for a first token where the batch table's prefill took 0.1-0.4 s, and nothing said whether the
+    engine was in a forward, idle, or the client late: a slowest forward or gap of that size is the engine's."""
+    def what(line: dict[str, Any]) -> str:
+        return f"{line['rpc']} of {line['rows']} rows, {line['tokens']} tokens"
+
+    rows = []
+    for users, byte_range in users_bytes.items():
+        lines = trace_lines(trace, byte_range)
+        row: dict[str, Any] = {"users": int(users), "forwards": len(lines)}
+        if len(lines) > 1:
+            starts = [line["t"] - line["seconds"] for line in lines]
+            slow = max(lines, key=lambda line: line["seconds"])
+            gap, after = max((starts[i] - lines[i - 1]["t"], i) for i in range(1, len(lines)))
+            row.update(busy_share=round(sum(line["seconds"] for line in lines) / (lines[-1]["t"] - starts[0]), 3),
+                       slowest_ms=round(slow["seconds"] * 1e3, 3), slowest=what(slow),
+                       longest_gap_ms=round(gap * 1e3, 3), gap_before=what(lines[after]))
+        rows.append(row)
+    return rows
 
 
 def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], runs: int) -> list[dict[str, Any]]:
@@ -325,10 +360,7 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
     table's measured runs a batch size (each after one warm-up run), which bounds how many batch-1 runs there are."""
     import statistics
 
-    with open(trace, "rb") as f:
-        f.seek(batch_bytes[0])
-        data = f.read(batch_bytes[1] - batch_bytes[0])
-    lines = [json.loads(line) for line in data.splitlines() if line.strip()]
+    lines = trace_lines(trace, batch_bytes)
     found: dict[int, dict[str, list[float]]] = {b: {"first": [], "rest": [], "decode": [], "gap": [], "host": []}
                                                 for b in batch_sizes}
     # the table runs its smallest batch first: B = 1's runs are the first runs + 1 prompts the trace shows decoding
@@ -611,6 +643,13 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
                   "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in traced]
         lines.append("")
+    users = summary.get("traced_users") or []
+    if users:
+        columns = ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms", "gap_before")
+        lines += ["## the users' forwards in the engine's trace", "", "| " + " | ".join(columns) + " |",
+                  "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in users]
+        lines.append("")
     forwards = summary.get("engine_forwards") or []
     if forwards:
         columns = ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "rule_calls", "priced_ms",
@@ -724,6 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = summary["measured"]["trace"]
         summary["traced_batch"] = traced_batch(Path(trace["path"]), trace["batch_bytes"], plan["batch_sizes"],
                                                plan["runs"])
+        summary["traced_users"] = traced_users(Path(trace["path"]), trace["users_bytes"])
     except Exception as exc:  # a reading of what was measured; never worth the lease
         summary["skipped"]["traced_batch"] = f"{type(exc).__name__}: {exc}"
 

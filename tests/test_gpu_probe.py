@@ -70,6 +70,11 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     assert all(f["sample_s"] > 0 for f in lines if f["rpc"] == "decode")
     assert all(row["decode_host_ms"] > 0 for row in summary["traced_batch"] if row["decode_step_ms"])
     assert summary["traced_batch"][0]["decode_step_ms"] > 0
+    # each users point's forwards, read from the trace bytes its run added, after the batch table's
+    spans = summary["measured"]["trace"]["users_bytes"]
+    assert spans["1"][0] == summary["measured"]["trace"]["batch_bytes"][1] and spans["8"][0] == spans["1"][1]
+    assert [row["users"] for row in summary["traced_users"]] == [1, 8]
+    assert all(row["forwards"] > 1 and 0 < row["busy_share"] <= 1 for row in summary["traced_users"])
     assert [row["forward"] for row in summary["engine_forwards"]] == [
         "prompt x1", "prompt x7 + decode row", "prompt x15 + decode row", "decode row", "decode row, graph",
         "decode row, graph, compiled", "decode x16, graph"]
@@ -194,6 +199,35 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
          "decode_gap_ms": 1.0, "decode_host_ms": 2.0},
         {"batch_size": 4, "runs": 1, "first_prompt_ms": 20.0, "other_prompts_ms": 50.0, "decode_step_ms": 8.0,
          "decode_gap_ms": 2.0, "decode_host_ms": 3.0}]
+
+
+def test_the_users_forwards_are_read_back_from_the_engines_trace(tmp_path):
+    """Per users point, from the trace bytes its run added: the forwards, the engine's busy share of their span, the
+    slowest forward and the longest gap between two, with what ran."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_probe
+
+    def line(end: float, seconds: float, rpc: str, rows: int, tokens: int) -> str:
+        return json.dumps({"t": end, "seconds": seconds, "rpc": rpc, "rows": rows, "tokens": tokens}) + "\n"
+
+    # 1 user: a prompt 10.00-10.02, decodes 10.03-10.04 and 10.04-10.05; 8 users: a prompt of 8 rows 11.00-11.10,
+    # a 0.5 s wait, then a prompt of 1 row beside 7 decoding (11.60-11.65) and a decode (11.651-11.661)
+    one = line(10.02, 0.02, "prefill", 1, 256) + line(10.04, 0.01, "decode", 1, 1) + \
+        line(10.05, 0.01, "decode", 1, 1)
+    eight = line(11.10, 0.10, "prefill", 8, 2048) + line(11.65, 0.05, "prefill", 8, 263) + \
+        line(11.661, 0.01, "decode", 8, 8)
+    trace = tmp_path / "forwards.jsonl"
+    trace.write_text(one + eight)
+    a, b = len(one.encode()), len((one + eight).encode())
+    rows = gpu_probe.traced_users(trace, {"1": [0, a], "8": [a, b], "32": [b, b]})
+    # busy: 40 of 50 ms; 160 of 661 ms. Gaps: 10 and 0 ms; 500 and 1 ms
+    assert rows == [
+        {"users": 1, "forwards": 3, "busy_share": 0.8, "slowest_ms": 20.0, "slowest": "prefill of 1 rows, 256 tokens",
+         "longest_gap_ms": 10.0, "gap_before": "decode of 1 rows, 1 tokens"},
+        {"users": 8, "forwards": 3, "busy_share": 0.242, "slowest_ms": 100.0,
+         "slowest": "prefill of 8 rows, 2048 tokens", "longest_gap_ms": 500.0,
+         "gap_before": "prefill of 8 rows, 263 tokens"},
+        {"users": 32, "forwards": 0}]
 
 
 def test_the_summary_sets_a_layers_one_row_gemms_compiled_beside_cublas_and_the_weight_read(tmp_path):
