@@ -219,7 +219,6 @@ def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str
     profile's host terms; measured-host, the same kernels with the engine's own host: its calls counted from its
     code at the host's seconds a call (profile-gpu's host_perf), and its host around them, ENGINE_LOOP; the
     count is `host_calls` where the caller made it, else made here)."""
-    from tgi_toolkit import simulate
     from tgi_toolkit.costs.measured import gpu_cost_model
 
     config = str(model_dir / "config.json")
@@ -239,6 +238,13 @@ def predict(kind: str, card: str, model_dir: Path, kernels: Path, plan: dict[str
             host = {"host_calls": host_calls or count_calls(json.loads(Path(config).read_text())), **ENGINE_LOOP}
         cost = gpu_cost_model(card, config, cost_model="measured", kernel_times=str(kernels), server=SERVER_PROFILE,
                               engine=True, compile_sizes=compile_sizes or (), **host)
+    return simulated(cost, plan, flags, out)
+
+
+def simulated(cost: Any, plan: dict[str, Any], flags: list[str], out: Path) -> dict[str, Any]:
+    """The plan's batch table and users simulated with `cost` under the engine's `flags`, as `predict` makes them."""
+    from tgi_toolkit import simulate
+
     if plan.get("kv_tokens"):
         cost = CappedKV(cost, plan["kv_tokens"])
     batch = simulate.run_batch(cost, batch_sizes=plan["batch_sizes"], sequence_length=plan["sequence_length"],

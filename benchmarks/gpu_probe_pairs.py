@@ -22,6 +22,10 @@
    kernel times carried by the datasheets (tgi_toolkit.costs.kernel_carry), beside the same prediction from the
    second card's own kernel times, both against what the second card measured; and the other way round.
    carried / own isolates the carry rule: the same simulator, only the kernel tables differ.
+5. The engine's front end (a fit check): each card's batch table and users predicted as the probe's `measured`
+   prediction, and again with the front end ENGINE_LOOP holds since 2026-11-29 (`frontend_s`, its intake holding up
+   the forward it falls in): that rule's value was measured on the CPU, but the H200's first prompt forwards at
+   batch 64 are what sent us to measure it, so these figures are not held-out.
 Prints the figures; no target, nothing written.
 """
 
@@ -155,6 +159,35 @@ def kernels_carried(first: Path, second: Path) -> None:
         print(f"  {label} against {against}: {_median_error(values)}")
 
 
+def front_end(folder: Path) -> None:
+    """`folder`'s points predicted as the probe's `measured` prediction, without and with the engine's front end."""
+    import tempfile
+
+    from tgi_toolkit.costs.engine_forward import ENGINE_LOOP
+    from tgi_toolkit.costs.measured import gpu_cost_model
+
+    summary = json.loads((folder / "summary.json").read_text())
+    card = summary["provenance"]["device"]
+    terms = {"frontend_s": ENGINE_LOOP["frontend_s"], "frontend_stalls_forwards": True}
+    predicted = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, front in (("without", {}), ("with", terms)):
+            cost = gpu_cost_model(card, str(folder / "model" / "config.json"), cost_model="measured",
+                                  kernel_times=str(folder / "kernels"), server=gpu_probe.SERVER_PROFILE, engine=True,
+                                  **front)
+            predicted[label] = gpu_probe.simulated(cost, summary["plan"], summary["launcher_flags"], Path(tmp) / label)
+    print(f"\n{card_of(folder)} predicted by the simulator from its own kernel times (the probe's `measured`) without "
+          f"and with the engine's front end ({terms['frontend_s'] * 1e3:.2f} ms a request, holding up the forward it "
+          "falls in), predicted / measured:")
+    for scenario, metrics in METRICS.items():
+        measured = points(folder, "measured", scenario)
+        rows = {label: {int(r[POINT_KEYS[scenario]]): r for r in predicted[label][scenario]} for label in predicted}
+        print(f"  {scenario:12} " + " ".join(f"{m + ' (without, with)':>36}" for m in metrics))
+        for key in sorted(measured):
+            print(f"  {key:12d} " + " ".join(f"{rows['without'][key][m] / measured[key][m]:>30.2f}"
+                                             f"{rows['with'][key][m] / measured[key][m]:>6.2f}" for m in metrics))
+
+
 def _counter(server: Any, metric: str, label: str, start: float, end: float) -> float:
     """A /metrics counter's increase from the last sample at or before `start` to the first at or after `end`."""
     rows = server[(server.metric == metric) & (server.labels == label)].sort_values("t_s")
@@ -236,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     carried(second, first)
     kernels_carried(first, second)
     kernels_carried(second, first)
+    for folder in (first, second):
+        front_end(folder)
     return 0
 
 
