@@ -106,6 +106,37 @@ def test_concurrency_slots_disconnects_api_key_and_sigterm(tmp_path):
         assert eng.proc.returncode == 0
     log = eng.log()
     assert "Connected" in log and "Setting max batch total tokens to" in log
+    # its start-up heap was frozen before it served (engine.serve.freeze_heap)
+    assert "objects left out of the garbage collector's passes" in log
+
+
+def test_freezing_the_heap_leaves_what_lives_now_out_and_still_collects_what_comes_after(monkeypatch):
+    import gc
+    import weakref
+
+    from tgi_toolkit.engine.serve import freeze_heap
+
+    class Node:
+        pass
+
+    def cycle() -> weakref.ref:
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    monkeypatch.setenv("TGI_TOOLKIT_GC_FREEZE", "0")
+    assert freeze_heap() == 0 and gc.get_freeze_count() == 0
+    monkeypatch.delenv("TGI_TOOLKIT_GC_FREEZE")
+    before = cycle()  # garbage already: the freeze's own collection takes it
+    try:
+        frozen = freeze_heap()
+        assert frozen == gc.get_freeze_count() > 1000 and before() is None
+        after = cycle()  # made after the freeze: a pass still finds it
+        assert after() is not None
+        gc.collect()
+        assert after() is None and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
 
 
 def test_greedy_requests_batched_together_equal_each_run_alone_through_the_server(tmp_path):

@@ -23,6 +23,8 @@ DEFAULT_KV_CACHE_BYTES = int(DEFAULT_KV_CACHE_GIB * 1024**3)
 # The pid of the process that started the engine (set by tgi_toolkit.server for every server it starts): the
 # engine exits when that process is gone (tgi_toolkit.engine.lifeline), so that it never outlives it.
 PARENT_PID_ENV = "TGI_TOOLKIT_PARENT_PID"
+# "0": the engine leaves its start-up heap to the garbage collector's passes (engine.serve.freeze_heap)
+GC_FREEZE_ENV = "TGI_TOOLKIT_GC_FREEZE"
 
 _GPU_ONLY = "checkpoints need GPU kernels; on the CPU the engine runs bitsandbytes, bitsandbytes-nf4, " \
             "bitsandbytes-fp4 or eetq."
