@@ -235,3 +235,26 @@ def test_a_paced_forward_lasts_its_price_and_computes_the_same_tokens(loaded, al
     while engine.scheduler.step():
         pass
     assert tokens == alone[0][:4]
+
+
+def test_a_finished_requests_objects_go_with_their_last_reference_not_at_a_pass_of_the_collector(loaded):
+    """Its queue entry and its state referred to each other, so each request's tokens, events and chooser waited for
+    a pass of the collector, which stops the engine (docs/engine.md); the backend unlinks them when it releases."""
+    import gc
+    import weakref
+
+    engine = make_engine(loaded, prefix_caching=False)
+    released, release = [], engine.backend.release
+
+    def watched(entry):
+        released.append((weakref.ref(entry), weakref.ref(entry.request)))
+        release(entry)
+
+    engine.backend.release = watched
+    gc.collect()
+    gc.disable()
+    try:
+        run(engine, [request(loaded, p, n=4) for p in PROMPTS[2:]])
+        assert len(released) == 2 and all(entry() is None and state() is None for entry, state in released)
+    finally:
+        gc.enable()

@@ -174,7 +174,9 @@ class ModelBackend:
         if state.entry is entry:
             if state.seq is not None and state.seq.row >= 0:
                 self.runner.release(state.seq)
-            state.seq = None
+            # the entry and its state refer to each other: unlinked, a finished request's objects (its tokens,
+            # events, chooser) go when the last reference does, not at a pass of the collector that stops the engine
+            state.seq = state.entry = None
 
     def _prefill_tokens(self, ids: list[int], logits: torch.Tensor) -> list[Token]:
         logprobs = logits.log_softmax(-1)
