@@ -217,7 +217,7 @@ class Simulator:
         the first prompt's forward of a batch of B took longer by the other B - 1 requests' intake). Intakes are in
         order and apart (one front end); the sends made before the forward ends are taken in as it goes, so those
         a longer forward lets in hold it up too. (A send a closed-loop user makes when a token arrives comes after
-        its forward.)"""
+        its forward; one a ramp's driver makes later for a time within it is taken in after those already due.)"""
         intake = self._intake
         assert intake is not None
         while intake and intake[0][1] <= start:
