@@ -33,11 +33,12 @@ class LayerShape(Protocol):
 # forwards and its Python inside one outside the runner and the token choice (each row's text and event, the
 # hand-over to the front end streaming the last step's), served on a 2-core CPU at 1-64 decode rows
 # (benchmarks/engine_host_rows.py, 2026-11-29: 0.236 ms at one row, 1.975 at 64); and its front end's intake of a
-# request, which holds up the forward it falls in (one process, one GIL: the first prompt's forward of a batch of
-# 64 took 0.72 ms a request longer than alone, the same run; 0.62-0.63 at 8 and 32). The card's own host measures
-# all three at 1-64 rows in the probe's trace (decode_gap_ms, decode_host_ms, first_prompt_ms)
+# request, which holds up the forward it falls in (one process, one GIL): the first prompt's forward of a batch of
+# 64 took 0.86 ms a request longer than alone (medians over the 6 runs of two measurements that afternoon; 0.37-1.12
+# a run; 0.75 at batch 8 and 32). The card's own host measures all three at 1-64 rows in the probe's trace
+# (decode_gap_ms, decode_host_ms, first_prompt_ms)
 ENGINE_LOOP = {"forward_overhead_s": 2.1e-4, "row_overhead_s": 2.8e-5, "host_token_s": 0.0,
-               "frontend_s": 7.2e-4, "frontend_stalls_forwards": True}
+               "frontend_s": 8.6e-4, "frontend_stalls_forwards": True}
 
 
 def engine_elementwise_bytes(shape: LayerShape) -> float:
