@@ -270,8 +270,9 @@ def freeze_heap() -> int:
     own) out of the collector's passes from now on, and return how many that is. Why: a pass over the oldest
     generation walks every tracked object and holds the GIL throughout, so the whole engine stops for it; served on
     this CPU a pass took 0.29-0.35 s over 409,000-447,000 objects, nearly all of them start-up's
-    (benchmarks/engine_gc_pauses.py), and one card's process holds more (vLLM, SGLang and TensorRT-LLM freeze their heaps after warm-up for the same pauses). Objects made after it
-    are still collected. TGI_TOOLKIT_GC_FREEZE=0 leaves the heap as it is."""
+    (benchmarks/engine_gc_pauses.py), and one card's process holds more (vLLM, SGLang and TensorRT-LLM freeze their
+    heaps after warm-up for the same pauses). Objects made after it are still collected. TGI_TOOLKIT_GC_FREEZE=0
+    leaves the heap as it is."""
     if os.environ.get(GC_FREEZE_ENV, "1") == "0":
         return 0
     gc.collect()
