@@ -331,7 +331,8 @@ def trace_lines(trace: Path, byte_range: list[int]) -> list[dict[str, Any]]:
 def traced_users(trace: Path, users_bytes: dict[str, list[int]]) -> list[dict[str, Any]]:
     """Per closed-loop point (users), the engine's forwards in the trace its run added: how many, the share of
     their span the engine spent in them (`busy_share`), the slowest forward and the longest gap between two (ms,
-    with the forward's or the next one's rpc, rows and tokens). On the H200 of 2026-11-28 ramped users' requests
+    with the forward's or the next one's rpc, rows and tokens), and the garbage collector's seconds over the point
+    and at most beside one forward (`gc_ms`, `gc_longest_ms`). On the H200 of 2026-11-28 ramped users' requests
     waited up to 1.1 s for a first token where the batch table's prefill took 0.1-0.4 s, and nothing said whether the
     engine was in a forward, idle, or the client late: a slowest forward or gap of that size is the engine's."""
     def what(line: dict[str, Any]) -> str:
@@ -348,6 +349,9 @@ def traced_users(trace: Path, users_bytes: dict[str, list[int]]) -> list[dict[st
             row.update(busy_share=round(sum(line["seconds"] for line in lines) / (lines[-1]["t"] - starts[0]), 3),
                        slowest_ms=round(slow["seconds"] * 1e3, 3), slowest=what(slow),
                        longest_gap_ms=round(gap * 1e3, 3), gap_before=what(lines[after]))
+            if all("gc_s" in line for line in lines):  # the collector's passes, each stopping the engine
+                row.update(gc_ms=round(sum(line["gc_s"] for line in lines) * 1e3, 3),
+                           gc_longest_ms=round(max(line["gc_s"] for line in lines) * 1e3, 3))
         rows.append(row)
     return rows
 
@@ -651,7 +655,8 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
         lines.append("")
     users = summary.get("traced_users") or []
     if users:
-        columns = ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms", "gap_before")
+        columns = ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms", "gap_before",
+                   "gc_ms", "gc_longest_ms")
         lines += ["## the users' forwards in the engine's trace", "", "| " + " | ".join(columns) + " |",
                   "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in users]

@@ -88,6 +88,42 @@ def test_forward_trace_writes_each_forward_as_the_cost_models_price_it(tmp_path)
     assert read_trace(str(path), offset) == ([], offset)  # nothing new since
 
 
+def test_the_trace_writes_beside_each_forward_the_collectors_seconds_since_the_last(tmp_path):
+    """A full pass of the garbage collector made inside the second of three forwards is written on its line: its
+    seconds, within what the test timed around it, and never counted again on the next line."""
+    import gc
+    import json
+    import time
+
+    from tests.test_scheduler import Recorder, add
+    from tgi_toolkit.engine.metrics import Metrics
+    from tgi_toolkit.router import Scheduler, SchedulerConfig
+
+    timed: list[float] = []
+
+    class Collecting(Recorder):
+        def forward(self, forward):
+            if len(self.forwards) == 1:
+                began = time.perf_counter()
+                gc.collect()
+                timed.append(time.perf_counter() - began)
+            super().forward(forward)
+
+    path = tmp_path / "forwards.jsonl"
+    metrics = Metrics(trace=open(path, "a", buffering=1))  # noqa: SIM115 (as the engine opens it)
+    scheduler = Scheduler(SchedulerConfig(max_batch_prefill_tokens=6, max_batch_total_tokens=100), Collecting(),
+                          observer=metrics)
+    add(scheduler.queue, 10, 2)
+    while scheduler.step():
+        pass
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 3 and all(line["gc_s"] >= 0 for line in lines)
+    # the forced pass is on the second line, most of the time around it (a few automatic passes may join it), and
+    # not on the third
+    assert timed[0] / 2 < lines[1]["gc_s"] <= timed[0] + 0.01
+    assert lines[2]["gc_s"] < lines[1]["gc_s"]
+
+
 def test_a_forward_trace_the_engine_cannot_write_is_a_one_line_error(tmp_path):
     from tgi_toolkit.engine.serve import UnsupportedSetting, _open_trace
 

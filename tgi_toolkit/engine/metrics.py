@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 import time
@@ -23,6 +24,28 @@ _TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+class CollectorClock:
+    """The seconds the garbage collector's passes have taken in this process since `install`: each pass stops every
+    thread, a forward with them, so the trace writes beside each forward the collector's share since the last."""
+
+    seconds = 0.0
+    _began = 0.0
+    _installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        if not cls._installed:
+            gc.callbacks.append(cls._pass)
+            cls._installed = True
+
+    @classmethod
+    def _pass(cls, phase: str, info: Mapping[str, int]) -> None:
+        if phase == "start":
+            cls._began = time.perf_counter()
+        else:
+            cls.seconds += time.perf_counter() - cls._began
+
+
 class Metrics(Observer):
     """All of the engine's metrics in one registry; also the scheduler's `Observer`."""
 
@@ -32,6 +55,10 @@ class Metrics(Observer):
         # split: the backend's parts of its last forward (ModelBackend.split), written beside its seconds
         self._trace = trace
         self._split = split if split is not None else {}
+        self._collected = 0.0  # CollectorClock.seconds at the last trace line
+        if trace is not None:
+            CollectorClock.install()
+            self._collected = CollectorClock.seconds
         r = self.registry = CollectorRegistry()
         self.request_count = Counter("tgi_request_count", "Requests received", registry=r)
         self.request_success = Counter("tgi_request_success", "Requests that succeeded", registry=r)
@@ -102,9 +129,10 @@ class Metrics(Observer):
 
     def ran(self, forward: Forward, seconds: float) -> None:
         if self._trace is not None:  # Shape's fields, as simulate.trace.read_trace reads them back
+            collected, self._collected = CollectorClock.seconds - self._collected, CollectorClock.seconds
             self._trace.write(json.dumps({"t": time.time(), "rpc": forward.rpc,
                                           **dataclasses.asdict(shape_of(forward)), "seconds": seconds,
-                                          **self._split}) + "\n")
+                                          **self._split, "gc_s": collected}) + "\n")
 
     def concat(self, reason: str) -> None:
         self.batch_concat.labels(reason=reason).inc()
