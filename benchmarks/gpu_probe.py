@@ -594,6 +594,15 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b and math.isfinite(a) and math.isfinite(b) else None
 
 
+def markdown_table(title: str, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> list[str]:
+    """A summary section: `rows`' `columns` as a markdown table under `title` ("-" where a row lacks one); none
+    without rows."""
+    if not rows:
+        return []
+    return [f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+            *["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in rows], ""]
+
+
 def write_summary(out: Path, summary: dict[str, Any]) -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     lines = [f"# GPU probe: {summary['provenance']['device']} ({summary['provenance']['date']})", "",
@@ -645,30 +654,15 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
                 cells += [str(ratio.get(m, "-")) for m in metrics]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    traced = summary.get("traced_batch") or []
-    if traced:
-        columns = ("batch_size", "runs", "first_prompt_ms", "other_prompts_ms", "decode_step_ms", "decode_gap_ms",
-                   "decode_host_ms")
-        lines += ["## the batch table's forwards in the engine's trace (medians)", "",
-                  "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-        lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in traced]
-        lines.append("")
-    users = summary.get("traced_users") or []
-    if users:
-        columns = ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms", "gap_before",
-                   "gc_ms", "gc_longest_ms")
-        lines += ["## the users' forwards in the engine's trace", "", "| " + " | ".join(columns) + " |",
-                  "|" + "---|" * len(columns)]
-        lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in users]
-        lines.append("")
-    forwards = summary.get("engine_forwards") or []
-    if forwards:
-        columns = ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "rule_calls", "priced_ms",
-                   "priced_kernels_ms", "build_s")
-        lines += ["## the engine's forwards alone (no HTTP)", "", "| " + " | ".join(columns) + " |",
-                  "|" + "---|" * len(columns)]
-        lines += ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in forwards]
-        lines.append("")
+    lines += markdown_table("the batch table's forwards in the engine's trace (medians)",
+                   ("batch_size", "runs", "first_prompt_ms", "other_prompts_ms", "decode_step_ms", "decode_gap_ms",
+                    "decode_host_ms"), summary.get("traced_batch") or [])
+    lines += markdown_table("the users' forwards in the engine's trace",
+                   ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms", "gap_before",
+                    "gc_ms", "gc_longest_ms"), summary.get("traced_users") or [])
+    lines += markdown_table("the engine's forwards alone (no HTTP)",
+                   ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "rule_calls", "priced_ms",
+                    "priced_kernels_ms", "build_s"), summary.get("engine_forwards") or [])
     for kind, reason in (summary.get("skipped") or {}).items():
         lines.append(f"- {kind}: {reason}")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
