@@ -114,6 +114,7 @@ def test_freezing_the_heap_leaves_what_lives_now_out_and_still_collects_what_com
     import gc
     import weakref
 
+    from tgi_toolkit.engine.metrics import CollectorClock
     from tgi_toolkit.engine.serve import freeze_heap
 
     class Node:
@@ -128,9 +129,13 @@ def test_freezing_the_heap_leaves_what_lives_now_out_and_still_collects_what_com
     assert freeze_heap() == 0 and gc.get_freeze_count() == 0
     monkeypatch.delenv("TGI_TOOLKIT_GC_FREEZE")
     before = cycle()  # garbage already: the freeze's own collection takes it
+    CollectorClock.install()
+    counted = CollectorClock.seconds
     try:
         frozen = freeze_heap()
         assert frozen == gc.get_freeze_count() > 1000 and before() is None
+        # that collection is start-up's: the forward trace's collector clock does not count it
+        assert CollectorClock.seconds == counted
         after = cycle()  # made after the freeze: a pass still finds it
         assert after() is not None
         gc.collect()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import IO
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -31,6 +32,7 @@ class CollectorClock:
     seconds = 0.0
     _began = 0.0
     _installed = False
+    _paused = False
 
     @classmethod
     def install(cls) -> None:
@@ -39,7 +41,19 @@ class CollectorClock:
             cls._installed = True
 
     @classmethod
+    @contextlib.contextmanager
+    def paused(cls) -> Iterator[None]:
+        """Passes made meanwhile are not counted (the start-up's own, before the engine serves)."""
+        cls._paused = True
+        try:
+            yield
+        finally:
+            cls._paused = False
+
+    @classmethod
     def _pass(cls, phase: str, info: Mapping[str, int]) -> None:
+        if cls._paused:
+            return
         if phase == "start":
             cls._began = time.perf_counter()
         else:

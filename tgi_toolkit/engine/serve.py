@@ -273,9 +273,12 @@ def freeze_heap() -> int:
     (benchmarks/engine_gc_pauses.py), and one card's process holds more (vLLM, SGLang and TensorRT-LLM freeze their
     heaps after warm-up for the same pauses). Objects made after it are still collected. TGI_TOOLKIT_GC_FREEZE=0
     leaves the heap as it is."""
+    from tgi_toolkit.engine.metrics import CollectorClock
+
     if os.environ.get(GC_FREEZE_ENV, "1") == "0":
         return 0
-    gc.collect()
+    with CollectorClock.paused():  # start-up's, not a forward's: the trace's first line would carry it
+        gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
 
