@@ -334,7 +334,8 @@ def traced_users(trace: Path, users_bytes: dict[str, list[int]]) -> list[dict[st
     with the forward's or the next one's rpc, rows and tokens), and the garbage collector's seconds over the point
     and at most beside one forward (`gc_ms`, `gc_longest_ms`). On the H200 of 2026-11-28 ramped users' requests
     waited up to 1.1 s for a first token where the batch table's prefill took 0.1-0.4 s, and nothing said whether the
-    engine was in a forward, idle, or the client late: a slowest forward or gap of that size is the engine's."""
+    engine was in a forward, idle, or the client late: a slowest forward of that size is the engine's; a gap of that
+    size is the engine's loop, or an empty queue (the client), and its `gc_s` says how much the collector held."""
     def what(line: dict[str, Any]) -> str:
         return f"{line['rpc']} of {line['rows']} rows, {line['tokens']} tokens"
 
@@ -655,14 +656,14 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += markdown_table("the batch table's forwards in the engine's trace (medians)",
-                   ("batch_size", "runs", "first_prompt_ms", "other_prompts_ms", "decode_step_ms", "decode_gap_ms",
-                    "decode_host_ms"), summary.get("traced_batch") or [])
+                            ("batch_size", "runs", "first_prompt_ms", "other_prompts_ms", "decode_step_ms",
+                             "decode_gap_ms", "decode_host_ms"), summary.get("traced_batch") or [])
     lines += markdown_table("the users' forwards in the engine's trace",
-                   ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms", "gap_before",
-                    "gc_ms", "gc_longest_ms"), summary.get("traced_users") or [])
+                            ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms",
+                             "gap_before", "gc_ms", "gc_longest_ms"), summary.get("traced_users") or [])
     lines += markdown_table("the engine's forwards alone (no HTTP)",
-                   ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "rule_calls", "priced_ms",
-                    "priced_kernels_ms", "build_s"), summary.get("engine_forwards") or [])
+                            ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "rule_calls",
+                             "priced_ms", "priced_kernels_ms", "build_s"), summary.get("engine_forwards") or [])
     for kind, reason in (summary.get("skipped") or {}).items():
         lines.append(f"- {kind}: {reason}")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
