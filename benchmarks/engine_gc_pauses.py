@@ -1,7 +1,7 @@
 """The garbage collector's passes in the embedded engine while it serves, with its start-up heap frozen (the default,
 engine.serve.freeze_heap) and without (TGI_TOOLKIT_GC_FREEZE=0), side by side in one run.
 
-    .venv/bin/python benchmarks/engine_gc_pauses.py [--repeats 2]
+    .venv/bin/python benchmarks/engine_gc_pauses.py [--repeats 2] [--compiled]
 
 Serves gpu_probe's tiny random Llama on the CPU, each way in turn, `repeats` times, and runs 32 closed-loop users
 (256-token prompts, 128 new tokens, 64 requests) against it. A `gc.callbacks` hook, put into the engine's process as
@@ -9,6 +9,10 @@ a sitecustomize module, logs every pass of the oldest generation with its second
 passes after the server answered are the ones a request can wait on (every thread stops for them). Prints the
 longest such pass each way, and the target: frozen, the longest pass takes at most half of the longest unfrozen one
 (exit 1 otherwise). On 2026-11-29 a served pass took 0.24 s over 409,000 objects unfrozen, 0.03 s frozen.
+
+`--compiled` serves with `--cuda-graphs 1`, which on a CPU compiles the decode step's layers with inductor at start-up:
+the engine's heap then holds inductor's objects too, as a card's process does (its batch-1 graphs hold the layers
+compiled by inductor, the default `--compile-sizes 1`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ gc.callbacks.append(_pass)
 '''
 
 
-def one_run(folder: Path, freeze: bool) -> list[dict[str, float]]:
+def one_run(folder: Path, freeze: bool, compiled: bool = False) -> list[dict[str, float]]:
     """The oldest generation's passes after the server answered, for one served users point."""
     import gpu_probe
 
@@ -52,7 +56,8 @@ def one_run(folder: Path, freeze: bool) -> list[dict[str, float]]:
     passes = folder / "gc.jsonl"
     model_dir = gpu_probe.prepare_model(folder, gpu_probe.TINY, None)
     plan = {"batch_sizes": [1], "users": [32], "max_total_tokens": 1024, "max_batch_prefill_tokens": 8192}
-    config = LauncherConfig.from_cli(["--model-id", str(model_dir), *gpu_probe.launcher_flags(plan, "cpu")])
+    flags = gpu_probe.launcher_flags(plan, "cpu") + (["--cuda-graphs", "1"] if compiled else [])
+    config = LauncherConfig.from_cli(["--model-id", str(model_dir), *flags])
     env = {"TGI_TOOLKIT_DEVICE": "cpu", "TGI_TOOLKIT_RANDOM_WEIGHTS": "1", "TGI_TOOLKIT_KV_CACHE_GIB": "0.25",
            "PYTHONPATH": f"{folder / 'hook'}:{ROOT}", "ENGINE_GC_LOG": str(passes),
            GC_FREEZE_ENV: "1" if freeze else "0"}
@@ -67,12 +72,14 @@ def one_run(folder: Path, freeze: bool) -> list[dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--compiled", action="store_true",
+                        help="compile the decode step's layers with inductor at start-up (--cuda-graphs 1)")
     args = parser.parse_args(argv)
     longest: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             for freeze in (False, True):
-                served = one_run(Path(tmp) / f"{i}-{freeze}", freeze)
+                served = one_run(Path(tmp) / f"{i}-{freeze}", freeze, args.compiled)
                 label = "frozen" if freeze else "unfrozen"
                 print(f"engine_gc_pauses: run {i + 1}, {label}: {len(served)} passes of the oldest generation while "
                       "serving: " + ", ".join(f"{p['s'] * 1e3:.1f} ms over {p['walked']:,} objects" for p in served),

@@ -69,3 +69,27 @@ def test_quantized_layers_without_a_tensor_form_keep_the_eager_step(loaded):
     runner = LlamaRunner(loaded.model, max_rows=2, max_positions=64)
     runner.layers[0].o = torch.nn.Sequential(runner.layers[0].o)  # a layer only its own forward runs
     assert runner.compile_decode([1]) == 0.0 and runner.compiled is None
+
+
+def test_a_size_named_alone_still_warms_the_one_row_and_the_many_row_graphs(loaded, caplog):
+    # `--cuda-graphs 4` on a CPU: the compiled step also runs steps of 1, 2 and 3 rows, and dynamic shapes compile
+    # one graph for one row and one for more; warmed at 4 alone, the first 1-row step compiled while serving.
+    torch._dynamo.reset()  # dynamo keeps graphs on the functions' code: the test above compiled both already
+    runner = LlamaRunner(loaded.model, max_rows=8, max_positions=64)
+    with caplog.at_level("INFO", logger="tgi_toolkit.engine"):
+        runner.compile_decode([4])
+    assert "warmed for 1, 2, 4 rows" in caplog.text
+    graphs = counters["stats"]["unique_graphs"]
+    for rows in (1, 3, 2, 5):
+        seqs, logits = runner.prefill([[1, 2, 3]] * rows)
+        runner.decode([int(t[-1].argmax()) for t in logits])
+        for seq in seqs:
+            runner.release(seq)
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_a_one_row_cache_warms_one_row_only(loaded, caplog):
+    runner = LlamaRunner(loaded.model, max_rows=1, max_positions=64)
+    with caplog.at_level("INFO", logger="tgi_toolkit.engine"):
+        runner.compile_decode([1])
+    assert "warmed for 1 rows" in caplog.text
