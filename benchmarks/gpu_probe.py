@@ -332,10 +332,12 @@ def traced_users(trace: Path, users_bytes: dict[str, list[int]]) -> list[dict[st
     """Per closed-loop point (users), the engine's forwards in the trace its run added: how many, the share of
     their span the engine spent in them (`busy_share`), the slowest forward and the longest gap between two (ms,
     with the forward's or the next one's rpc, rows and tokens), and the garbage collector's seconds over the point
-    and at most beside one forward (`gc_ms`, `gc_longest_ms`). On the H200 of 2026-11-28 ramped users' requests
-    waited up to 1.1 s for a first token where the batch table's prefill took 0.1-0.4 s, and nothing said whether the
-    engine was in a forward, idle, or the client late: a slowest forward of that size is the engine's; a gap of that
-    size is the engine's loop, or an empty queue (the client), and its `gc_s` says how much the collector held."""
+    and at most beside one forward (`gc_ms`, `gc_longest_ms`), and the graphs torch.compile compiled meanwhile
+    (`compiles`: warm-up compiles every shape the engine runs, so any is a miss). On the H200 of 2026-11-28 ramped
+    users' requests waited up to 1.1 s for a first token where the batch table's prefill took 0.1-0.4 s, and nothing
+    said whether the engine was in a forward, idle, or the client late: a slowest forward of that size is the
+    engine's (its `compiles` say whether a compile was in it); a gap of that size is the engine's loop, or an empty
+    queue (the client), and its `gc_s` says how much the collector held."""
     def what(line: dict[str, Any]) -> str:
         return f"{line['rpc']} of {line['rows']} rows, {line['tokens']} tokens"
 
@@ -353,6 +355,8 @@ def traced_users(trace: Path, users_bytes: dict[str, list[int]]) -> list[dict[st
             if all("gc_s" in line for line in lines):  # the collector's passes, each stopping the engine
                 row.update(gc_ms=round(sum(line["gc_s"] for line in lines) * 1e3, 3),
                            gc_longest_ms=round(max(line["gc_s"] for line in lines) * 1e3, 3))
+            if all("compiles" in line for line in lines):
+                row.update(compiles=sum(line["compiles"] for line in lines))
         rows.append(row)
     return rows
 
@@ -660,7 +664,7 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
                              "decode_gap_ms", "decode_host_ms"), summary.get("traced_batch") or [])
     lines += markdown_table("the users' forwards in the engine's trace",
                             ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms",
-                             "gap_before", "gc_ms", "gc_longest_ms"), summary.get("traced_users") or [])
+                             "gap_before", "gc_ms", "gc_longest_ms", "compiles"), summary.get("traced_users") or [])
     lines += markdown_table("the engine's forwards alone (no HTTP)",
                             ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "rule_calls",
                              "priced_ms", "priced_kernels_ms", "build_s"), summary.get("engine_forwards") or [])

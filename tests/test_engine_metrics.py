@@ -124,6 +124,38 @@ def test_the_trace_writes_beside_each_forward_the_collectors_seconds_since_the_l
     assert lines[2]["gc_s"] < lines[1]["gc_s"]
 
 
+def test_a_graph_compiled_inside_a_forward_is_on_its_trace_line_and_warned_of(tmp_path, caplog):
+    """torch.compile run inside the second of three forwards (a shape warm-up missed; here the prompt's last chunk,
+    in a decode) compiles one graph: the second line says 1, the others 0, and the log says which forward paid it."""
+    import json
+
+    import torch
+
+    from tests.test_scheduler import Recorder, add
+    from tgi_toolkit.engine.metrics import Metrics
+    from tgi_toolkit.router import Scheduler, SchedulerConfig
+
+    class Compiling(Recorder):
+        def forward(self, forward):
+            if len(self.forwards) == 1:
+                torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(3))
+            super().forward(forward)
+
+    torch.compile(lambda x: x - 1, backend="eager")(torch.ones(2))  # before the Metrics: start-up's, not counted
+    path = tmp_path / "forwards.jsonl"
+    metrics = Metrics(trace=open(path, "a", buffering=1))  # noqa: SIM115 (as the engine opens it)
+    scheduler = Scheduler(SchedulerConfig(max_batch_prefill_tokens=6, max_batch_total_tokens=100), Compiling(),
+                          observer=metrics)
+    add(scheduler.queue, 10, 2)
+    with caplog.at_level("WARNING", logger="tgi_toolkit.engine"):
+        while scheduler.step():
+            pass
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["compiles"] for line in lines] == [0, 1, 0]
+    warned = [r.getMessage() for r in caplog.records if "torch.compile" in r.getMessage()]
+    assert len(warned) == 1 and "decode forward of 1 rows and 4 tokens compiled 1 graph(s)" in warned[0]
+
+
 def test_a_forward_trace_the_engine_cannot_write_is_a_one_line_error(tmp_path):
     from tgi_toolkit.engine.serve import UnsupportedSetting, _open_trace
 

@@ -76,6 +76,8 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     assert [row["users"] for row in summary["traced_users"]] == [1, 8]
     assert all(row["forwards"] > 1 and 0 < row["busy_share"] <= 1 for row in summary["traced_users"])
     assert all(0 <= row["gc_longest_ms"] <= row["gc_ms"] for row in summary["traced_users"])
+    # the engine serves eagerly on a CPU (no --cuda-graphs): nothing compiles while serving
+    assert all(row["compiles"] == 0 for row in summary["traced_users"])
     assert [row["forward"] for row in summary["engine_forwards"]] == [
         "prompt x1", "prompt x7 + decode row", "prompt x15 + decode row", "decode row", "decode row, graph",
         "decode row, graph, compiled", "decode x16, graph"]
@@ -208,17 +210,19 @@ def test_the_users_forwards_are_read_back_from_the_engines_trace(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_probe
 
-    def line(end: float, seconds: float, rpc: str, rows: int, tokens: int, gc_s: float | None = None) -> str:
-        collected = {} if gc_s is None else {"gc_s": gc_s}
+    def line(end: float, seconds: float, rpc: str, rows: int, tokens: int, gc_s: float | None = None,
+             compiles: int = 0) -> str:
+        collected = {} if gc_s is None else {"gc_s": gc_s, "compiles": compiles}
         return json.dumps({"t": end, "seconds": seconds, "rpc": rpc, "rows": rows, "tokens": tokens,
                            **collected}) + "\n"
 
     # 1 user: a prompt 10.00-10.02, decodes 10.03-10.04 and 10.04-10.05, no collector's time traced (an older
     # engine); 8 users: a prompt of 8 rows 11.00-11.10, a 0.5 s wait (0.4 s of it a pass of the collector), then a
-    # prompt of 1 row beside 7 decoding (11.60-11.65) and a decode (11.651-11.661, 1 ms of passes)
+    # prompt of 1 row beside 7 decoding (11.60-11.65, a graph compiled in it) and a decode (11.651-11.661, 1 ms of
+    # passes)
     one = line(10.02, 0.02, "prefill", 1, 256) + line(10.04, 0.01, "decode", 1, 1) + \
         line(10.05, 0.01, "decode", 1, 1)
-    eight = line(11.10, 0.10, "prefill", 8, 2048, 0.0) + line(11.65, 0.05, "prefill", 8, 263, 0.4) + \
+    eight = line(11.10, 0.10, "prefill", 8, 2048, 0.0) + line(11.65, 0.05, "prefill", 8, 263, 0.4, 1) + \
         line(11.661, 0.01, "decode", 8, 8, 0.001)
     trace = tmp_path / "forwards.jsonl"
     trace.write_text(one + eight)
@@ -230,7 +234,7 @@ def test_the_users_forwards_are_read_back_from_the_engines_trace(tmp_path):
          "longest_gap_ms": 10.0, "gap_before": "decode of 1 rows, 1 tokens"},
         {"users": 8, "forwards": 3, "busy_share": 0.242, "slowest_ms": 100.0,
          "slowest": "prefill of 8 rows, 2048 tokens", "longest_gap_ms": 500.0,
-         "gap_before": "prefill of 8 rows, 263 tokens", "gc_ms": 401.0, "gc_longest_ms": 400.0},
+         "gap_before": "prefill of 8 rows, 263 tokens", "gc_ms": 401.0, "gc_longest_ms": 400.0, "compiles": 1},
         {"users": 32, "forwards": 0}]
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import gc
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import IO
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from tgi_toolkit.costs.features import shape_of
 from tgi_toolkit.router import Entry, Forward, Observer
 
+log = logging.getLogger("tgi_toolkit.engine")
 # TGI's v3 allocator logs every allocation attempt at INFO under its router crate's target.
 allocation_log = logging.getLogger("text_generation_router_v3::radix")
 
@@ -60,6 +62,13 @@ class CollectorClock:
             cls.seconds += time.perf_counter() - cls._began
 
 
+def graphs_compiled() -> int:
+    """The graphs torch.compile has compiled in this process (0 where it never loaded). Warm-up compiles every shape
+    the engine will run, so one compiled while serving is seconds a request paid."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    return int(dynamo.counters["stats"]["unique_graphs"]) if dynamo is not None else 0
+
+
 class Metrics(Observer):
     """All of the engine's metrics in one registry; also the scheduler's `Observer`."""
 
@@ -70,6 +79,7 @@ class Metrics(Observer):
         self._trace = trace
         self._split = split if split is not None else {}
         self._collected = 0.0  # CollectorClock.seconds at the last trace line
+        self._compiled = graphs_compiled()  # built after warm-up: what it compiled is not a forward's
         if trace is not None:
             CollectorClock.install()
             self._collected = CollectorClock.seconds
@@ -142,11 +152,17 @@ class Metrics(Observer):
         self.batch_forward_duration.labels(method=method).observe(seconds)
 
     def ran(self, forward: Forward, seconds: float) -> None:
+        compiled = graphs_compiled()
+        compiles, self._compiled = compiled - self._compiled, compiled
+        if compiles:
+            log.warning("A %s forward of %d rows and %d tokens compiled %d graph(s) with torch.compile while serving "
+                        "(%.1f s): warm-up did not cover its shape", forward.rpc, len(forward.rows), forward.tokens,
+                        compiles, seconds)
         if self._trace is not None:  # Shape's fields, as simulate.trace.read_trace reads them back
             collected, self._collected = CollectorClock.seconds - self._collected, CollectorClock.seconds
             self._trace.write(json.dumps({"t": time.time(), "rpc": forward.rpc,
                                           **dataclasses.asdict(shape_of(forward)), "seconds": seconds,
-                                          **self._split, "gc_s": collected}) + "\n")
+                                          **self._split, "gc_s": collected, "compiles": compiles}) + "\n")
 
     def concat(self, reason: str) -> None:
         self.batch_concat.labels(reason=reason).inc()
