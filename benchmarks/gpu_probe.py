@@ -83,6 +83,11 @@ KINDS = ("roofline", "measured", "measured-host")  # the predictions (`predict`)
 # lease's call stops the probe at 400 s (docs/gpu-probe.md). Step 4 has not run on a card yet: it builds the 8B model
 # again (11 s on the H200) and times a few forwards; a compile that missed inductor's cache may take a minute more.
 FORWARDS_UNTIL_S = 300.0
+# The served engine logs its compute thread's stack while a forward runs past this (engine.watchdog): on the H200 of
+# 2026-11-28 the ramp's prompt forwards took ~120 ms where ~20 were priced, and one took ~1 s with the card idle
+STALL_MS = 100
+STALL_LINE = re.compile(r"^(?P<at>\S+ \S+) WARNING \S+: A forward \((?P<forward>.+?)\) has run (?P<ran_ms>\d+) ms; "
+                        r"its thread is in: (?P<where>.*)$")
 COMPILED_UNTIL_S = 240.0
 
 
@@ -292,7 +297,8 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
     # the first of them while the front end takes in the others), which /metrics only sums every 0.25 s
     trace = out / "forwards.jsonl"
     env = {"TGI_TOOLKIT_DEVICE": device, "TGI_TOOLKIT_RANDOM_WEIGHTS": "1", "TGI_TOOLKIT_KV_CACHE_GIB": "0.25",
-           "TGI_TOOLKIT_FORWARD_TRACE": str(trace), **({} if compile_sizes is None else
+           "TGI_TOOLKIT_FORWARD_TRACE": str(trace), "TGI_TOOLKIT_STALL_MS": str(STALL_MS),
+           **({} if compile_sizes is None else
                                                         {"TGI_TOOLKIT_COMPILE_SIZES": compile_sizes})}
     started = time.perf_counter()
     with Server(config, log_path=out / "engine.log", env=env, health_timeout=health_timeout,
@@ -317,7 +323,14 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
     built = [line.split(": ", 1)[-1].strip() for line in log_text.splitlines() if "Decode step" in line]
     return {"seconds_to_ready": round(ready_s, 1), "decode_step": built, "info": info, "batch": batch_rows(batch),
             "concurrency": [r for res in users for r in user_rows(res)],
-            "trace": {"path": str(trace), "batch_bytes": batch_bytes, "users_bytes": users_bytes}}
+            "trace": {"path": str(trace), "batch_bytes": batch_bytes, "users_bytes": users_bytes},
+            "stalls": stall_lines(log_text)}
+
+
+def stall_lines(log_text: str, most: int = 200) -> list[dict[str, Any]]:
+    """The engine log's stall-watch lines (a forward past STALL_MS, where its thread was), the first `most`."""
+    found = [m.groupdict() for m in map(STALL_LINE.match, log_text.splitlines()) if m]
+    return [{**line, "ran_ms": int(line["ran_ms"])} for line in found[:most]]
 
 
 def trace_lines(trace: Path, byte_range: list[int]) -> list[dict[str, Any]]:
@@ -665,6 +678,10 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     lines += markdown_table("the users' forwards in the engine's trace",
                             ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms",
                              "gap_before", "gc_ms", "gc_longest_ms", "compiles"), summary.get("traced_users") or [])
+    stalls = sorted((summary.get("measured") or {}).get("stalls") or [], key=lambda line: -line["ran_ms"])
+    lines += markdown_table(f"forwards served past {STALL_MS} ms, where the engine's thread was (the longest 10 of "
+                            f"{len(stalls)}; measured/engine.log has every line)", ("at", "forward", "ran_ms", "where"),
+                            stalls[:10])
     lines += markdown_table("the engine's forwards alone (no HTTP)",
                             ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "rule_calls",
                              "priced_ms", "priced_kernels_ms", "build_s"), summary.get("engine_forwards") or [])

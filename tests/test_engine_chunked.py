@@ -237,6 +237,34 @@ def test_a_paced_forward_lasts_its_price_and_computes_the_same_tokens(loaded, al
     assert tokens == alone[0][:4]
 
 
+def test_a_forward_held_past_the_stall_threshold_logs_where_the_backend_holds_it(loaded, tmp_path, caplog):
+    """TGI_TOOLKIT_STALL_MS with the real backend: each forward paced to 0.4 s (TGI_TOOLKIT_PACE's sleep, inside
+    the backend's forward) and a 0.1 s threshold; the log names the forward and the pace's line, and only while
+    forwards run."""
+    import json
+
+    from tgi_toolkit.engine.serve import _pace
+    from tgi_toolkit.engine.watchdog import StallWatch
+
+    path = tmp_path / "pace.json"
+    path.write_text(json.dumps({"kind": "linear", "forward_s": 0.4}))
+    engine = make_engine(loaded, prefix_caching=False)
+    engine.backend.pace = _pace(str(path))
+    engine.backend.watch = StallWatch(0.1)
+    prompt = request(loaded, PROMPTS[2], n=2)
+    with caplog.at_level("WARNING", logger="tgi_toolkit.engine"):
+        engine.submit(prompt, lambda event: None)
+        while engine.scheduler.step():
+            pass
+    logged = [r.getMessage() for r in caplog.records if "has run" in r.getMessage()]
+    # a prefill of the whole prompt, then a decode step: both held 0.4 s in the pace's sleep (`_hold`); a line may
+    # also catch the model computing, on a busy machine
+    for what in (f"prefill of 1 rows, {len(prompt.input_ids)} tokens", "decode of 1 rows, 1 tokens"):
+        assert any(m.startswith(f"A forward ({what}) has run ") and "its thread is in: backend.py:" in m
+                   and " _hold <- " in m for m in logged)
+    assert all(m.startswith(("A forward (prefill of 1 rows", "A forward (decode of 1 rows")) for m in logged)
+
+
 def test_a_finished_requests_objects_go_with_their_last_reference_not_at_a_pass_of_the_collector(loaded):
     """Its queue entry and its state referred to each other, so each request's tokens, events and chooser waited for
     a pass of the collector, which stops the engine (docs/engine.md); the backend unlinks them when it releases."""

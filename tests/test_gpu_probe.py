@@ -53,6 +53,10 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
         assert [row["users"] for row in summary["ratios"][kind]["concurrency"]] == [1, 8]
     assert summary["weight_read"]["weight_bytes"] > 0 and "Decode step at batch 1" in (out / "summary.md").read_text()
     assert "Traceback" not in (out / "measured" / "engine.log").read_text()
+    # the served engine watched its forwards for stalls (what it caught, if any, is in the summary)
+    assert "A forward running past 100 ms has its thread's stack logged" in \
+        (out / "measured" / "engine.log").read_text()
+    assert isinstance(summary["measured"]["stalls"], list)
     # every forward the engine ran is traced (batch 1's runs and its warm-up run read back from it), and its
     # forwards were timed alone once the server had gone
     assert (out / "measured" / "forwards.jsonl").stat().st_size > 0
@@ -202,6 +206,25 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
          "decode_gap_ms": 1.0, "decode_host_ms": 2.0},
         {"batch_size": 4, "runs": 1, "first_prompt_ms": 20.0, "other_prompts_ms": 50.0, "decode_step_ms": 8.0,
          "decode_gap_ms": 2.0, "decode_host_ms": 3.0}]
+
+
+def test_the_stall_watchs_lines_are_read_back_from_the_engines_log():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_probe
+
+    log = """2026-11-28 08:16:05,254 INFO tgi_toolkit.engine: Connected: serving on http://127.0.0.1:50841
+2026-11-28 08:16:44,431 WARNING tgi_toolkit.engine: A forward (prefill of 10 rows, 518 tokens) has run 100 ms; \
+its thread is in: runner.py:281 _layers <- runner.py:256 forward
+2026-11-28 08:16:44,532 WARNING tgi_toolkit.engine: A forward (prefill of 10 rows, 518 tokens) has run 201 ms; \
+its thread is in: backend.py:166 _hold <- backend.py:228 _advance
+2026-11-28 08:16:45,000 WARNING tgi_toolkit.engine: A graph compiled while serving (not a stall line)
+"""
+    assert gpu_probe.stall_lines(log) == [
+        {"at": "2026-11-28 08:16:44,431", "forward": "prefill of 10 rows, 518 tokens", "ran_ms": 100,
+         "where": "runner.py:281 _layers <- runner.py:256 forward"},
+        {"at": "2026-11-28 08:16:44,532", "forward": "prefill of 10 rows, 518 tokens", "ran_ms": 201,
+         "where": "backend.py:166 _hold <- backend.py:228 _advance"}]
+    assert len(gpu_probe.stall_lines(log, most=1)) == 1
 
 
 def test_the_users_forwards_are_read_back_from_the_engines_trace(tmp_path):

@@ -25,6 +25,8 @@ DEFAULT_KV_CACHE_BYTES = int(DEFAULT_KV_CACHE_GIB * 1024**3)
 PARENT_PID_ENV = "TGI_TOOLKIT_PARENT_PID"
 # "0": the engine leaves its start-up heap to the garbage collector's passes (engine.serve.freeze_heap)
 GC_FREEZE_ENV = "TGI_TOOLKIT_GC_FREEZE"
+# Milliseconds: a forward running longer has its thread's stack logged while it runs (engine.watchdog); unset: none
+STALL_MS_ENV = "TGI_TOOLKIT_STALL_MS"
 
 _GPU_ONLY = "checkpoints need GPU kernels; on the CPU the engine runs bitsandbytes, bitsandbytes-nf4, " \
             "bitsandbytes-fp4 or eetq."

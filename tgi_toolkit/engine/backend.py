@@ -16,6 +16,7 @@ from tgi_toolkit.engine.kv_cache import Seq
 from tgi_toolkit.engine.runner import LlamaRunner
 from tgi_toolkit.engine.sampling import TokenChooser, choose_batch
 from tgi_toolkit.engine.validation import ValidRequest
+from tgi_toolkit.engine.watchdog import StallWatch
 from tgi_toolkit.router import Entry, Forward, Row
 
 
@@ -45,8 +46,9 @@ class ModelBackend:
 
     def __init__(self, runner: LlamaRunner, tokenizer: Any, eos_token_ids: set[int],
                  deliver: Delivery | None = None,
-                 pace: Callable[[Forward], float] | None = None) -> None:
+                 pace: Callable[[Forward], float] | None = None, watch: StallWatch | None = None) -> None:
         self.runner = runner
+        self.watch = watch  # TGI_TOOLKIT_STALL_MS: a long forward's stack, logged while it runs
         # pace (TGI_TOOLKIT_PACE): the seconds a forward must last at least; its tokens are held until then.
         # A benchmark's control for a shared machine whose speed drifts: the model still computes every
         # token, and each forward then takes the time a cost model gives it, not the machine's time of the
@@ -97,6 +99,15 @@ class ModelBackend:
     # -- scheduler ModelSide protocol ------------------------------------------------------
     def forward(self, forward: Forward) -> None:
         """Run one forward of the scheduler's batch: prompt chunks and decoding rows together."""
+        if self.watch is None:
+            return self._forward(forward)
+        self.watch.begin(f"{forward.rpc} of {len(forward.rows)} rows, {forward.tokens} tokens")
+        try:
+            self._forward(forward)
+        finally:
+            self.watch.end()
+
+    def _forward(self, forward: Forward) -> None:
         if self.pace is not None:
             self._deadline = time.perf_counter() + self.pace(forward)
         runner = self.runner

@@ -18,7 +18,14 @@ from typing import IO, Any
 
 # The rules live below both the engine and the configuration (the form and the planner show them
 # without importing the engine); re-exported here, where the engine applies them.
-from tgi_toolkit.config.embedded import COMPILE_SIZES_DEFAULT, GC_FREEZE_ENV, UnsupportedSetting, refusals
+from tgi_toolkit.config.embedded import (
+    COMPILE_SIZES_DEFAULT,
+    GC_FREEZE_ENV,
+    STALL_MS_ENV,
+    UnsupportedSetting,
+    refusals,
+)
+from tgi_toolkit.engine.watchdog import StallWatch, from_environment
 from tgi_toolkit.models.files import DEFAULT_MODEL_ID
 
 log = logging.getLogger("tgi_toolkit.engine")
@@ -58,6 +65,7 @@ def build(cfg: Any, *, started: float | None = None, options: EngineOptions | No
     graph_sizes, compile_sizes = decode_step_sizes(cfg.cuda_graphs, options.compile_sizes, device)
     trace = _open_trace(os.environ.get("TGI_TOOLKIT_FORWARD_TRACE"))
     pace = _pace(os.environ.get("TGI_TOOLKIT_PACE"))
+    watch = _stall_watch()
 
     from tgi_toolkit.engine.api import Api, ServerInfo
     from tgi_toolkit.engine.backend import ModelBackend
@@ -76,7 +84,7 @@ def build(cfg: Any, *, started: float | None = None, options: EngineOptions | No
         compute.close()
         raise
 
-    backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids, pace=pace)
+    backend = ModelBackend(runner, loaded.tokenizer, loaded.eos_token_ids, pace=pace, watch=watch)
     metrics = Metrics(trace=trace, split=backend.split)
     metrics.batch_max_total_tokens.set(config.max_batch_total_tokens)
     engine = Engine(backend, config, metrics)
@@ -108,6 +116,19 @@ def _open_trace(path: str | None) -> IO[str] | None:
         return open(path, "a", buffering=1)  # noqa: SIM115 (the engine writes to it until it exits)
     except OSError as exc:
         raise UnsupportedSetting(f"TGI_TOOLKIT_FORWARD_TRACE: cannot write {path!r} ({exc.strerror})") from None
+
+
+def _stall_watch() -> StallWatch | None:
+    """TGI_TOOLKIT_STALL_MS's watch (engine.watchdog), read before the model loads so that a bad value is a
+    one-line error at once."""
+    try:
+        watch = from_environment(STALL_MS_ENV)
+    except ValueError as exc:
+        raise UnsupportedSetting(str(exc)) from None
+    if watch is not None:
+        log.info("A forward running past %.0f ms has its thread's stack logged (%s)", watch.threshold_s * 1e3,
+                 STALL_MS_ENV)
+    return watch
 
 
 def _pace(path: str | None) -> Callable[[Any], float] | None:
