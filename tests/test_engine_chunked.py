@@ -256,6 +256,7 @@ def test_a_forward_held_past_the_stall_threshold_logs_where_the_backend_holds_it
         engine.submit(prompt, lambda event: None)
         while engine.scheduler.step():
             pass
+    engine.backend.watch.close()
     logged = [r.getMessage() for r in caplog.records if "has run" in r.getMessage()]
     # a prefill of the whole prompt, then a decode step: both held 0.4 s in the pace's sleep (`_hold`); a line may
     # also catch the model computing, on a busy machine

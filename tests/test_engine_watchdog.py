@@ -15,6 +15,17 @@ def held_in_a_named_place(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def test_a_closed_watch_stops_its_thread():
+    def watching() -> int:
+        return sum(thread.name == "stall-watch" for thread in threading.enumerate())
+
+    before = watching()
+    watch = StallWatch(0.05)
+    assert watching() == before + 1
+    watch.close()
+    assert watching() == before
+
+
 def test_a_long_forward_is_logged_from_inside_it_and_a_short_one_not_at_all(caplog):
     watch = StallWatch(0.1)
     with caplog.at_level("WARNING", logger="tgi_toolkit.engine"):
@@ -26,6 +37,7 @@ def test_a_long_forward_is_logged_from_inside_it_and_a_short_one_not_at_all(capl
         watch.end()
         logged = [r.getMessage() for r in caplog.records]
         time.sleep(0.3)  # nothing runs now: nothing more is logged
+    watch.close()
     assert caplog.records[len(logged):] == []
     # looked at every 0.05 s, logged at each 0.1 s the forward has run: about 5 lines (fewer on a busy machine, or
     # more if the sleep overran), never past the most a forward may log
@@ -45,6 +57,7 @@ def test_one_forward_logs_at_most_its_share(caplog, monkeypatch):
         watch.begin("prefill of 1 rows, 8 tokens")
         held_in_a_named_place(0.5)
         watch.end()
+    watch.close()
     assert 1 <= len(caplog.records) <= 2
 
 
@@ -60,6 +73,7 @@ def test_a_forward_in_another_thread_is_the_one_looked_at(caplog):
         thread = threading.Thread(target=compute)
         thread.start()
         thread.join()
+    watch.close()
     assert caplog.records and all("held_in_a_named_place <- test_engine_watchdog.py:" in r.getMessage()
                                   and " compute <- " in r.getMessage() for r in caplog.records)
 
@@ -70,7 +84,9 @@ def test_the_variable_takes_positive_milliseconds_and_names_itself_otherwise(mon
     monkeypatch.setenv("STALLS", " ")
     assert from_environment("STALLS") is None
     monkeypatch.setenv("STALLS", "250")
-    assert from_environment("STALLS").threshold_s == 0.25
+    watch = from_environment("STALLS")
+    assert watch.threshold_s == 0.25
+    watch.close()
     for bad in ("abc", "0", "-5", "nan"):
         monkeypatch.setenv("STALLS", bad)
         with pytest.raises(ValueError, match=rf"STALLS: '{bad}' is not a number of milliseconds above 0"):

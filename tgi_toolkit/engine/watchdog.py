@@ -35,8 +35,14 @@ class StallWatch:
         # thread alone, read by the watch: one reference assignment, atomic under the GIL.
         self._current: tuple[int, str, int, float] | None = None
         self._count = 0
+        self._closed = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="stall-watch", daemon=True)
         self._thread.start()
+
+    def close(self) -> None:
+        """Stop watching (the engine's watch lasts as long as its process; a test's does not)."""
+        self._closed.set()
+        self._thread.join()
 
     def begin(self, what: str) -> None:
         self._count += 1
@@ -47,8 +53,7 @@ class StallWatch:
 
     def _loop(self) -> None:
         seen, reported = 0, 0  # the forward last looked at, and how many thresholds of it were logged
-        while True:
-            time.sleep(self.threshold_s / 2)
+        while not self._closed.wait(self.threshold_s / 2):
             current = self._current
             if current is None:
                 continue
