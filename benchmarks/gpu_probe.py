@@ -344,13 +344,14 @@ def trace_lines(trace: Path, byte_range: list[int]) -> list[dict[str, Any]]:
 def traced_users(trace: Path, users_bytes: dict[str, list[int]]) -> list[dict[str, Any]]:
     """Per closed-loop point (users), the engine's forwards in the trace its run added: how many, the share of
     their span the engine spent in them (`busy_share`), the slowest forward and the longest gap between two (ms,
-    with the forward's or the next one's rpc, rows and tokens), and the garbage collector's seconds over the point
-    and at most beside one forward (`gc_ms`, `gc_longest_ms`), and the graphs torch.compile compiled meanwhile
-    (`compiles`: warm-up compiles every shape the engine runs, so any is a miss). On the H200 of 2026-11-28 ramped
-    users' requests waited up to 1.1 s for a first token where the batch table's prefill took 0.1-0.4 s, and nothing
-    said whether the engine was in a forward, idle, or the client late: a slowest forward of that size is the
-    engine's (its `compiles` say whether a compile was in it); a gap of that size is the engine's loop, or an empty
-    queue (the client), and its `gc_s` says how much the collector held."""
+    with the forward's or the next one's rpc, rows and tokens), the garbage collector's seconds over the point and at
+    most beside one forward (`gc_ms`, `gc_longest_ms`), the graphs torch.compile compiled meanwhile (`compiles`:
+    warm-up compiles every shape the engine runs, so any is a miss), and the slowest forward's seconds apart: the
+    runner's, the token choice's and the host's around them (`slowest_model_ms`, `slowest_sample_ms`,
+    `slowest_host_ms`). On the H200 of 2026-11-28 ramped users' requests waited up to 1.1 s for a first token where
+    the batch table's prefill took 0.1-0.4 s, and nothing said whether the engine was in a forward, idle, or the
+    client late: a slowest forward of that size is the engine's (its parts and `compiles` say where); a gap of that
+    size is the engine's loop, or an empty queue (the client), and its `gc_s` says how much the collector held."""
     def what(line: dict[str, Any]) -> str:
         return f"{line['rpc']} of {line['rows']} rows, {line['tokens']} tokens"
 
@@ -370,6 +371,10 @@ def traced_users(trace: Path, users_bytes: dict[str, list[int]]) -> list[dict[st
                            gc_longest_ms=round(max(line["gc_s"] for line in lines) * 1e3, 3))
             if all("compiles" in line for line in lines):
                 row.update(compiles=sum(line["compiles"] for line in lines))
+            if "model_s" in slow:  # its seconds apart: the runner's, the token choice's, and the host's around them
+                model, sample = slow["model_s"], slow.get("sample_s", 0.0)
+                row.update(slowest_model_ms=round(model * 1e3, 3), slowest_sample_ms=round(sample * 1e3, 3),
+                           slowest_host_ms=round((slow["seconds"] - model - sample) * 1e3, 3))
         rows.append(row)
     return rows
 
@@ -677,7 +682,8 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
                              "decode_gap_ms", "decode_host_ms"), summary.get("traced_batch") or [])
     lines += markdown_table("the users' forwards in the engine's trace",
                             ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms",
-                             "gap_before", "gc_ms", "gc_longest_ms", "compiles"), summary.get("traced_users") or [])
+                             "gap_before", "gc_ms", "gc_longest_ms", "compiles", "slowest_model_ms",
+                             "slowest_sample_ms", "slowest_host_ms"), summary.get("traced_users") or [])
     stalls = sorted((summary.get("measured") or {}).get("stalls") or [], key=lambda line: -line["ran_ms"])
     lines += markdown_table(f"forwards served past {STALL_MS} ms, where the engine's thread was (the longest 10 of "
                             f"{len(stalls)}; measured/engine.log has every line)", ("at", "forward", "ran_ms", "where"),

@@ -234,18 +234,19 @@ def test_the_users_forwards_are_read_back_from_the_engines_trace(tmp_path):
     import gpu_probe
 
     def line(end: float, seconds: float, rpc: str, rows: int, tokens: int, gc_s: float | None = None,
-             compiles: int = 0) -> str:
-        collected = {} if gc_s is None else {"gc_s": gc_s, "compiles": compiles}
+             compiles: int = 0, model_s: float = 0.0, sample_s: float = 0.0) -> str:
+        collected = {} if gc_s is None else {"gc_s": gc_s, "compiles": compiles, "model_s": model_s,
+                                             "sample_s": sample_s}
         return json.dumps({"t": end, "seconds": seconds, "rpc": rpc, "rows": rows, "tokens": tokens,
                            **collected}) + "\n"
 
     # 1 user: a prompt 10.00-10.02, decodes 10.03-10.04 and 10.04-10.05, no collector's time traced (an older
-    # engine); 8 users: a prompt of 8 rows 11.00-11.10, a 0.5 s wait (0.4 s of it a pass of the collector), then a
-    # prompt of 1 row beside 7 decoding (11.60-11.65, a graph compiled in it) and a decode (11.651-11.661, 1 ms of
-    # passes)
+    # engine); 8 users: a prompt of 8 rows 11.00-11.10 (70 ms in the runner, 10 choosing tokens), a 0.5 s wait (0.4 s
+    # of it a pass of the collector), then a prompt of 1 row beside 7 decoding (11.60-11.65, a graph compiled in it)
+    # and a decode (11.651-11.661, 1 ms of passes)
     one = line(10.02, 0.02, "prefill", 1, 256) + line(10.04, 0.01, "decode", 1, 1) + \
         line(10.05, 0.01, "decode", 1, 1)
-    eight = line(11.10, 0.10, "prefill", 8, 2048, 0.0) + line(11.65, 0.05, "prefill", 8, 263, 0.4, 1) + \
+    eight = line(11.10, 0.10, "prefill", 8, 2048, 0.0, 0, 0.07, 0.01) + line(11.65, 0.05, "prefill", 8, 263, 0.4, 1) + \
         line(11.661, 0.01, "decode", 8, 8, 0.001)
     trace = tmp_path / "forwards.jsonl"
     trace.write_text(one + eight)
@@ -257,7 +258,8 @@ def test_the_users_forwards_are_read_back_from_the_engines_trace(tmp_path):
          "longest_gap_ms": 10.0, "gap_before": "decode of 1 rows, 1 tokens"},
         {"users": 8, "forwards": 3, "busy_share": 0.242, "slowest_ms": 100.0,
          "slowest": "prefill of 8 rows, 2048 tokens", "longest_gap_ms": 500.0,
-         "gap_before": "prefill of 8 rows, 263 tokens", "gc_ms": 401.0, "gc_longest_ms": 400.0, "compiles": 1},
+         "gap_before": "prefill of 8 rows, 263 tokens", "gc_ms": 401.0, "gc_longest_ms": 400.0, "compiles": 1,
+         "slowest_model_ms": 70.0, "slowest_sample_ms": 10.0, "slowest_host_ms": 20.0},
         {"users": 32, "forwards": 0}]
 
 
