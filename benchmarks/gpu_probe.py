@@ -83,12 +83,13 @@ KINDS = ("roofline", "measured", "measured-host")  # the predictions (`predict`)
 # lease's call stops the probe at 400 s (docs/gpu-probe.md). Step 4 has not run on a card yet: it builds the 8B model
 # again (11 s on the H200) and times a few forwards; a compile that missed inductor's cache may take a minute more.
 FORWARDS_UNTIL_S = 300.0
+COMPILED_UNTIL_S = 240.0
 # The served engine logs its compute thread's stack while a forward runs past this (engine.watchdog): on the H200 of
-# 2026-11-28 the ramp's prompt forwards took ~120 ms where ~20 were priced, and one took ~1 s with the card idle
+# 2026-11-28 the ramp's prompt forwards took 115-130 ms where the batch table's took 14-18, and one ~1 s with the card
+# idle (docs/gpu-probe.md). The line as the engine's log format (engine.serve.LOG_FORMAT) writes it
 STALL_MS = 100
 STALL_LINE = re.compile(r"^(?P<at>\S+ \S+) WARNING \S+: A forward \((?P<forward>.+?)\) has run (?P<ran_ms>\d+) ms; "
                         r"its thread is in: (?P<where>.*)$")
-COMPILED_UNTIL_S = 240.0
 
 
 def requests_for(users: int) -> int:
@@ -290,6 +291,7 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
     `compile_sizes` is the engine's --compile-sizes (None: its default)."""
     from tgi_toolkit import bench
     from tgi_toolkit.config import LauncherConfig
+    from tgi_toolkit.config.embedded import STALL_MS_ENV
     from tgi_toolkit.server import Server
 
     config = LauncherConfig.from_cli(["--model-id", str(model_dir), *flags])
@@ -297,7 +299,7 @@ def measure(model_dir: Path, device: str, plan: dict[str, Any], flags: list[str]
     # the first of them while the front end takes in the others), which /metrics only sums every 0.25 s
     trace = out / "forwards.jsonl"
     env = {"TGI_TOOLKIT_DEVICE": device, "TGI_TOOLKIT_RANDOM_WEIGHTS": "1", "TGI_TOOLKIT_KV_CACHE_GIB": "0.25",
-           "TGI_TOOLKIT_FORWARD_TRACE": str(trace), "TGI_TOOLKIT_STALL_MS": str(STALL_MS),
+           "TGI_TOOLKIT_FORWARD_TRACE": str(trace), STALL_MS_ENV: str(STALL_MS),
            **({} if compile_sizes is None else
                                                         {"TGI_TOOLKIT_COMPILE_SIZES": compile_sizes})}
     started = time.perf_counter()

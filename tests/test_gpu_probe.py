@@ -227,6 +227,30 @@ its thread is in: backend.py:166 _hold <- backend.py:228 _advance
     assert len(gpu_probe.stall_lines(log, most=1)) == 1
 
 
+def test_a_stall_the_engine_logs_is_read_back_by_the_probe(caplog):
+    """The watch's own line, in the engine's log format, parses: the probe's pattern follows the engine's words."""
+    import logging
+    import time
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_probe
+
+    from tgi_toolkit.engine.serve import LOG_FORMAT
+    from tgi_toolkit.engine.watchdog import StallWatch
+
+    watch = StallWatch(0.05)
+    with caplog.at_level("WARNING", logger="tgi_toolkit.engine"):
+        watch.begin("prefill of 3 rows, 300 tokens")
+        time.sleep(0.3)
+        watch.end()
+    watch.close()
+    text = "\n".join(logging.Formatter(LOG_FORMAT).format(record) for record in caplog.records)
+    parsed = gpu_probe.stall_lines(text)
+    assert parsed and len(parsed) == len(caplog.records)
+    assert all(line["forward"] == "prefill of 3 rows, 300 tokens" and line["ran_ms"] >= 50
+               and " <- " in line["where"] for line in parsed)
+
+
 def test_the_users_forwards_are_read_back_from_the_engines_trace(tmp_path):
     """Per users point, from the trace bytes its run added: the forwards, the engine's busy share of their span, the
     slowest forward and the longest gap between two, with what ran."""

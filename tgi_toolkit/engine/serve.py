@@ -29,6 +29,8 @@ from tgi_toolkit.engine.watchdog import StallWatch, from_environment
 from tgi_toolkit.models.files import DEFAULT_MODEL_ID
 
 log = logging.getLogger("tgi_toolkit.engine")
+# The engine's log lines (unless --json-output); the GPU probe reads its stall lines back in this form
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 @dataclass(frozen=True)
@@ -280,7 +282,7 @@ def configure_logging(json_output: bool) -> None:
 
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)

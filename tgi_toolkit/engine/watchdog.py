@@ -13,6 +13,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from types import FrameType
 
 log = logging.getLogger("tgi_toolkit.engine")
 
@@ -71,9 +72,9 @@ class StallWatch:
             log.warning("A forward (%s) has run %.0f ms; its thread is in: %s", what, ran * 1e3, where(frame))
 
 
-def where(frame: object) -> str:
+def where(frame: FrameType) -> str:
     """The innermost `FRAMES` frames of a stack, innermost first: `file:line function`, joined by ' <- '."""
-    stack = traceback.extract_stack(frame)[-FRAMES:]  # type: ignore[arg-type]
+    stack = traceback.extract_stack(frame)[-FRAMES:]
     return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(stack))
 
 
