@@ -23,6 +23,7 @@ QUESTION = "What is the capital of France?"
 # A client's wait: a bound on a hang, not a speed. Ten times what a reply takes on a busy machine (50 tokens took
 # over 60 s beside a CPU burner when the engine's threads spun, issue 43); text_generation's Client waits 10 s.
 TIMEOUT_S = 600
+HITS = "tgi_toolkit_prefix_cache_hit_tokens_total"  # prompt tokens found in the prefix cache
 
 
 def wait_idle(url: str, timeout_s: float = TIMEOUT_S) -> None:
@@ -56,8 +57,16 @@ def test_greedy_chat_answers_paris_with_every_client(engine_url):
 def test_streamed_tokens_concatenate_to_the_generated_text(engine_url):
     client = Client(engine_url, timeout=TIMEOUT_S)
     prompt = "Write a short poem about the sea:"
+    # /generate looks the prefix cache up (single-token blocks): a first request caches the whole prompt, so that
+    # both compared ones compute only its last token (a fresh prompt and a cached one differ in bf16's last bits).
+    # The scheduler frees a request's blocks before it admits the next, so the cache holds the prompt by then.
+    client.generate(prompt, max_new_tokens=1)
+    hits = [_metrics(engine_url)[HITS]]
     full = client.generate(prompt, max_new_tokens=40)
+    hits.append(_metrics(engine_url)[HITS])
     streamed = list(client.generate_stream(prompt, max_new_tokens=40))
+    hits.append(_metrics(engine_url)[HITS])
+    assert hits[2] - hits[1] == hits[1] - hits[0] > 0
     text = "".join(r.token.text for r in streamed if not r.token.special)
     assert text == full.generated_text == streamed[-1].generated_text
     assert [r.token.id for r in streamed] == [t.id for t in full.details.tokens]
@@ -66,17 +75,18 @@ def test_streamed_tokens_concatenate_to_the_generated_text(engine_url):
 
 def test_openai_stream_matches_non_stream(engine_url):
     openai = OpenAI(base_url=engine_url + "/v1", api_key="-")
-    kwargs = dict(model="tgi", prompt="The three primary colours are", temperature=0, max_tokens=20)
     # The two compared must compute alike: bf16's last bits differ between a prompt computed around a cached prefix
     # and a fresh one, and between a row decoded alone and beside another request's, enough to tip a greedy near-tie
-    # (seen once, on a full run at half this machine's usual speed). The session's engine may hold part of the prompt
-    # from earlier tests, and may still be finishing an earlier test's request: a first request caches the whole
-    # prompt, and each compared one is sent to an idle engine.
-    openai.completions.create(**{**kwargs, "max_tokens": 1})
+    # (twice on full runs at half this machine's usual speed). TGI's /v1/completions looks the prefix cache up only
+    # when streaming (Q4), and its blocks are single tokens, so the prompt's first word is one no other test's prompt
+    # starts with, and the stream is checked to have computed its prompt whole. Each is sent to an idle engine.
+    kwargs = dict(model="tgi", prompt="Three primary colours are", temperature=0, max_tokens=20)
     wait_idle(engine_url)
     whole = openai.completions.create(**kwargs)
     wait_idle(engine_url)
+    hits = _metrics(engine_url)[HITS]
     chunks = list(openai.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+    assert _metrics(engine_url)[HITS] == hits, "another test's prompt starts as this one's: choose another word"
     assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
