@@ -100,6 +100,46 @@ def test_the_budget_stops_the_walk_and_says_what_it_left(tmp_path):
     assert not list(tmp_path.glob("*.parquet"))
 
 
+def test_a_gemm_slower_than_its_next_larger_row_count_is_timed_again_and_the_lower_time_stands(tmp_path):
+    """A clock scripted per call stands for a card's: each (n, k) at m rows takes 1 + m / 64 ms, except
+    - n=256 k=64 at 16 rows: 50 ms the first time (a transient), 1.25 the second: 50 > 1.25 x 2.0 (64 rows), timed
+      again, 1.25 stands; and at 4 rows 3.0 ms each time, over 1.25 x 1.25 once 16 rows' time is final (the walk
+      goes from the largest row count down), though not over 1.25 x 50: timed again, 3.0 stands;
+    - n=512 k=64 at 4 rows: 50 ms each time (a kernel truly slow there): timed again, 50 stands;
+    - n=64 k=64 at 1 row: 1.32 ms, under 1.25 x 1.0625 = 1.328 (4 rows): not timed again;
+    - n=128 k=64 at 1 row: 1.34 ms, over 1.328, and 1.30 the second time: 1.30 stands."""
+    import pandas as pd
+    import torch.nn.functional as F
+
+    from tgi_toolkit.costs.kernel_timing import Clock
+
+    script = {(16, 256, 64): [50.0, 1.25], (4, 256, 64): [3.0, 3.0], (4, 512, 64): [50.0, 50.0], (1, 64, 64): [1.32],
+              (1, 128, 64): [1.34, 1.30]}
+    calls: dict[tuple[int, int, int], int] = {}
+
+    class Scripted(Clock):
+        def median_ms(self, call):
+            if call.func is not F.linear:
+                return super().median_ms(call)
+            x, weight = call.args
+            shape = (x.shape[0], *weight.shape)
+            calls[shape] = calls.get(shape, 0) + 1
+            times = script.get(shape)
+            return times[calls[shape] - 1] if times else 1 + x.shape[0] / 64
+
+    meta = profile(TINY_CONFIG, tmp_path, device="cpu", tiny=True, clock=Scripted("cpu", warmup=1, repeats=3),
+                   log=lambda line: None)
+    assert meta["retimed"] == {"torch.nn.functional.linear m=16 n=256 k=64": [50.0, 1.25],
+                               "torch.nn.functional.linear m=4 n=256 k=64": [3.0, 3.0],
+                               "torch.nn.functional.linear m=4 n=512 k=64": [50.0, 50.0],
+                               "torch.nn.functional.linear m=1 n=128 k=64": [1.34, 1.3]}
+    assert yaml.safe_load((tmp_path / "collection_meta.yaml").read_text())["retimed"] == meta["retimed"]
+    gemm = pd.read_parquet(tmp_path / "gemm_perf.parquet").set_index(["m", "n", "k"]).latency
+    assert (gemm[16, 256, 64], gemm[4, 512, 64], gemm[1, 64, 64], gemm[1, 128, 64]) == (1.25, 50.0, 1.32, 1.30)
+    assert gemm[64, 512, 64] == 2.0 and len(gemm) == 20
+    assert sum(calls.values()) == 20 + 4
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "cfg.json", "--num-shard", "0"], "--num-shard must be >= 1"),
     (["--tiny", "--compile-sizes", "1,x"], "--compile-sizes must be batch sizes separated by commas"),

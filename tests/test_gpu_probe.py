@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +28,10 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     assert {"torch", "cuda", "driver", "date", "device"} <= set(summary["provenance"])
     for table in ("gemm_perf", "context_attention_perf", "generation_attention_perf", "mem_perf"):
         assert (out / "kernels" / f"{table}.parquet").is_file()
+    # GEMMs profile-gpu timed twice (a CPU's tiny shapes often are) are in the summary as in the kernels' metadata
+    retimed = yaml.safe_load((out / "kernels" / "collection_meta.yaml").read_text())["retimed"]
+    assert summary["gemms_retimed"] == retimed
+    assert ("GEMMs timed again" in (out / "summary.md").read_text()) == bool(retimed)
     # the engine served the random weights on the CPU, and bench measured the tiny plan's every point
     info = summary["measured"]["info"]
     assert info["random_weights"] is True and info["model_device_type"] == "cpu"

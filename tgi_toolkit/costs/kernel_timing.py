@@ -4,6 +4,7 @@ to a `Profile` until the budget's deadline."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -20,6 +21,10 @@ HOST_CALLS = 400  # calls a host timing issues back to back (a CUDA launch queue
 GRAPH_CALLS = 20  # compiled calls captured in one CUDA graph: a replay's time over them is one call's, launch-free
 ATTENTION_KERNEL = "torch.nn.functional.scaled_dot_product_attention"
 CONTEXT_TOKENS = 16384  # batch x isl at most: past it a prefill is chunked anyway
+# A GEMM of fewer rows reads the same weight and less input, so one timed past this ratio of the next larger row
+# count's is timed again after the walk (the H100's bf16 6144 x 4096 at 16 rows: 6.0x its 32 rows', while the engine's
+# batch-16 step did not pay it); the lower of the two stands, so a kernel that is truly slower there stays slower.
+RETIME_RATIO = 1.25
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,7 @@ class Profile:
     device_name: str
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
+    retimed: dict[str, tuple[float, float]] = field(default_factory=dict)  # row: (first ms, second ms)
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         self.rows.setdefault(table, []).append(row)
@@ -162,30 +168,52 @@ class Walk:
                                          "latency": ms})
 
     def gemms(self, tokens: tuple[int, ...]) -> None:
-        import torch
-        import torch.nn.functional as F
-
+        """F.linear (and fp8's _scaled_mm where the card has it) at each shard projection's (n, k) and `tokens`
+        rows; then `retime_gemms`."""
         from tgi_toolkit.config.embedded import has_fp8
 
-        fp8, dtype = has_fp8(self.device), self.torch_dtype
+        kernels = (GEMM_KERNEL, FP8_KERNEL) if has_fp8(self.device) else (GEMM_KERNEL,)
         for n, k in dict.fromkeys(self.shard.gemms.values()):  # O and down share (n, k) when hidden == intermediate
-            weight = torch.randn(n, k, device=self.device, dtype=dtype) * 0.02
-            w8 = weight.to(torch.float8_e4m3fn) if fp8 else None
-            one = torch.ones((), device=self.device)
             for m in tokens:
-                if not self.within("gemm_perf"):
-                    continue
-                x = torch.randn(m, k, device=self.device, dtype=dtype)
-                ms = self.clock.median_ms(partial(F.linear, x, weight))
-                self.result.add("gemm_perf", self._gemm_row(GEMM_KERNEL, self.dtype, m, n, k, ms))
-                if w8 is not None:
-                    x8 = x.to(torch.float8_e4m3fn)
+                for kernel in kernels:
+                    if not self.within("gemm_perf"):
+                        break
                     try:
-                        ms = self.clock.median_ms(partial(torch._scaled_mm, x8, w8.t(), one, one, out_dtype=dtype))
+                        ms = self._gemm_ms(kernel, m, n, k)
                     except RuntimeError as exc:  # a shape cuBLASLt's fp8 kernels refuse: the bf16 row stands
                         self.result.skipped[f"fp8 m={m} n={n} k={k}: {exc}"[:120]] = 1
                         continue
-                    self.result.add("gemm_perf", self._gemm_row(FP8_KERNEL, "fp8", m, n, k, ms))
+                    dtype = "fp8" if kernel == FP8_KERNEL else self.dtype
+                    self.result.add("gemm_perf", self._gemm_row(kernel, dtype, m, n, k, ms))
+        self.retime_gemms()
+
+    def retime_gemms(self) -> None:
+        """Time again each GEMM row slower than RETIME_RATIO x the next larger row count's of its kernel and shape;
+        the lower time stands, and `result.retimed` keeps both."""
+        rows = self.result.rows.get("gemm_perf", [])
+        shapes: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+        for row in rows:
+            shapes.setdefault((row["kernel_source"], row["n"], row["k"]), []).append(row)
+        for (kernel, n, k), same in shapes.items():
+            same.sort(key=lambda row: row["m"])
+            for row, larger in reversed(list(itertools.pairwise(same))):  # from the largest: its time is final
+                if row["latency"] > RETIME_RATIO * larger["latency"] and self.within("gemm_perf"):
+                    again = self._gemm_ms(kernel, row["m"], n, k)
+                    self.result.retimed[f"{kernel} m={row['m']} n={n} k={k}"] = (row["latency"], again)
+                    row["latency"] = min(row["latency"], again)
+
+    def _gemm_ms(self, kernel: str, m: int, n: int, k: int) -> float:
+        import torch
+        import torch.nn.functional as F
+
+        dtype = self.torch_dtype
+        weight = torch.randn(n, k, device=self.device, dtype=dtype) * 0.02
+        x = torch.randn(m, k, device=self.device, dtype=dtype)
+        if kernel == GEMM_KERNEL:
+            return self.clock.median_ms(partial(F.linear, x, weight))
+        one = torch.ones((), device=self.device)
+        x8, w8 = x.to(torch.float8_e4m3fn), weight.to(torch.float8_e4m3fn)
+        return self.clock.median_ms(partial(torch._scaled_mm, x8, w8.t(), one, one, out_dtype=dtype))
 
     def compiled_gemms(self, sizes: tuple[int, ...]) -> None:
         """The compiled decode layers' GEMMs (COMPILED_PROJECTIONS) at `sizes` rows. A compile or capture that fails

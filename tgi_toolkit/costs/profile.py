@@ -125,10 +125,12 @@ def profile(config: Mapping[str, Any], out: str | Path, *, num_shard: int = 1, d
     meta.update(seconds=round(time.perf_counter() - started, 1), budget_s=budget_s, tiny=tiny, num_shard=num_shard,
                 dtype=dtype, compile_sizes=list(compile_sizes),
                 model={k: v for k, v in config.items() if not str(k).startswith("_")},
-                skipped_for_budget=dict(result.skipped))
+                skipped_for_budget=dict(result.skipped),
+                retimed={row: [round(first, 6), round(second, 6)] for row, (first, second) in result.retimed.items()})
     meta["files"] = _write(result, Path(out), meta)
     log(f"profile-gpu: {sum(map(len, result.rows.values()))} kernel times on {result.device_name} in "
-        f"{meta['seconds']} s -> {out}" + (f" (budget reached: {result.skipped} left out)" if result.skipped else ""))
+        f"{meta['seconds']} s -> {out}" + (f" (budget reached: {result.skipped} left out)" if result.skipped else "")
+        + (f"; {len(result.retimed)} GEMM(s) timed again (collection_meta.yaml: retimed)" if result.retimed else ""))
     return meta
 
 
