@@ -140,6 +140,27 @@ def test_a_gemm_slower_than_its_next_larger_row_count_is_timed_again_and_the_low
     assert sum(calls.values()) == 20 + 4
 
 
+def test_past_the_deadline_a_slow_gemm_keeps_its_one_time_and_nothing_is_counted_left_out():
+    import math
+
+    from tgi_toolkit.costs.kernel_timing import GEMM_KERNEL, Clock, Profile, Walk
+
+    def walk(deadline: float) -> Walk:
+        result = Profile("cpu")
+        for m, ms in ((1, 1e4), (4, 1.0)):  # 10 s > 1.25 x 1 ms
+            result.add("gemm_perf", {"kernel_source": GEMM_KERNEL, "m": m, "n": 64, "k": 64, "latency": ms})
+        return Walk(result, Shard.of(TINY_CONFIG), "cpu", "bfloat16", Clock("cpu", warmup=1, repeats=3), deadline, {})
+
+    late = walk(0.0)
+    late.retime_gemms()
+    assert late.result.retimed == {} and late.result.skipped == {}
+    assert [row["latency"] for row in late.result.rows["gemm_perf"]] == [1e4, 1.0]
+    timely = walk(math.inf)
+    timely.retime_gemms()  # the CPU's real time of a 1 x 64 x 64 GEMM: not 10 s, however busy
+    assert list(timely.result.retimed) == [f"{GEMM_KERNEL} m=1 n=64 k=64"]
+    assert timely.result.rows["gemm_perf"][0]["latency"] < 1e4
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "cfg.json", "--num-shard", "0"], "--num-shard must be >= 1"),
     (["--tiny", "--compile-sizes", "1,x"], "--compile-sizes must be batch sizes separated by commas"),
