@@ -132,6 +132,33 @@ def test_the_runner_makes_every_tensor_on_the_models_device(tiny_config):
     assert runner.new_seq([3, 4]).length == 2
 
 
+def test_on_a_card_the_engine_and_profile_gpu_take_sdpa_without_cudnn(tiny_config, tmp_path, monkeypatch):
+    """cuDNN's SDPA builds a plan for each new shape (docs/gpu-probe.md): a runner on a card, and profile-gpu timing
+    one, turn that backend off; on a CPU nothing changes. The runner's and the profile's device is what they ask
+    with (a CPU here: the call is recorded, and the global flag checked with the CUDA name directly)."""
+    from tgi_toolkit.config import embedded
+    from tgi_toolkit.costs import profile as profile_module
+    from tgi_toolkit.engine import runner as runner_module
+
+    asked: list[str] = []
+    monkeypatch.setattr(runner_module, "use_engine_attention_kernels", asked.append)
+    monkeypatch.setattr(embedded, "use_engine_attention_kernels", asked.append)
+    LlamaRunner(load_random(str(tiny_config), dtype="float32", device="meta").model, 2, 64)
+    profile_module.profile(profile_module.TINY_CONFIG, tmp_path, device="cpu", tiny=True, log=lambda line: None)
+    assert asked == ["meta", "cpu"]
+    monkeypatch.undo()
+
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        embedded.use_engine_attention_kernels("cpu")
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        embedded.use_engine_attention_kernels("cuda")
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
+
+
 def test_random_weights_build_the_configs_shape_and_match_transformers_forward(tiny_config):
     loaded = load_random(str(tiny_config.parent), dtype="float32")
     assert loaded.random_weights and loaded.dtype == torch.float32
