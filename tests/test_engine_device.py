@@ -3,6 +3,7 @@ weights (`--random-weights`), fp8 weights and the KV memory a card leaves: every
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -132,31 +133,28 @@ def test_the_runner_makes_every_tensor_on_the_models_device(tiny_config):
     assert runner.new_seq([3, 4]).length == 2
 
 
-def test_on_a_card_the_engine_and_profile_gpu_take_sdpa_without_cudnn(tiny_config, tmp_path, monkeypatch):
-    """cuDNN's SDPA builds a plan for each new shape (docs/gpu-probe.md): a runner on a card, and profile-gpu timing
-    one, turn that backend off; on a CPU nothing changes. The runner's and the profile's device is what they ask
-    with (a CPU here: the call is recorded, and the global flag checked with the CUDA name directly)."""
-    from tgi_toolkit.config import embedded
-    from tgi_toolkit.costs import profile as profile_module
-    from tgi_toolkit.engine import runner as runner_module
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_off_the_cpu_one_token_rows_run_sdpa_without_cudnn_and_prompts_keep_torchs_choice(tiny_config, device,
+                                                                                         monkeypatch):
+    """cuDNN's SDPA builds a plan per new shape, and one-token rows run eagerly meet a new span at nearly every
+    forward (docs/gpu-probe.md). Off the CPU (the meta device stands for a card) each layer's one-token call is
+    made under NEW_SPAN_BACKENDS, a prompt's call is not; on the CPU, no call is."""
+    from tgi_toolkit.engine import attention
 
-    asked: list[str] = []
-    monkeypatch.setattr(runner_module, "use_engine_attention_kernels", asked.append)
-    monkeypatch.setattr(embedded, "use_engine_attention_kernels", asked.append)
-    LlamaRunner(load_random(str(tiny_config), dtype="float32", device="meta").model, 2, 64)
-    profile_module.profile(profile_module.TINY_CONFIG, tmp_path, device="cpu", tiny=True, log=lambda line: None)
-    assert asked == ["meta", "cpu"]
-    monkeypatch.undo()
+    chosen: list[list] = []
 
-    was = torch.backends.cuda.cudnn_sdp_enabled()
-    try:
-        torch.backends.cuda.enable_cudnn_sdp(True)
-        embedded.use_engine_attention_kernels("cpu")
-        assert torch.backends.cuda.cudnn_sdp_enabled()
-        embedded.use_engine_attention_kernels("cuda")
-        assert not torch.backends.cuda.cudnn_sdp_enabled()
-    finally:
-        torch.backends.cuda.enable_cudnn_sdp(was)
+    def recording(backends):
+        chosen.append(list(backends))
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(attention, "sdpa_kernel", recording)
+    runner = LlamaRunner(load_random(str(tiny_config), dtype="float32", device=device).model, 4, 64)
+    seqs, _ = runner.prefill([[1, 2, 3], [4, 5]])  # prompts alone: no one-token rows
+    assert chosen == []
+    runner.forward([(seqs[0], [7]), (seqs[1], [8, 9, 10])])  # a decode row beside a prompt chunk, 2 layers
+    expected = [attention.NEW_SPAN_BACKENDS] * 2 if device == "meta" else []
+    assert chosen == expected
+    assert attention.SDPBackend.CUDNN_ATTENTION not in attention.NEW_SPAN_BACKENDS
 
 
 def test_random_weights_build_the_configs_shape_and_match_transformers_forward(tiny_config):

@@ -95,18 +95,6 @@ def has_fp8(device: str) -> bool:
     return device == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 
 
-def use_engine_attention_kernels(device: str) -> None:
-    """On a CUDA card, SDPA without cuDNN's backend, for the engine and for profile-gpu timing its kernels. torch
-    2.11 picks cuDNN first on an H200, and cuDNN builds a plan for each new shape: 38-44 ms for a masked
-    one-token call at a new span (0.6-1.3 s for the process's first ones), where the engine meets a new prompt
-    length or span at nearly every prompt forward; memory-efficient attention took 0.07-0.1 ms at a new span and
-    flash runs the unmasked calls (benchmarks/gpu_sdpa_mask.py; docs/gpu-probe.md)."""
-    if device == "cuda":
-        import torch
-
-        torch.backends.cuda.enable_cudnn_sdp(False)
-
-
 def cpu_has_bf16() -> bool:
     """Whether this CPU computes in bfloat16 natively (AVX512-BF16 or AMX), from /proc/cpuinfo."""
     try:

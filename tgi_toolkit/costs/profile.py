@@ -98,7 +98,7 @@ def profile(config: Mapping[str, Any], out: str | Path, *, num_shard: int = 1, d
     (None: the engine's default on a card, COMPILE_SIZES_DEFAULT, and none on a CPU)."""
     import torch
 
-    from tgi_toolkit.config.embedded import COMPILE_SIZES_DEFAULT, use_engine_attention_kernels
+    from tgi_toolkit.config.embedded import COMPILE_SIZES_DEFAULT
     from tgi_toolkit.version import __version__
 
     if compile_sizes is None:
@@ -110,7 +110,6 @@ def profile(config: Mapping[str, Any], out: str | Path, *, num_shard: int = 1, d
                                      "generation_steps": GENERATION_STEPS, "context_batches": CONTEXT_BATCHES,
                                      "context_lengths": CONTEXT_LENGTHS, "copy_bytes": COPY_BYTES}
     clock = clock or (Clock(device, warmup=1, repeats=3) if tiny else Clock(device))
-    use_engine_attention_kernels(device)  # the attention kernels the engine runs, not torch's first choice
     meta = provenance(device)
     result = Profile(meta["device"])
     walk = Walk(result, shard, device, dtype, clock, time.perf_counter() + budget_s,

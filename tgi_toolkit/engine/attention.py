@@ -9,13 +9,21 @@ plan; `causal_mask` is the one mask builder.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tgi_toolkit.engine.kv_cache import KVPool
+
+# A forward's one-token rows beside prompts meet a new span at nearly every forward. On an H200 (torch 2.11) SDPA
+# took cuDNN there, which builds a plan per new shape: 38-44 ms, the process's first ones 0.6-1.3 s, where
+# memory-efficient attention took 0.07-0.1 ms (benchmarks/gpu_sdpa_mask.py). Turning cuDNN off everywhere slowed
+# the captured decode step and the prompts, whose shapes repeat, so only these calls leave it out.
+NEW_SPAN_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def causal_mask(positions: torch.Tensor, span: int, window: int | None) -> torch.Tensor:
@@ -164,12 +172,13 @@ def _chunk(chunk: Chunk, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: 
 
 def _one_token_rows(one: OneTokenRows, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor,
                     vc: torch.Tensor) -> torch.Tensor:
-    """`q`, `k`, `v`: the rows' own, in their order."""
-    if one.dense:
-        return one_token_attention(q, k, v, kc, vc, one.rows, one.positions, one.span, one.mask)
-    full = q.new_zeros(one.width, *q.shape[1:])
-    full[one.rows] = q
-    return one_token_attention(full, k, v, kc, vc, one.rows, one.positions, one.span, one.mask)[one.rows]
+    """`q`, `k`, `v`: the rows' own, in their order. Off the CPU, SDPA's backends are NEW_SPAN_BACKENDS."""
+    with contextlib.nullcontext() if q.device.type == "cpu" else sdpa_kernel(NEW_SPAN_BACKENDS):
+        if one.dense:
+            return one_token_attention(q, k, v, kc, vc, one.rows, one.positions, one.span, one.mask)
+        full = q.new_zeros(one.width, *q.shape[1:])
+        full[one.rows] = q
+        return one_token_attention(full, k, v, kc, vc, one.rows, one.positions, one.span, one.mask)[one.rows]
 
 
 def one_token_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor,

@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 
-from tgi_toolkit.config.embedded import use_engine_attention_kernels
 from tgi_toolkit.engine import attention
 from tgi_toolkit.engine.decode_step import (
     CompiledDecode,
@@ -105,7 +104,6 @@ class LlamaRunner:
         inner = model.model
         self.embed = inner.embed_tokens.weight
         self.device = self.embed.device  # every tensor the runner makes lives beside the weights
-        use_engine_attention_kernels(self.device.type)
         self.norm = inner.norm.weight
         self.lm_head = model.lm_head.weight
         self.head = SkinnyLinear.from_weight(self.lm_head)  # the LM head as a layer's linear: packed where it can be
