@@ -1,10 +1,11 @@
 """Which SDPA backend the engine's masked one-token attention takes on a card, and what a new span costs it.
 
-The H200's probe of 2026-11-29 (data/measured/gpu/h200-2026-11-29) caught forwards of one prompt beside 7 decode rows
-running ~1 s, the stall watch finding the thread in `one_token_attention`'s SDPA call (a boolean mask, since the rows
-sit at different positions). This times that call's shapes (Llama-3.1-8B: 8 KV heads of 4 query heads, head_dim 128)
-over a few new spans, each twice, with the default backend choice and with each backend forced, host and card apart.
-Run on a card: `python3 benchmarks/gpu_sdpa_mask.py OUT.json`."""
+The H200's first probe of 2026-11-29 (data/measured/gpu/h200-2026-11-29-cudnn) caught forwards of one prompt beside
+7 decode rows running ~1 s, the stall watch finding the thread in `one_token_attention`'s SDPA call (a boolean mask,
+since the rows sit at different positions). This times that call's shapes (Llama-3.1-8B: 8 KV heads of 4 query
+heads, head_dim 128) over a few new spans, each twice, with the default backend choice and with each backend
+forced, host and card apart. Run on a card: `python3 benchmarks/gpu_sdpa_mask.py OUT.json` (the H200's:
+benchmarks/results/gpu_sdpa_mask_h200.json)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     # both predictions ran before it, for the same points, and each point has its ratio
     assert summary["skipped"] == {} and summary["card_for_predictions"] == "H100"
     # and from the other card's kernel times in the checkout (the H200's probe), carried to the H100's datasheet
-    assert summary["carried_from"] == {"folder": "h200-2026-11-28", "card": "NVIDIA H200"}
+    assert summary["carried_from"] == {"folder": "h200-2026-11-29", "card": "NVIDIA H200"}
     assert "NVIDIA H200's kernel times carried: prefill_latency_s" in (out / "summary.md").read_text()
     for kind in ("roofline", "measured", "measured-host", "carried"):
         assert [row["batch_size"] for row in summary["predicted"][kind]["batch"]] == [1, 4, 16]
