@@ -161,6 +161,21 @@ def test_past_the_deadline_a_slow_gemm_keeps_its_one_time_and_nothing_is_counted
     assert timely.result.rows["gemm_perf"][0]["latency"] < 1e4
 
 
+def test_the_cards_driver_and_uuid_come_from_nvidia_smi_and_none_without_it(tmp_path, monkeypatch):
+    """No card here: a stand-in nvidia-smi on PATH answers the query the way the real one does (one line a card)."""
+    from tgi_toolkit.costs.profile import nvidia_smi
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert nvidia_smi("uuid") is None  # no nvidia-smi at all
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\ncase "$1" in --query-gpu=uuid) printf "GPU-1a2b\\nGPU-3c4d\\n";; '
+                    '--query-gpu=driver_version) echo 580.159.04;; *) exit 6;; esac\n')
+    fake.chmod(0o755)
+    assert (nvidia_smi("uuid"), nvidia_smi("driver_version"), nvidia_smi("bogus")) == ("GPU-1a2b", "580.159.04", None)
+    meta = profile(TINY_CONFIG, tmp_path / "kernels", device="cpu", tiny=True, budget_s=1e-9, log=lambda line: None)
+    assert meta["card_uuid"] is None and meta["driver"] is None  # a CPU asks no nvidia-smi
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "cfg.json", "--num-shard", "0"], "--num-shard must be >= 1"),
     (["--tiny", "--compile-sizes", "1,x"], "--compile-sizes must be batch sizes separated by commas"),

@@ -66,10 +66,10 @@ def device_name(device: str) -> str:
     return platform.processor() or "cpu"
 
 
-def driver_version() -> str | None:
-    """The NVIDIA driver's version from nvidia-smi, or None where there is none."""
+def nvidia_smi(field: str) -> str | None:
+    """One `nvidia-smi --query-gpu` field of the first card (driver_version, uuid, ...), or None where there is none."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -77,14 +77,17 @@ def driver_version() -> str | None:
 
 
 def provenance(device: str) -> dict[str, Any]:
-    """The card (or CPU), torch, CUDA, the driver, the date, and the toolkit: what a measured table came from."""
+    """The card (or CPU) and its UUID, torch, CUDA, the driver, the date, and the toolkit: what a measured table came
+    from."""
     import torch
 
     from tgi_toolkit.version import __version__
 
     return {"device": device_name(device), "device_type": device, "torch": str(torch.__version__),
             "cuda": str(torch.version.cuda) if device == "cuda" else None,
-            "driver": driver_version() if device == "cuda" else None,
+            "driver": nvidia_smi("driver_version") if device == "cuda" else None,
+            # which card: leases of one kind may lend different cards, and the kernel tables move between them
+            "card_uuid": nvidia_smi("uuid") if device == "cuda" else None,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "framework": FRAMEWORK, "version": __version__}
 
