@@ -134,11 +134,12 @@ def test_the_runner_makes_every_tensor_on_the_models_device(tiny_config):
 
 
 @pytest.mark.parametrize("device", ["meta", "cpu"])
-def test_off_the_cpu_one_token_rows_run_sdpa_without_cudnn_and_prompts_keep_torchs_choice(tiny_config, device,
-                                                                                         monkeypatch):
-    """cuDNN's SDPA builds a plan per new shape, and one-token rows run eagerly meet a new span at nearly every
-    forward (docs/gpu-probe.md). Off the CPU (the meta device stands for a card) each layer's one-token call is
-    made under NEW_SPAN_BACKENDS, a prompt's call is not; on the CPU, no call is."""
+def test_off_the_cpu_new_shapes_run_sdpa_without_cudnn_and_masked_prompt_chunks_keep_torchs_choice(
+        tiny_config, device, monkeypatch):
+    """cuDNN's SDPA builds a plan per new shape, and one-token rows run eagerly and new prompts meet new shapes at
+    nearly every forward (docs/gpu-probe.md). Off the CPU (the meta device stands for a card) each layer's call for
+    them is made under NEW_SHAPE_BACKENDS; a prompt chunk after cached positions (masked) is not; on the CPU no
+    call is."""
     from tgi_toolkit.engine import attention
 
     chosen: list[list] = []
@@ -149,12 +150,15 @@ def test_off_the_cpu_one_token_rows_run_sdpa_without_cudnn_and_prompts_keep_torc
 
     monkeypatch.setattr(attention, "sdpa_kernel", recording)
     runner = LlamaRunner(load_random(str(tiny_config), dtype="float32", device=device).model, 4, 64)
-    seqs, _ = runner.prefill([[1, 2, 3], [4, 5]])  # prompts alone: no one-token rows
+    per_layer = [attention.NEW_SHAPE_BACKENDS] * 2 if device == "meta" else []  # the toy model's 2 layers
+    seqs, _ = runner.prefill([[1, 2, 3], [4, 5, 6]])  # two new prompts of one length: one call a layer
+    assert chosen == per_layer
+    chosen.clear()
+    runner.forward([(seqs[0], [7, 8])])  # a chunk after 3 cached positions, masked: torch's choice
     assert chosen == []
-    runner.forward([(seqs[0], [7]), (seqs[1], [8, 9, 10])])  # a decode row beside a prompt chunk, 2 layers
-    expected = [attention.NEW_SPAN_BACKENDS] * 2 if device == "meta" else []
-    assert chosen == expected
-    assert attention.SDPBackend.CUDNN_ATTENTION not in attention.NEW_SPAN_BACKENDS
+    runner.forward([(seqs[0], [9]), (seqs[1], [8, 9, 10])])  # a one-token row beside a masked chunk
+    assert chosen == per_layer
+    assert attention.SDPBackend.CUDNN_ATTENTION not in attention.NEW_SHAPE_BACKENDS
 
 
 def test_random_weights_build_the_configs_shape_and_match_transformers_forward(tiny_config):

@@ -19,11 +19,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tgi_toolkit.engine.kv_cache import KVPool
 
-# A forward's one-token rows beside prompts meet a new span at nearly every forward. On an H200 (torch 2.11) SDPA
-# took cuDNN there, which builds a plan per new shape: 38-44 ms, the process's first ones 0.6-1.3 s, where
-# memory-efficient attention took 0.07-0.1 ms (benchmarks/gpu_sdpa_mask.py). Turning cuDNN off everywhere slowed
-# the captured decode step and the prompts, whose shapes repeat, so only these calls leave it out.
-NEW_SPAN_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+# SDPA calls whose shapes are new at nearly every forward: one-token rows run eagerly (a new span) and new prompts
+# (a new count of a new length). On an H200 (torch 2.11) SDPA took cuDNN there, which builds a plan per new shape
+# (38-44 ms a one-token span, the process's first ones 0.6-1.3 s) and, planned, took 0.34-0.36 ms a masked call
+# where memory-efficient attention took 0.09-0.11 ms at a new span; a forward of 3 new prompts ran 36-43 ms with
+# cuDNN and 20-22 ms with flash (benchmarks/gpu_sdpa_mask.py; docs/gpu-probe.md, "The third lease"). A masked
+# prompt chunk keeps torch's choice: with grouped queries it has no flash or memory-efficient kernel, and the math
+# one made batch 64's prefill 849 ms against 412. The captured decode step keeps it too: its shapes are fixed.
+NEW_SHAPE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def causal_mask(positions: torch.Tensor, span: int, window: int | None) -> torch.Tensor:
@@ -152,6 +155,12 @@ def attend(plan: AttentionPlan, layer: int, q: torch.Tensor, k: torch.Tensor, v:
     return attn
 
 
+def new_shapes(q: torch.Tensor) -> contextlib.AbstractContextManager:
+    """SDPA's backends for a call of a shape new at nearly every forward: NEW_SHAPE_BACKENDS off the CPU (a CPU has
+    no cuDNN backend; its choice stays torch's)."""
+    return contextlib.nullcontext() if q.device.type == "cpu" else sdpa_kernel(NEW_SHAPE_BACKENDS)
+
+
 def _chunk(chunk: Chunk, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor,
            vc: torch.Tensor) -> torch.Tensor:
     """The chunks' attention, `[count * n, heads * head_dim]`, after writing their keys and values to their rows."""
@@ -165,15 +174,16 @@ def _chunk(chunk: Chunk, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: 
     if start:  # one chunk after its row's cached positions
         ks, vs = kc[rows, :, :start + n], vc[rows, :, :start + n]
     qs = q[at:end].flatten(1, 2).unflatten(0, (count, n)).transpose(1, 2)  # [count, heads, n, head_dim]
-    out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=chunk.mask, is_causal=chunk.mask is None,
-                                         enable_gqa=q.shape[2] > 1)
+    with new_shapes(q) if chunk.mask is None else contextlib.nullcontext():
+        out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=chunk.mask, is_causal=chunk.mask is None,
+                                             enable_gqa=q.shape[2] > 1)
     return out.transpose(1, 2).reshape(count * n, -1)
 
 
 def _one_token_rows(one: OneTokenRows, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor,
                     vc: torch.Tensor) -> torch.Tensor:
-    """`q`, `k`, `v`: the rows' own, in their order. Off the CPU, SDPA's backends are NEW_SPAN_BACKENDS."""
-    with contextlib.nullcontext() if q.device.type == "cpu" else sdpa_kernel(NEW_SPAN_BACKENDS):
+    """`q`, `k`, `v`: the rows' own, in their order."""
+    with new_shapes(q):
         if one.dense:
             return one_token_attention(q, k, v, kc, vc, one.rows, one.positions, one.span, one.mask)
         full = q.new_zeros(one.width, *q.shape[1:])
