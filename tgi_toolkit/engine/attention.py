@@ -24,8 +24,8 @@ from tgi_toolkit.engine.kv_cache import KVPool
 # (38-44 ms a one-token span, the process's first ones 0.6-1.3 s) and, planned, took 0.34-0.36 ms a masked call
 # where memory-efficient attention took 0.09-0.11 ms at a new span; a forward of 3 new prompts ran 36-43 ms with
 # cuDNN and 20-22 ms with flash (benchmarks/gpu_sdpa_mask.py; docs/gpu-probe.md, "The third lease"). A masked
-# prompt chunk keeps torch's choice: with grouped queries it has no flash or memory-efficient kernel, and the math
-# one made batch 64's prefill 849 ms against 412. The captured decode step keeps it too: its shapes are fixed.
+# prompt chunk (after cached positions, grouped queries) keeps torch's choice: without cuDNN, batch 64's prefill,
+# its forwards' stacks in those chunks, took 849 ms against 412. The captured decode step keeps it: shapes fixed.
 NEW_SHAPE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
