@@ -136,7 +136,7 @@ def test_the_runner_makes_every_tensor_on_the_models_device(tiny_config):
 @pytest.mark.parametrize("device", ["meta", "cpu"])
 def test_off_the_cpu_new_shapes_run_sdpa_without_cudnn_and_masked_prompt_chunks_keep_torchs_choice(
         tiny_config, device, monkeypatch):
-    """cuDNN's SDPA builds a plan per new shape, and one-token rows run eagerly and new prompts meet new shapes at
+    """cuDNN's SDPA builds a plan per new shape, and one-token rows beside prompts and new prompts meet new shapes at
     nearly every forward (docs/gpu-probe.md). Off the CPU (the meta device stands for a card) each layer's call for
     them is made under NEW_SHAPE_BACKENDS; a prompt chunk after cached positions (masked) is not; on the CPU no
     call is."""

@@ -19,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tgi_toolkit.engine.kv_cache import KVPool
 
-# SDPA calls whose shapes are new at nearly every forward: one-token rows run eagerly (a new span) and new prompts
+# SDPA calls whose shapes are new at nearly every forward: one-token rows beside prompts (a new span) and new prompts
 # (a new count of a new length). On an H200 (torch 2.11) SDPA took cuDNN there, which builds a plan per new shape
 # (38-44 ms a one-token span, the process's first ones 0.6-1.3 s) and, planned, took 0.34-0.36 ms a masked call
 # where memory-efficient attention took 0.09-0.11 ms at a new span; a forward of 3 new prompts ran 36-43 ms with
