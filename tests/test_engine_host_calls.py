@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tgi_toolkit.costs.features import Shape, row_pairs
-from tgi_toolkit.engine.host_calls import PROMPT, count_calls, count_forward, narrow
+from tgi_toolkit.engine.host_calls import CPU, PROMPT, count_calls, count_forward, narrow
 
 LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
          "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256, "rms_norm_eps": 1e-5,
@@ -39,7 +39,35 @@ def shape(prompts: list[int], decodes: int) -> Shape:
     ([PROMPT, PROMPT + 1], 1), ([PROMPT] * 4, 3), ([], 3)])
 def test_the_rule_counts_what_the_engine_calls_at_shapes_it_was_not_solved_from(prompts, decodes):
     rule = rules()
-    assert rule.calls(shape(prompts, decodes), 4) == count_forward(narrow(LLAMA, 4), prompts, decodes)
+    where = () if prompts else CPU  # a decode step is counted as the CPU runs it: one TorchScript call
+    assert rule.calls(shape(prompts, decodes), 4) == count_forward(narrow(LLAMA, 4), prompts, decodes, *where)
+
+
+@pytest.mark.parametrize("layers", [2, 4])
+def test_a_cards_half_precision_norms_make_three_calls_more_than_float32s(layers):
+    """decode_step.rms: float32 makes one call (torch.rms_norm); half precision four (x.float(), torch.rms_norm,
+    .to(dtype), weight *). Two norms a layer and the final one: 6 x layers + 3 more calls off the CPU in bfloat16;
+    the projections take F.linear in both (decode_step.project)."""
+    c = narrow(LLAMA, layers)
+    assert count_forward(c, [PROMPT], 0) - count_forward(c, [PROMPT], 0, *CPU) == 6 * layers + 3
+
+
+def test_the_rule_gives_the_calls_the_h200_counted_in_the_engines_forwards():
+    """The H200 probe of 2026-11-29 counted the torch calls of the 8B engine's eager forwards alone (step 4 of
+    benchmarks/gpu_probe.py: prompts of 128 tokens, beside one decode row or none); the rule solved on narrow
+    copies gives each count."""
+    import json
+    from pathlib import Path
+
+    probe = Path(__file__).parent.parent / "data" / "measured" / "gpu" / "h200-2026-11-29"
+    config = json.loads((probe / "model" / "config.json").read_text())
+    rule = count_calls(config)
+    forwards = [f for f in json.loads((probe / "engine_forwards.json").read_text()) if f["prompts"]]
+    assert len(forwards) == 3
+    for f in forwards:
+        n, d = f["prompts"], f["decode_rows"]
+        s = Shape(n + d, n * 128 + d, n * 128 + 129 * d, n * row_pairs(0, 128) + 129 * d, True, d, 129 * d)
+        assert rule.calls(s, config["num_hidden_layers"]) == f["torch_calls"], f["forward"]
 
 
 _RULES = []
@@ -57,4 +85,5 @@ def test_each_further_prompt_call_costs_calls_in_every_layer_and_a_decode_step_n
     TorchScript call, so its count does not grow with the layers."""
     rule = rules()
     assert rule.per_layer > rule.per_call_layer > 0 and rule.per_row >= 1
-    assert count_forward(narrow(LLAMA, 2), [], 1) == count_forward(narrow(LLAMA, 5), [], 1) == rule.decode_step
+    assert count_forward(narrow(LLAMA, 2), [], 1, *CPU) == count_forward(narrow(LLAMA, 5), [], 1, *CPU) == \
+        rule.decode_step

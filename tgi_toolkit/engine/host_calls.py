@@ -3,9 +3,11 @@
 the measured cost model prices an eager forward's host time with (costs.engine_forward.EngineCalls).
 
 A forward's calls depend on its code path, not on its widths: the copies keep the model's type, head grouping,
-RoPE and norms and shrink the rest, and run on the CPU in float32, where the engine's projections take `F.linear` as
-they do on a card (decode_step.project). The decode step is counted as the CPU runs it (TorchScript: one call for
-all its layers); on a card its CUDA graph replay takes about as few.
+RoPE and norms and shrink the rest. Eager forwards run the card's code path: on the meta device (shapes only, off
+the CPU as a card is) in the card's half precision, where the projections take `F.linear` (decode_step.project) and
+each RMSNorm makes four calls where float32 makes one (decode_step.rms): the CPU in float32 undercounted an 8B
+Llama's 128-token prompt by 195 calls of 1,939 (the H200 probe of 2026-11-29). The decode step is counted as the
+CPU runs it (TorchScript: one call for all its layers); on a card its CUDA graph replay takes about as few.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from torch.overrides import TorchFunctionMode
 from tgi_toolkit.costs.engine_forward import EngineCalls
 
 PROMPT = 8  # tokens a counted prompt holds (a second prompt of another length holds one more)
+CARD = ("meta", "bfloat16")  # a card's code path: off the CPU, in the engine's default dtype there (engine.device)
+CPU = ("cpu", "float32")  # where a decode step is one TorchScript call, as a card's is one graph replay
 
 
 class TorchCalls(TorchFunctionMode):
@@ -50,16 +54,19 @@ def narrow(config: Mapping[str, Any], layers: int) -> dict[str, Any]:
     return out
 
 
-def count_forward(config: Mapping[str, Any], prompts: list[int], decodes: int) -> int:
-    """Torch calls of one forward of `config`'s engine: prompts of `prompts` tokens (new, their keys stored in the
-    prefix pool as the server stores them) beside `decodes` decode rows; none but decode rows: a decode step."""
+def count_forward(config: Mapping[str, Any], prompts: list[int], decodes: int, device: str = CARD[0],
+                  dtype: str = CARD[1]) -> int:
+    """Torch calls of one forward of `config`'s engine on `device` in `dtype`: prompts of `prompts` tokens (new,
+    their keys stored in the prefix pool as the server stores them) beside `decodes` decode rows; none but decode
+    rows: a decode step (counted on the CPU in float32 by `count_calls`, where it is one TorchScript call)."""
     import torch
 
     from tgi_toolkit.engine.model import random_model
     from tgi_toolkit.engine.runner import LlamaRunner
 
     rows = len(prompts) + decodes
-    runner = LlamaRunner(random_model(config, torch.float32, "cpu"), max_rows=rows, max_positions=4 * PROMPT)
+    runner = LlamaRunner(random_model(config, getattr(torch, dtype), device), max_rows=rows,
+                         max_positions=4 * PROMPT)
     runner.enable_pool(rows * 4 * PROMPT)
     with torch.inference_mode():
         inputs, store = [], []
@@ -76,15 +83,18 @@ def count_forward(config: Mapping[str, Any], prompts: list[int], decodes: int) -
     return calls.n
 
 
-def count_calls(config: Mapping[str, Any]) -> EngineCalls:
-    """The rule `EngineCalls` for `config`'s model, solved from its engine's forwards at 2 and 3 layers: one prompt;
-    two of one length; two of two lengths; one beside a decode row; a decode step."""
+def count_calls(config: Mapping[str, Any], dtype: str = CARD[1]) -> EngineCalls:
+    """The rule `EngineCalls` for `config`'s model served on a card in `dtype`, solved from its engine's forwards at
+    2 and 3 layers: one prompt; two of one length; two of two lengths; one beside a decode row (on the meta device);
+    a decode step (on the CPU)."""
     counts = {}
     for layers in (2, 3):
         c = narrow(config, layers)
-        counts[layers] = {"one": count_forward(c, [PROMPT], 0), "two": count_forward(c, [PROMPT, PROMPT], 0),
-                          "apart": count_forward(c, [PROMPT, PROMPT + 1], 0),
-                          "beside": count_forward(c, [PROMPT], 1), "step": count_forward(c, [], 1)}
+        counts[layers] = {"one": count_forward(c, [PROMPT], 0, CARD[0], dtype),
+                          "two": count_forward(c, [PROMPT, PROMPT], 0, CARD[0], dtype),
+                          "apart": count_forward(c, [PROMPT, PROMPT + 1], 0, CARD[0], dtype),
+                          "beside": count_forward(c, [PROMPT], 1, CARD[0], dtype),
+                          "step": count_forward(c, [], 1, *CPU)}
     two, three = counts[2], counts[3]
     per_layer = three["one"] - two["one"]
     per_row = two["two"] - two["one"]
