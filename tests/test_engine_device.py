@@ -134,12 +134,12 @@ def test_the_runner_makes_every_tensor_on_the_models_device(tiny_config):
 
 
 @pytest.mark.parametrize("device", ["meta", "cpu"])
-def test_off_the_cpu_new_shapes_run_sdpa_without_cudnn_and_masked_prompt_chunks_keep_torchs_choice(
+def test_off_the_cpu_new_shapes_run_sdpa_without_cudnn_and_a_lone_masked_chunk_keeps_torchs_choice(
         tiny_config, device, monkeypatch):
     """cuDNN's SDPA builds a plan per new shape, and one-token rows beside prompts and new prompts meet new shapes at
-    nearly every forward (docs/gpu-probe.md). Off the CPU (the meta device stands for a card) each layer's call for
-    them is made under NEW_SHAPE_BACKENDS; a prompt chunk after cached positions (masked) is not; on the CPU no
-    call is."""
+    nearly every forward (docs/gpu-probe.md), and so do prompt chunks padded into one call. Off the CPU (the meta
+    device stands for a card) each layer's call for them is made under NEW_SHAPE_BACKENDS; a lone prompt chunk after
+    cached positions (masked) is not; on the CPU no call is."""
     from tgi_toolkit.engine import attention
 
     chosen: list[list] = []
@@ -157,6 +157,9 @@ def test_off_the_cpu_new_shapes_run_sdpa_without_cudnn_and_masked_prompt_chunks_
     runner.forward([(seqs[0], [7, 8])])  # a chunk after 3 cached positions, masked: torch's choice
     assert chosen == []
     runner.forward([(seqs[0], [9]), (seqs[1], [8, 9, 10])])  # a one-token row beside a masked chunk
+    assert chosen == per_layer
+    chosen.clear()
+    runner.forward([(seqs[0], [11, 12, 13]), (seqs[1], [11, 12, 13, 14])])  # two masked chunks: one padded call
     assert chosen == per_layer
     assert attention.SDPBackend.CUDNN_ATTENTION not in attention.NEW_SHAPE_BACKENDS
 

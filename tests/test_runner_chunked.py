@@ -370,8 +370,9 @@ def test_new_prompts_of_one_length_side_by_side_attend_in_one_call_with_each_one
     assert [(c.at, c.n, c.start, c.rows) for c in plan.chunks] == [
         (0, 8, 0, [0, 1, 2]), (25, 8, 0, [4]), (33, 6, 0, [5]), (39, 6, 4, [6]), (45, 6, 0, [7, 9])]
     assert plan.chunks[0].index is None and plan.chunks[4].index.tolist() == [7, 9]  # rows out of order: indexed
-    windowed = attention.plan([(0, 0, 8), (1, 0, 8)], window=4)  # each chunk masked: no grouping
-    assert [c.rows for c in windowed.chunks] == [[0], [1]]
+    assert plan.padded is None  # padded, the 9 chunks' 8 x 8 x 10 = 640 pairs pass 1.25 x their own calls' 424
+    windowed = attention.plan([(0, 0, 8), (1, 0, 8)], window=4)  # each chunk masked: not grouped but padded
+    assert windowed.chunks == [] and windowed.padded.count == 2
 
     runner = LlamaRunner(loaded.model, 8, 64)
     prompts = [prompt[i:i + 12] for i in (0, 3, 9)]
@@ -391,3 +392,39 @@ def test_new_prompts_of_one_length_side_by_side_attend_in_one_call_with_each_one
         token = int(logits[-1].argmax())
         assert torch.allclose(runner.forward([(seq, [token])])[0], whole(runner, ids + [token])[-1:], rtol=0,
                               atol=ATOL)
+
+
+def test_prompt_chunks_of_several_lengths_and_starts_attend_in_one_padded_call_with_each_ones_logits(loaded, prompt):
+    """Chunks the plan cannot group (other lengths, cached positions before them) are padded into one SDPA call
+    where padding adds at most PAD_LIMIT (1.25) times the pairs their own calls compute, and each row's logits at
+    every position are those it gets alone."""
+    from tgi_toolkit.engine import attention
+
+    # 8 new, 7 new and 6 after 2 cached: 3 x 8 x 8 = 192 pairs padded, against 64 + 49 + 6 x 8 = 161 (1.19)
+    p = attention.plan([(0, 0, 8), (1, 0, 7), (2, 2, 6)], window=None).padded
+    assert (p.count, p.n, p.span) == (3, 8, 8)
+    assert p.tokens.tolist() == list(range(21)) and p.cache_rows.tolist() == [0, 1, 2]
+    assert p.rows.tolist() == [0] * 8 + [1] * 7 + [2] * 6
+    assert p.positions.tolist() == [*range(8), *range(7), *range(2, 8)]
+    assert p.slots.tolist() == [*range(15), *range(16, 22)]
+    assert p.gather.tolist() == [*range(15), 14, *range(15, 21), 20, 20]  # a pad repeats its chunk's last query
+    # the third chunk's first query is position 2: keys 0-2; its pads are its last query's, position 7: all 8
+    assert p.mask[2, 0, 0].tolist() == [True] * 3 + [False] * 5 and p.mask[2, 0, 7].all()
+    assert p.mask[1, 0, 3].tolist() == [True] * 4 + [False] * 4
+    # 16 new and 2 new: 2 x 16 x 16 = 512 against 256 + 4 = 260 (1.97): a call each
+    apart = attention.plan([(0, 0, 16), (1, 0, 2)], window=None)
+    assert apart.padded is None and [c.n for c in apart.chunks] == [16, 2]
+
+    runner = LlamaRunner(loaded.model, 5, 64)
+    first, second, third, fourth = prompt[:12], prompt[3:14], prompt[5:18], prompt[7:15]
+    alone = [whole(runner, ids) for ids in (first, second, third, fourth)]
+    cached, decoding = runner.new_seq(), runner.new_seq()
+    runner.forward([(cached, third[:4]), (decoding, fourth[:-1])])  # 4 of the third's 13 tokens: 9 after them
+    seqs = [runner.new_seq(), runner.new_seq()]
+    # a decode row between the chunks: its one-token call beside the padded one
+    rows = [(seqs[0], first), (decoding, fourth[-1:]), (seqs[1], second), (cached, third[4:])]
+    # 3 x 12 x 13 = 468 pairs padded, against 144 + 121 + 9 x 13 = 382 (1.23)
+    assert attention.plan([(s.row, s.length, len(ids)) for s, ids in rows], None).padded.count == 3
+    together = runner.forward(rows, [True] * 4)
+    for got, want in zip(together, [alone[0], alone[3][-1:], alone[1], alone[2][4:]], strict=True):
+        assert got.shape == want.shape and torch.allclose(got, want, rtol=0, atol=ATOL)
