@@ -97,10 +97,10 @@ def test_a_chunk_after_a_cached_prefix_is_priced_by_its_query_key_pairs(tiny: Me
     assert tiny.seconds(chunk) == pytest.approx(2 * (9e-6 + attention + elementwise_s(16)) + 4e-6, rel=1e-6)
 
 
-def test_the_engine_attends_each_prompt_chunk_alone_and_runs_its_elementwise_ops_unfused(tmp_path: Path) -> None:
+def test_the_engine_attends_its_prompt_chunks_in_one_call_and_runs_its_elementwise_ops_unfused(tmp_path: Path) -> None:
     # A context table where one call over 4 prompts costs less than 4 calls (3 us against 2 us each at 16 tokens):
-    # TGI's varlen kernel takes the 4 prompts in one call; the engine one call too where they are new and of one
-    # length (attention.plan groups them), else one SDPA call each (attention._chunk).
+    # TGI's varlen kernel takes the 4 prompts in one call; the engine one call too: causal where they are new and of
+    # one length (attention.plan groups them), else padded and masked (attention.pad).
     tables = write_tables(tmp_path)
     context = pd.read_parquet(tables / "context_attention_perf.parquet")
     context["latency"] = [{(1, 16): 0.002, (4, 16): 0.003, (1, 256): 0.512, (4, 256): 1.024}[(b, n)]
@@ -122,18 +122,20 @@ def test_the_engine_attends_each_prompt_chunk_alone_and_runs_its_elementwise_ops
     assert fused.seconds(prefill) == pytest.approx(2 * (36e-6 + 3e-6 + elementwise_s(64)) + 4e-6, rel=1e-6)
     assert engine.seconds(prefill) == pytest.approx(2 * (36e-6 + 3e-6 + 64 * engine_elementwise) + 4e-6, rel=1e-6)
     # 4 new prompts of 15, 15, 17 and 17 tokens: 120 + 120 + 153 + 153 = 546 pairs, more than the 544 of four
-    # 16-token prompts, so not one length: four calls, each at the length n whose n (n + 1) / 2 is 546 / 4 = 136.5,
-    # n = (sqrt(1093) - 1) / 2 = 16.030; the table's batch-1 latency grows as the square of the length (2 us at 16)
+    # 16-token prompts, so not one length: one padded call of 4 rows at the length n whose n (n + 1) / 2 is
+    # 546 / 4 = 136.5, n = (sqrt(1093) - 1) / 2 = 16.030. The table's batch-4 curve, read in log-log between 3 us at
+    # 16 and 1,024 us at 256, grows as the length to the power ln(1024 / 3) / ln(16) = 5.8329 / 2.7726 = 2.1038
     uneven = Shape(rows=4, tokens=64, context=64, pairs=546, prefilling=True)
     n = (math.sqrt(1093) - 1) / 2
     assert n == pytest.approx(16.030, abs=1e-3)
-    assert engine.seconds(uneven) == pytest.approx(2 * (36e-6 + 4 * 2e-6 * (n / 16) ** 2 + 64 * engine_elementwise)
-                                                   + 4e-6, rel=1e-6)
-    # 4 chunks of 16 after 8 cached positions each (context 96): one call each, at 16 x 8 + 136 = 264 pairs a chunk
+    assert engine.seconds(uneven) == pytest.approx(2 * (36e-6 + 3e-6 * (n / 16) ** 2.1038 + 64 * engine_elementwise)
+                                                   + 4e-6, rel=1e-4)
+    # 4 chunks of 16 after 8 cached positions each (context 96): one padded call, at 16 x 8 + 136 = 264 pairs a
+    # chunk, n = 22.49
     cached = Shape(rows=4, tokens=64, context=96, pairs=4 * 264, prefilling=True)
     n = (math.sqrt(1 + 8 * 264) - 1) / 2
-    assert engine.seconds(cached) == pytest.approx(2 * (36e-6 + 4 * 2e-6 * (n / 16) ** 2 + 64 * engine_elementwise)
-                                                   + 4e-6, rel=1e-6)
+    assert engine.seconds(cached) == pytest.approx(2 * (36e-6 + 3e-6 * (n / 16) ** 2.1038 + 64 * engine_elementwise)
+                                                   + 4e-6, rel=1e-4)
     # a decode step has no prompt chunk: only its elementwise bytes differ (one row: 9 us of GEMMs, 4 us of
     # generation attention at KV 64, the LM head 4 us)
     decode = Shape(rows=1, tokens=1, context=64, pairs=64, prefilling=False)
@@ -184,8 +186,8 @@ def test_the_engines_compiled_decode_sizes_take_the_compiled_gemms_and_nothing_e
 
 def test_the_engines_host_issues_its_calls_beside_its_kernels_or_before_its_graph(tmp_path: Path) -> None:
     """A host that takes 1 us a torch call and 10 us to launch a graph, and an engine whose rule (EngineCalls) says a
-    one-row prompt forward makes 20 + 70 calls a layer, each further row 1, each further prompt attention call 10
-    a layer, decode rows beside prompts 3 + 10 a layer, and a decode step 15. Two layers, no other host time."""
+    one-row prompt forward makes 20 + 70 calls a layer, each further row 1, prompts padded into one call 5 + 10 a
+    layer, decode rows beside prompts 3 + 10 a layer, and a decode step 15. Two layers, no other host time."""
     from tgi_toolkit.costs.engine_forward import EngineCalls
 
     tables = write_tables(tmp_path)
@@ -193,8 +195,8 @@ def test_the_engines_host_issues_its_calls_beside_its_kernels_or_before_its_grap
     pd.DataFrame([{**common, "op_name": "torch_call", "calls": 400, "latency": 0.001},
                   {**common, "op_name": "graph_replay", "calls": 400, "latency": 0.010}]).to_parquet(
         tables / "host_perf.parquet")
-    rule = EngineCalls(base=20, per_layer=70, per_row=1, per_call_layer=10, beside_decode=3, beside_decode_layer=10,
-                       decode_step=15)
+    rule = EngineCalls(base=20, per_layer=70, per_row=1, padded=5, padded_layer=10, beside_decode=3,
+                       beside_decode_layer=10, decode_step=15)
     host = gpu_cost_model("H100", TINY, cost_model="measured", kernel_times=tables, server="vllm-v1", engine=True,
                           host_calls=rule, **NO_HOST)
     plain = gpu_cost_model("H100", TINY, cost_model="measured", kernel_times=tables, server="vllm-v1", engine=True,
@@ -208,9 +210,9 @@ def test_the_engines_host_issues_its_calls_beside_its_kernels_or_before_its_grap
                   decode_context=64)
     assert host.seconds(mixed) == pytest.approx(max(187e-6, plain.seconds(mixed)), rel=1e-9)
     assert host.seconds(mixed) == pytest.approx(187e-6, rel=1e-9)
-    # four prompts of 15, 15, 17 and 17 tokens: four calls, 160 + 3 rows + 2 x 10 x 3 = 223 calls
+    # four prompts of 15, 15, 17 and 17 tokens: padded into one call, 160 + 3 rows + 5 + 2 x 10 = 188 calls
     uneven = Shape(rows=4, tokens=64, context=64, pairs=546, prefilling=True)
-    assert host.seconds(uneven) == pytest.approx(223e-6, rel=1e-9)
+    assert host.seconds(uneven) == pytest.approx(188e-6, rel=1e-9)
     # 4 prompts of 256 tokens: 1,024 tokens, GEMMs of 64 x 9 = 576 us a layer: the kernels outlast the 163 calls
     long = Shape(rows=4, tokens=1024, context=1024, pairs=4 * 256 * 257 / 2, prefilling=True)
     assert plain.seconds(long) > 163e-6 and host.seconds(long) == plain.seconds(long)

@@ -79,11 +79,14 @@ def rules():
     return _RULES[0]
 
 
-def test_each_further_prompt_call_costs_calls_in_every_layer_and_a_decode_step_none():
-    """What the rule's terms say of the engine: a prompt attended apart adds calls in every layer (its own SDPA
-    call and cache writes), one more prompt of the same length only its row's; a decode step's layers are one
-    TorchScript call, so its count does not grow with the layers."""
+def test_prompts_of_other_lengths_cost_one_padded_call_and_a_decode_step_none():
+    """What the rule's terms say of the engine: prompts of other lengths are padded into one call, which adds calls
+    in every layer once, whatever their number (each further prompt adds only its row's); a decode step's layers
+    are one TorchScript call, so its count does not grow with the layers."""
     rule = rules()
-    assert rule.per_layer > rule.per_call_layer > 0 and rule.per_row >= 1
+    assert rule.per_layer > rule.padded_layer > 0 and rule.per_row >= 1
+    c = narrow(LLAMA, 4)
+    # 5 prompts of 24-28 tokens padded to 28: 3,920 pairs against their own calls' 3,390, within PAD_LIMIT (1.25)
+    assert count_forward(c, [24, 25, 26, 27, 28], 0) - count_forward(c, [24, 25], 0) == 3 * rule.per_row
     assert count_forward(narrow(LLAMA, 2), [], 1, *CPU) == count_forward(narrow(LLAMA, 5), [], 1, *CPU) == \
         rule.decode_step

@@ -1,6 +1,7 @@
 """How the toolkit's embedded engine's forward on a card differs from a serving framework's, counted from its code:
-what `costs.measured`'s `engine=True` prices. Its elementwise ops run unfused (`engine_elementwise_bytes`); new prompts
-of one length attend in one SDPA call and any other prompt chunk in one of its own (`one_prompt_call`); its decode
+what `costs.measured`'s `engine=True` prices. Its elementwise ops run unfused (`engine_elementwise_bytes`); a forward's
+prompt chunks attend in one SDPA call, causal where all are new prompts of one length (`one_prompt_call`), else
+masked and padded to the longest (`padded_prompts`), as a fused framework's varlen kernel takes them in one; its decode
 steps at `--compile-sizes` rows replay layers inductor compiled (`compiled_layers`, from profile-gpu's table; a size
 any projection lacks is priced from `gemm_perf`, as the engine runs a size eagerly whose compile failed); and its
 eager forwards are issued from Python one torch call at a time (`EngineCalls`), which the card's host may take longer
@@ -93,43 +94,44 @@ def one_prompt_call(rows: float, tokens: float, context: float, pairs: float) ->
     return math.isclose(pairs, rows * n * (n + 1) / 2, rel_tol=1e-9)
 
 
-def prompt_attention_calls(s: Shape) -> int:
-    """The SDPA calls the engine makes a layer for a forward's prompt chunks: one for new prompts all of one length,
-    else one a chunk (`one_prompt_call`); 0 in a decode step."""
+def padded_prompts(s: Shape) -> bool:
+    """Whether the engine pads a forward's prompt chunks into one masked SDPA call (engine/attention.py `pad`): two
+    or more chunks that are not new prompts of one length (`one_prompt_call`). Chunks so uneven that padding would
+    pass attention.PAD_LIMIT take a call each, which the shape's sums cannot tell; they are read as padded."""
     if not s.prefilling:
-        return 0
+        return False
     decode_rows = min(s.decode_rows, s.rows)
     prompts = s.rows - decode_rows
-    if prompts < 1:
-        return 0
-    one = one_prompt_call(prompts, s.tokens - decode_rows, s.context - s.decode_context, s.pairs - s.decode_context)
-    return 1 if one else int(prompts)
+    return prompts > 1 and not one_prompt_call(prompts, s.tokens - decode_rows, s.context - s.decode_context,
+                                               s.pairs - s.decode_context)
 
 
 @dataclass(frozen=True)
 class EngineCalls:
     """The torch functions the engine's forward calls from Python, as a rule of its shape counted from its code
     (engine.host_calls.count_calls runs it and solves for these; its test runs it again at other shapes). A
-    prompt forward of one row makes `base` + `per_layer` x layers; each further row one more (`per_row`); each
-    further prompt attention call (`prompt_attention_calls`) `per_call_layer` x layers more; decode rows beside
+    prompt forward of one row makes `base` + `per_layer` x layers; each further row one more (`per_row`); prompt
+    chunks padded into one call (`padded_prompts`) `padded` + `padded_layer` x layers more; decode rows beside
     prompts `beside_decode` + `beside_decode_layer` x layers more. A decode step makes `decode_step`: its layers
     run in TorchScript or a CUDA graph, not call by call."""
 
     base: int
     per_layer: int
     per_row: int
-    per_call_layer: int
+    padded: int
+    padded_layer: int
     beside_decode: int
     beside_decode_layer: int
     decode_step: int
 
     def calls(self, s: Shape, layers: int) -> int:
-        prompt_calls = prompt_attention_calls(s)
-        if not prompt_calls:
+        decode_rows = min(s.decode_rows, s.rows)
+        if not s.prefilling or s.rows - decode_rows < 1:
             return self.decode_step
-        n = self.base + self.per_layer * layers + self.per_row * (s.rows - 1) + \
-            self.per_call_layer * layers * (prompt_calls - 1)
-        if min(s.decode_rows, s.rows) > 0:
+        n = self.base + self.per_layer * layers + self.per_row * (s.rows - 1)
+        if padded_prompts(s):
+            n += self.padded + self.padded_layer * layers
+        if decode_rows > 0:
             n += self.beside_decode + self.beside_decode_layer * layers
         return n
 

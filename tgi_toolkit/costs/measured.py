@@ -17,7 +17,8 @@ the elementwise ops (norms, rotary, activation, residual adds: memory-bound, a f
 `priced_by()` says which source priced which operation, and every prediction carries it.
 
 `engine=True` prices the toolkit's own embedded engine instead of a framework's fused kernels, by the rules
-tgi_toolkit.costs.engine_forward counts from its code: its prompt chunks' SDPA calls, its unfused elementwise ops,
+tgi_toolkit.costs.engine_forward counts from its code: its prompt chunks in one SDPA call (as a framework's; a padded
+call's masked rectangle is priced as the causal pairs), its unfused elementwise ops,
 its compiled decode layers at `compile_sizes` rows (profile-gpu's `compiled_gemm_perf`, else `gemm_perf`), and, with
 `host_calls` and profile-gpu's `host_perf`, its host issuing its calls: an eager forward takes the longer of its
 kernels and its calls, a decode step (a CUDA graph's replay) its kernels plus its few calls and the replay's launch.
@@ -36,7 +37,6 @@ from tgi_toolkit.costs.engine_forward import (
     EngineCalls,
     compiled_layers,
     engine_elementwise_bytes,
-    prompt_attention_calls,
 )
 from tgi_toolkit.costs.features import Shape
 from tgi_toolkit.costs.kernel_carry import carried_to
@@ -78,7 +78,7 @@ class MeasuredCostModel(RooflineCostModel):
     tables: KernelTables | None = None
     server_version: str | None = None
     kernel_times: str | None = None  # a folder profile-gpu wrote, read when `tables` is None
-    engine: bool = False  # the embedded engine's forward: SDPA per prompt chunk (`one_prompt_call`), unfused ops
+    engine: bool = False  # the embedded engine's forward: its unfused ops, compiled decode layers, host calls
     compile_sizes: tuple[int, ...] = ()  # with `engine`: the decode rows whose layers run compiled (module docstring)
     host_calls: EngineCalls | None = None  # with `engine`: its calls from Python, priced at host_perf's seconds
     priced: dict[str, str] = field(default_factory=dict)
@@ -227,8 +227,6 @@ class MeasuredCostModel(RooflineCostModel):
             isl = (math.sqrt(1 + 8 * pairs / prefill_rows) - 1) / 2
             if self.context is None:
                 t += self._attention_roofline(s.context - decode_context, pairs)
-            elif self.engine and prompt_attention_calls(s) > 1:
-                t += prefill_rows * self.context(1, isl)  # one SDPA call per prompt chunk (engine/attention.py)
             else:
                 t += self.context(prefill_rows, isl)
         elementwise = engine_elementwise_bytes(shape) if self.engine else ELEMENTWISE_PASSES * shape.hidden_size * 2

@@ -85,8 +85,8 @@ def count_forward(config: Mapping[str, Any], prompts: list[int], decodes: int, d
 
 def count_calls(config: Mapping[str, Any], dtype: str = CARD[1]) -> EngineCalls:
     """The rule `EngineCalls` for `config`'s model served on a card in `dtype`, solved from its engine's forwards at
-    2 and 3 layers: one prompt; two of one length; two of two lengths; one beside a decode row (on the meta device);
-    a decode step (on the CPU)."""
+    2 and 3 layers: one prompt; two of one length; two of two lengths (padded into one call); one beside a decode
+    row (on the meta device); a decode step (on the CPU)."""
     counts = {}
     for layers in (2, 3):
         c = narrow(config, layers)
@@ -98,9 +98,9 @@ def count_calls(config: Mapping[str, Any], dtype: str = CARD[1]) -> EngineCalls:
     two, three = counts[2], counts[3]
     per_layer = three["one"] - two["one"]
     per_row = two["two"] - two["one"]
-    per_call_layer = (three["apart"] - three["one"]) - (two["apart"] - two["one"])
+    padded_layer = (three["apart"] - three["two"]) - (two["apart"] - two["two"])
     beside_layer = (three["beside"] - three["one"]) - (two["beside"] - two["one"])
     return EngineCalls(base=two["one"] - 2 * per_layer, per_layer=per_layer, per_row=per_row,
-                       per_call_layer=per_call_layer,
+                       padded=two["apart"] - two["two"] - 2 * padded_layer, padded_layer=padded_layer,
                        beside_decode=two["beside"] - two["one"] - per_row - 2 * beside_layer,
                        beside_decode_layer=beside_layer, decode_step=two["step"])
