@@ -438,14 +438,25 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
             for b, v in found.items()]
 
 
-def forward_shapes(plan: dict[str, Any]) -> list[tuple[str, int, bool]]:
-    """The forwards `engine_forwards` times: (label, prompts, with a decode row). A batch point of B prompts sent at
-    once is two prompt forwards (the first arrival alone, then the other B - 1 beside its first decode row: TGI 3's
-    rule B8, which the engine and the simulator follow); and the one-row decode step, eager."""
+def forward_shapes(plan: dict[str, Any]) -> list[tuple[str, int, bool, bool]]:
+    """The forwards `engine_forwards` times: (label, prompts, with a decode row, after cached tokens). A batch point
+    of B prompts sent at once is two prompt forwards (the first arrival alone, then the other B - 1 beside its first
+    decode row: TGI 3's rule B8, which the engine and the simulator follow); and the one-row decode step, eager.
+    Served, the prefix cache found a token or two of most prompts of the largest batch (the H200's trace: 63 prompts
+    of 128 tokens, 8,020 computed), which makes them chunks of several lengths after cached positions: that forward
+    once more, each prompt after `cached_tokens(i)` cached (the engine pads them into one call)."""
     largest = max(plan["batch_sizes"])
-    shapes = [("prompt x1", 1, False)]
-    shapes += [(f"prompt x{b - 1} + decode row", b - 1, True) for b in sorted({min(8, largest), largest}) if b > 1]
-    return [*shapes, ("decode row", 0, True)]
+    shapes = [("prompt x1", 1, False, False)]
+    shapes += [(f"prompt x{b - 1} + decode row", b - 1, True, False) for b in sorted({min(8, largest), largest})
+               if b > 1]
+    if largest > 2:
+        shapes.append((f"prompt x{largest - 1} after cached tokens + decode row", largest - 1, True, True))
+    return [*shapes, ("decode row", 0, True, False)]
+
+
+def cached_tokens(i: int) -> int:
+    """Tokens of the i-th prompt cached before its forward in `forward_shapes`' cached shape: 1, 2 or 3."""
+    return 1 + i % 3
 
 
 def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: Any | None,
@@ -479,9 +490,10 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     vocab = loaded.config.vocab_size
 
-    def once(prompts: int, decode: bool, mode: Any = None) -> float:
-        """One forward of this shape from empty rows; its wall seconds."""
-        seqs, inputs, store = [], [], []
+    def once(prompts: int, decode: bool, cached: bool, mode: Any = None) -> float:
+        """One forward of this shape from empty rows (`cached`: each prompt's first `cached_tokens` computed before
+        it, untimed); its wall seconds."""
+        seqs, inputs, store, before = [], [], [], []
         if decode:  # a sequence with the prompt in its cache, decoding its next token
             seq = runner.new_seq()
             runner.forward([(seq, [(7 * j) % vocab for j in range(s)])])
@@ -491,8 +503,13 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
         for i in range(prompts):
             seq = runner.new_seq()
             seqs.append(seq)
-            inputs.append((seq, [(i * s + j) % vocab for j in range(s)]))
-            store.append(list(range(i * s, (i + 1) * s)))
+            ids, c = [(i * s + j) % vocab for j in range(s)], cached_tokens(i) if cached else 0
+            if c:
+                before.append((seq, ids[:c]))
+            inputs.append((seq, ids[c:]))
+            store.append(list(range(i * s + c, (i + 1) * s)))
+        if before:
+            runner.forward(before)
         sync()
         began = time.perf_counter()
         with mode if mode is not None else contextlib.nullcontext():
@@ -505,14 +522,15 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
 
     results = []
     with torch.inference_mode():
-        for label, prompts, decode in forward_shapes(plan):
-            once(prompts, decode)  # warm: cuBLAS' and SDPA's first call at a shape
-            wall = statistics.median(once(prompts, decode) for _ in range(repeats))
+        for label, prompts, decode, cached in forward_shapes(plan):
+            once(prompts, decode, cached)  # warm: cuBLAS' and SDPA's first call at a shape
+            wall = statistics.median(once(prompts, decode, cached) for _ in range(repeats))
             calls = TorchCalls()
-            once(prompts, decode, calls)
-            tokens = prompts * s + int(decode)
+            once(prompts, decode, cached, calls)
+            hits = [cached_tokens(i) if cached else 0 for i in range(prompts)]
+            tokens = prompts * s - sum(hits) + int(decode)
             shape = Shape(prompts + int(decode), tokens, prompts * s + (s + 1) * int(decode),
-                          prompts * row_pairs(0, s) + (s + 1) * int(decode), prompts > 0, int(decode),
+                          sum(row_pairs(c, s - c) for c in hits) + (s + 1) * int(decode), prompts > 0, int(decode),
                           (s + 1) * int(decode))
             row: dict[str, Any] = {"forward": label, "prompts": prompts, "decode_rows": int(decode),
                                    "tokens": tokens, "wall_ms": round(wall * 1e3, 3), "torch_calls": calls.n}
@@ -521,7 +539,7 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
             if cost is not None:
                 row["priced_ms"] = round(cost.seconds(shape) * 1e3, 3)
                 row["priced_kernels_ms"] = round(cost.kernel_seconds(shape) * 1e3, 3)
-            row.update(_profiled(lambda p=prompts, d=decode, m=None: once(p, d, m), device))
+            row.update(_profiled(lambda p=prompts, d=decode, c=cached: once(p, d, c), device))
             results.append(row)
         position = s + plan.get("decode_length", 1) // 2  # the served steps' middle
         for row in graph_steps(runner, position, device, compiled, largest=rows):

@@ -88,15 +88,16 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     # the engine serves eagerly on a CPU (no --cuda-graphs): nothing compiles while serving
     assert all(row["compiles"] == 0 for row in summary["traced_users"])
     assert [row["forward"] for row in summary["engine_forwards"]] == [
-        "prompt x1", "prompt x7 + decode row", "prompt x15 + decode row", "decode row", "decode row, graph",
-        "decode row, graph, compiled", "decode x16, graph"]
+        "prompt x1", "prompt x7 + decode row", "prompt x15 + decode row",
+        "prompt x15 after cached tokens + decode row", "decode row", "decode row, graph", "decode row, graph, compiled",
+        "decode x16, graph"]
     assert "- alone, decode row, graph, compiled: " in (out / "summary.md").read_text()
     # the largest batch's step alone beside the same step served, where the trace timed it (a loaded machine may
     # have left batch 16 no clean run: then the summary has no such line)
     assert ("Decode step at batch 16: " in (out / "summary.md").read_text()) == bool(
         summary["traced_batch"][-1].get("decode_step_ms"))
     assert all(row["wall_ms"] > 0 and "priced_ms" in row for row in summary["engine_forwards"])
-    assert all(row["rule_calls"] > 0 for row in summary["engine_forwards"][:4])
+    assert all(row["rule_calls"] > 0 for row in summary["engine_forwards"][:5])
     # a folder brought back is predicted again here, from its own kernel times, plan and flags
     again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_probe.py"), "--predict-again", str(out)],
                            capture_output=True, text=True, timeout=300)
@@ -128,7 +129,8 @@ def test_the_carried_prediction_reads_the_newest_probe_of_another_card(tmp_path)
 
 def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs_them(tmp_path):
     """The probe's step 4 on a CPU: the batch table's two prompt forwards (the first prompt alone; B - 1 prompts
-    beside its first decode row) and a one-row decode step, each timed, counted and priced."""
+    beside its first decode row, new and after a few cached tokens) and a one-row decode step, each timed, counted
+    and priced."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_probe
 
@@ -140,29 +142,37 @@ def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs
     cost = gpu_cost_model("H100", str(tmp_path / "config.json"), cost_model="measured", server="tgi-3", engine=True)
     rows = gpu_probe.engine_forwards(tmp_path, "cpu", plan, cost, repeats=1)
     assert [(r["forward"], r["prompts"], r["decode_rows"], r["tokens"]) for r in rows] == [
-        ("prompt x1", 1, 0, 8), ("prompt x3 + decode row", 3, 1, 25), ("decode row", 0, 1, 1),
+        ("prompt x1", 1, 0, 8), ("prompt x3 + decode row", 3, 1, 25),
+        ("prompt x3 after cached tokens + decode row", 3, 1, 19), ("decode row", 0, 1, 1),
         ("decode row, graph", 0, 1, 1), ("decode row, graph, compiled", 0, 1, 1), ("decode x4, graph", 0, 4, 4)]
     assert all(r["wall_ms"] > 0 for r in rows)
     # the one-row step as the server builds it (a CPU: no capture), with the eager layers, then compiled at batch 1,
     # then the largest batch's step with the eager layers, as the server runs every other size
-    assert [r["compiled"] for r in rows[3:]] == [[], [1], []] and "not_compiled" not in rows[4]
-    assert rows[3]["priced_ms"] == rows[4]["priced_ms"] == rows[2]["priced_ms"]  # the decode row's shape and price
+    assert [r["compiled"] for r in rows[4:]] == [[], [1], []] and "not_compiled" not in rows[5]
+    assert rows[4]["priced_ms"] == rows[5]["priced_ms"] == rows[3]["priced_ms"]  # the decode row's shape and price
     # 4 rows at position 8 (no decode_length in this plan: the prompt's end): 9 tokens of context and pairs each
-    assert rows[5]["priced_ms"] == round(cost.seconds(Shape(4, 4, 36, 36, False, 4, 36)) * 1e3, 3)
+    assert rows[6]["priced_ms"] == round(cost.seconds(Shape(4, 4, 36, 36, False, 4, 36)) * 1e3, 3)
+    # the 3 prompts after 1, 2 and 3 cached tokens: 7, 6 and 5 computed, 7 + 28, 2 x 6 + 21 and 3 x 5 + 15 pairs
+    # (98), beside the decode row's 9: 19 tokens, 33 of context, 107 pairs
+    assert rows[2]["priced_ms"] == round(cost.seconds(Shape(4, 19, 33, 107.0, True, 1, 9)) * 1e3, 3)
     # where the server could not start with its layers compiled (or time is short), the compiled step is not built;
     # and new prompts of one length attend in one call: 8 more of them add fewer torch calls than one a prompt and
     # layer (the toy has 2 layers; one SDPA call each added 18 calls a prompt and layer)
     uncompiled = gpu_probe.engine_forwards(tmp_path, "cpu", {**plan, "batch_sizes": [1, 16]}, None, repeats=1,
                                            compiled=False)
     assert [r["forward"] for r in uncompiled[1:]] == ["prompt x7 + decode row", "prompt x15 + decode row",
-                                                      "decode row", "decode row, graph", "decode x16, graph"]
+                                                      "prompt x15 after cached tokens + decode row", "decode row",
+                                                      "decode row, graph", "decode x16, graph"]
     assert uncompiled[2]["torch_calls"] - uncompiled[1]["torch_calls"] < 8 * 2
     # 3 prompts of 8 tokens (36 causal pairs each) beside a row decoding at position 8 (context 9): 33 tokens of
     # context, 3 x 36 + 9 = 117 pairs
     mixed = Shape(4, 25, 33, 117.0, True, 1, 9)
     assert rows[1]["priced_ms"] == round(cost.seconds(mixed) * 1e3, 3)
     # the decode row beside the 3 prompts makes calls of its own (its attention): more than for 1 prompt alone
-    assert rows[1]["torch_calls"] > rows[0]["torch_calls"] > rows[2]["torch_calls"] > 0
+    assert rows[1]["torch_calls"] > rows[0]["torch_calls"] > rows[3]["torch_calls"] > 0
+    # the 15 prompts after cached tokens, of several lengths, padded into one call: within a few calls a layer of
+    # the 15 new ones (one SDPA call each would add 15 x 18 a layer)
+    assert abs(uncompiled[3]["torch_calls"] - uncompiled[2]["torch_calls"]) < 2 * 10
     assert "device_busy_ms" in rows[0] or "profiler_error" in rows[0]
 
 
