@@ -229,3 +229,40 @@ def test_a_compiled_gemm_whose_capture_fails_is_left_out_and_says_why(tmp_path):
     assert sorted(zip(table.n, table.k, strict=True)) == [(64, 64), (64, 128), (128, 64)]
     assert meta["skipped_for_budget"] == {
         "compiled m=1 n=256 k=64: RuntimeError: operation not permitted when stream is capturing": 1}
+
+
+def test_on_a_card_a_short_kernel_is_timed_again_in_a_graph_and_a_gemm_over_copies_of_its_weight():
+    """A card's clock, scripted (no card here): a GEMM whose lone call reads 0.04 ms (under GRAPH_BELOW_MS, 0.5) is
+    timed again as a graph replays it, each round over copies of its weight (the toy's 256 x 64 bfloat16 weight is
+    32 KiB: 256 MiB of copies would be 8,192, so MAX_COPIES, 16); a round of 16 reads 0.16 ms: 0.01 ms stands. One
+    whose lone call reads 0.8 ms keeps it, and a CPU's clock never replays."""
+    import math
+
+    import torch.nn.functional as F
+
+    from tgi_toolkit.costs.kernel_timing import Clock, Profile, Walk
+
+    replayed: list[list] = []
+
+    class Card(Clock):
+        def median_ms(self, call):
+            return 0.04 if call.args[0].shape[0] == 1 else 0.8
+
+        def replay_ms(self, call):
+            replayed.append(call.args[0])
+            return 0.16
+
+    walk = Walk(Profile("card"), Shard.of(TINY_CONFIG), "cpu", "bfloat16", Card("cuda"), math.inf, {})
+    walk.gemms((1, 64))
+    rows = {(r["m"], r["n"], r["k"]): r["latency"] for r in walk.result.rows["gemm_perf"]}
+    shapes = set(Shard.of(TINY_CONFIG).gemms.values())
+    assert rows == {**{(1, n, k): 0.01 for n, k in shapes}, **{(64, n, k): 0.8 for n, k in shapes}}
+    assert len(replayed) == len(shapes) and all(len(calls) == 16 for calls in replayed)
+    for calls in replayed:  # one weight's copies, each its own memory, every call F.linear on the same input
+        assert all(c.func is F.linear and c.args[0] is calls[0].args[0] for c in calls)
+        assert len({c.args[1].data_ptr() for c in calls}) == 16
+        assert all(c.args[1].equal(calls[0].args[1]) for c in calls)
+    replayed.clear()
+    cpu = Walk(Profile("cpu"), Shard.of(TINY_CONFIG), "cpu", "bfloat16", Card("cpu"), math.inf, {})
+    cpu.gemms((1,))
+    assert replayed == [] and {r["latency"] for r in cpu.result.rows["gemm_perf"]} == {0.04}

@@ -25,6 +25,15 @@ CONTEXT_TOKENS = 16384  # batch x isl at most: past it a prefill is chunked anyw
 # count's is timed again after the walk (the H100's bf16 6144 x 4096 at 16 rows: 6.0x its 32 rows', while the engine's
 # batch-16 step did not pay it); the lower of the two stands, so a kernel that is truly slower there stays slower.
 RETIME_RATIO = 1.25
+# On a card a kernel timed alone between two events also times its launch (the card idles while the host issues it),
+# so one shorter than GRAPH_BELOW_MS is timed again as the engine's CUDA graphs run it, launch-free (`replay_ms`), as
+# AIConfigurator's collectors time theirs; a GEMM's there over copies of its weight of L2_BYTES at least (each read
+# from memory, as each layer's weight is in the engine's step; the card's L2 holds 50-60 MB), as its collector cycles
+# six layers. The H200's eager one-row 4096 x 4096 GEMM read 29-47 us (three probes), compiled in a graph 9-12 us.
+GRAPH_BELOW_MS = 0.5
+L2_BYTES = 256 * 2**20
+MAX_COPIES = 16  # a small model's weights (a 4096 x 4096 bf16 one takes 8 copies)
+TIMING = f"under {GRAPH_BELOW_MS} ms a CUDA graph's replay, a GEMM's over {L2_BYTES >> 20} MiB of its weight's copies"
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,15 @@ class Clock:
                 times.append((time.perf_counter() - began) * 1e3)
         return float(statistics.median(times))
 
+    def kernel_ms(self, call: Callable[[], Any], rounds: Callable[[], Any] | None = None, per_round: int = 1
+                  ) -> float:
+        """Median milliseconds of a kernel's call: `median_ms`, and on a card where that is under GRAPH_BELOW_MS,
+        `replay_ms` of `rounds` (default `call`) over its `per_round` calls instead."""
+        ms = self.median_ms(call)
+        if self.device != "cuda" or ms >= GRAPH_BELOW_MS:
+            return ms
+        return self.replay_ms(rounds or call) / per_round
+
     def replay_ms(self, call: Callable[[], Any]) -> float:
         """Median milliseconds of `call` as a CUDA graph replays it (GRAPH_CALLS captured back to back, after the
         warm-up, which is where a compiled call compiles); on a CPU, `median_ms`."""
@@ -121,6 +139,11 @@ class Profile:
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         self.rows.setdefault(table, []).append(row)
+
+
+def _each(calls: list[Callable[[], Any]]) -> None:
+    for call in calls:
+        call()
 
 
 def _linear(x: Any, weight: Any) -> Any:
@@ -198,33 +221,43 @@ class Walk:
             shapes.setdefault((row["kernel_source"], row["n"], row["k"]), []).append(row)
         for (kernel, n, k), same in shapes.items():
             same.sort(key=lambda row: row["m"])
-            weight = None  # built for the shape's first row timed again, if any
+            weights = None  # built for the shape's first row timed again, if any
             for row, larger in reversed(list(itertools.pairwise(same))):  # from the largest: its time is final
                 # past the deadline a row keeps its one time (and is no row left out: `within` would count it)
                 if row["latency"] > RETIME_RATIO * larger["latency"] and time.perf_counter() < self.deadline:
-                    weight = self._weights(n, k, (kernel,))[kernel] if weight is None else weight
-                    again = self._gemm_ms(kernel, row["m"], weight)
+                    weights = self._weights(n, k, (kernel,))[kernel] if weights is None else weights
+                    again = self._gemm_ms(kernel, row["m"], weights)
                     self.result.retimed[f"{kernel} m={row['m']} n={n} k={k}"] = (row["latency"], again)
                     row["latency"] = min(row["latency"], again)
 
-    def _weights(self, n: int, k: int, kernels: tuple[str, ...]) -> dict[str, Any]:
-        """One random `[n, k]` weight, as each of `kernels` multiplies it (fp8's converted once)."""
+    def _weights(self, n: int, k: int, kernels: tuple[str, ...]) -> dict[str, list[Any]]:
+        """A random `[n, k]` weight, as each of `kernels` multiplies it (fp8's converted once), in copies of
+        L2_BYTES at least (MAX_COPIES at most) where the clock is a card's (`Clock.kernel_ms`), else one."""
         import torch
 
         weight = torch.randn(n, k, device=self.device, dtype=self.torch_dtype) * 0.02
-        return {kernel: weight.to(torch.float8_e4m3fn) if kernel == FP8_KERNEL else weight for kernel in kernels}
+        out = {}
+        for kernel in kernels:
+            w = weight.to(torch.float8_e4m3fn) if kernel == FP8_KERNEL else weight
+            copies = min(math.ceil(L2_BYTES / (w.numel() * w.element_size())), MAX_COPIES) \
+                if self.clock.device == "cuda" else 1
+            out[kernel] = [w, *(w.clone() for _ in range(copies - 1))]
+        return out
 
-    def _gemm_ms(self, kernel: str, m: int, weight: Any) -> float:
-        """`kernel`'s median time for `m` rows against `weight` (from `_weights`)."""
+    def _gemm_ms(self, kernel: str, m: int, weights: list[Any]) -> float:
+        """`kernel`'s median time for `m` rows against `weights` (copies of one, from `_weights`): the first's
+        alone, or in a graph over all where short (`Clock.kernel_ms`)."""
         import torch
         import torch.nn.functional as F
 
-        x = torch.randn(m, weight.shape[1], device=self.device, dtype=self.torch_dtype)
+        x = torch.randn(m, weights[0].shape[1], device=self.device, dtype=self.torch_dtype)
         if kernel == GEMM_KERNEL:
-            return self.clock.median_ms(partial(F.linear, x, weight))
-        one = torch.ones((), device=self.device)
-        return self.clock.median_ms(partial(torch._scaled_mm, x.to(torch.float8_e4m3fn), weight.t(), one, one,
-                                            out_dtype=self.torch_dtype))
+            calls = [partial(F.linear, x, w) for w in weights]
+        else:
+            one = torch.ones((), device=self.device)
+            x8 = x.to(torch.float8_e4m3fn)
+            calls = [partial(torch._scaled_mm, x8, w.t(), one, one, out_dtype=self.torch_dtype) for w in weights]
+        return self.clock.kernel_ms(calls[0], partial(_each, calls), len(calls))
 
     def compiled_gemms(self, sizes: tuple[int, ...]) -> None:
         """The compiled decode layers' GEMMs (COMPILED_PROJECTIONS) at `sizes` rows. A compile or capture that fails
@@ -265,7 +298,7 @@ class Walk:
                 q = torch.randn(batch, shard.kv_heads, group, shard.head_dim, device=self.device, dtype=dtype)
                 k = torch.randn(batch, shard.kv_heads, step, shard.head_dim, device=self.device, dtype=dtype)
                 v = torch.randn_like(k)
-                ms = self.clock.median_ms(partial(F.scaled_dot_product_attention, q, k, v))
+                ms = self.clock.kernel_ms(partial(F.scaled_dot_product_attention, q, k, v))
                 self.result.add("generation_attention_perf",
                                 self._attention_row("generation_attention", batch, 1, step, ms))
 
@@ -282,7 +315,7 @@ class Walk:
                 q = torch.randn(batch, shard.heads, isl, shard.head_dim, device=self.device, dtype=dtype)
                 k = torch.randn(batch, shard.kv_heads, isl, shard.head_dim, device=self.device, dtype=dtype)
                 v = torch.randn_like(k)
-                ms = self.clock.median_ms(partial(F.scaled_dot_product_attention, q, k, v, is_causal=True,
+                ms = self.clock.kernel_ms(partial(F.scaled_dot_product_attention, q, k, v, is_causal=True,
                                                   enable_gqa=gqa))
                 self.result.add("context_attention_perf", self._attention_row("context_attention", batch, isl, 0, ms))
 

@@ -20,8 +20,10 @@ three the way it reads NVIDIA's AIConfigurator database, `systems/data/<gpu>/<op
 
 Latencies in milliseconds, each the median of `repeats` timed calls after `warmup` untimed ones: CUDA events on a
 card, `time.perf_counter` on a CPU; a compiled GEMM's median is of graph replays of 20 calls on a card, so that no
-launch from Python is counted. The grid is walked cheapest first, the compiled GEMMs last, and stops at `budget_s`
-(5 minutes by default; the metadata says where); `tiny` profiles a 2-layer toy shape on short grids, in seconds (CI).
+launch from Python is counted, and so is any other kernel's timed under 0.5 ms (a GEMM's over copies of its weight
+past the card's L2: kernel_timing's GRAPH_BELOW_MS, L2_BYTES; `timing` in the metadata). The grid is walked cheapest
+first, the compiled GEMMs last, and stops at `budget_s` (5 minutes by default; the metadata says where); `tiny`
+profiles a 2-layer toy shape on short grids, in seconds (CI).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tgi_toolkit.costs.kernel_timing import Clock, Profile, Shard, Walk
+from tgi_toolkit.costs.kernel_timing import TIMING, Clock, Profile, Shard, Walk
 
 FRAMEWORK = "tgi_toolkit"
 GEMM_TOKENS = tuple(2**i for i in range(14))  # 1 .. 8192
@@ -126,7 +128,7 @@ def profile(config: Mapping[str, Any], out: str | Path, *, num_shard: int = 1, d
         walk.context_attention(grids["context_batches"], grids["context_lengths"])
         walk.compiled_gemms(tuple(compile_sizes))
     meta.update(seconds=round(time.perf_counter() - started, 1), budget_s=budget_s, tiny=tiny, num_shard=num_shard,
-                dtype=dtype, compile_sizes=list(compile_sizes),
+                dtype=dtype, compile_sizes=list(compile_sizes), timing=TIMING if device == "cuda" else "one call",
                 model={k: v for k, v in config.items() if not str(k).startswith("_")},
                 skipped_for_budget=dict(result.skipped),
                 retimed={row: [round(first, 6), round(second, 6)] for row, (first, second) in result.retimed.items()})
