@@ -591,7 +591,11 @@ def docker_run(argv: list[str]) -> int:
             os.write(w, f"{proc.pid}\n".encode())
             os.close(w)
             code = proc.wait()
-            rc_path.write_text(str(128 - code if code < 0 else code))
+            # Written whole, then renamed: the client reads it as soon as it exists, and an empty file read
+            # mid-write made it raise and exit through interpreter shutdown, where a SIGTERM kills it (-15).
+            partial_rc = rc_path.with_name(rc_path.name + ".tmp")
+            partial_rc.write_text(str(128 - code if code < 0 else code))
+            os.replace(partial_rc, rc_path)
             os._exit(0)
         os._exit(0)
     os.close(w)
