@@ -438,20 +438,25 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
             for b, v in found.items()]
 
 
-def forward_shapes(plan: dict[str, Any]) -> list[tuple[str, int, bool, bool]]:
-    """The forwards `engine_forwards` times: (label, prompts, with a decode row, after cached tokens). A batch point
-    of B prompts sent at once is two prompt forwards (the first arrival alone, then the other B - 1 beside its first
-    decode row: TGI 3's rule B8, which the engine and the simulator follow); and the one-row decode step, eager.
-    Served, the prefix cache found a token or two of most prompts of the largest batch (the H200's trace: 63 prompts
-    of 128 tokens, 8,020 computed), which makes them chunks of several lengths after cached positions: that forward
-    once more, each prompt after `cached_tokens(i)` cached (the engine pads them into one call)."""
+def forward_shapes(plan: dict[str, Any], card: bool = False) -> list[tuple[str, int, bool, bool, bool]]:
+    """The forwards `engine_forwards` times: (label, prompts, with a decode row, after cached tokens, cuDNN
+    allowed). A batch point of B prompts sent at once is two prompt forwards (the first arrival alone, then the
+    other B - 1 beside its first decode row: TGI 3's rule B8, which the engine and the simulator follow); and the
+    one-row decode step, eager. Served, the prefix cache found a token or two of most prompts of the largest batch
+    (the H200's trace: 63 prompts of 128 tokens, 8,020 computed), which makes them chunks of several lengths after
+    cached positions: that forward once more, each prompt after `cached_tokens(i)` cached (the engine pads them into
+    one call). On a `card`, the mixed and the cached forwards once more with cuDNN's SDPA allowed where the engine
+    leaves it out (attention.NEW_SHAPE_BACKENDS): alone, at a shape timed again and again, a planned cuDNN call is
+    at its best (the third probe's mixed forward of 8 rows ran 28.6 ms with cuDNN, 43.9 without)."""
     largest = max(plan["batch_sizes"])
-    shapes = [("prompt x1", 1, False, False)]
-    shapes += [(f"prompt x{b - 1} + decode row", b - 1, True, False) for b in sorted({min(8, largest), largest})
-               if b > 1]
-    if largest > 2:
-        shapes.append((f"prompt x{largest - 1} after cached tokens + decode row", largest - 1, True, True))
-    return [*shapes, ("decode row", 0, True, False)]
+    mixed = [(f"prompt x{b - 1} + decode row", b - 1, True, False) for b in sorted({min(8, largest), largest})
+             if b > 1]
+    cached = [(f"prompt x{largest - 1} after cached tokens + decode row", largest - 1, True, True)] \
+        if largest > 2 else []
+    shapes = [(label, *rest, False) for label, *rest in [("prompt x1", 1, False, False), *mixed, *cached]]
+    if card:
+        shapes += [(f"{label}, cuDNN allowed", *rest, True) for label, *rest in [*mixed[:1], *cached]]
+    return [*shapes, ("decode row", 0, True, False, False)]
 
 
 def cached_tokens(i: int) -> int:
@@ -473,8 +478,10 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
     import statistics
 
     import torch
+    from torch.nn.attention import SDPBackend
 
     from tgi_toolkit.costs.features import Shape, row_pairs
+    from tgi_toolkit.engine import attention
     from tgi_toolkit.engine.host_calls import TorchCalls
     from tgi_toolkit.engine.model import load_random
     from tgi_toolkit.engine.runner import LlamaRunner
@@ -490,9 +497,9 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     vocab = loaded.config.vocab_size
 
-    def once(prompts: int, decode: bool, cached: bool, mode: Any = None) -> float:
+    def once(prompts: int, decode: bool, cached: bool, cudnn: bool, mode: Any = None) -> float:
         """One forward of this shape from empty rows (`cached`: each prompt's first `cached_tokens` computed before
-        it, untimed); its wall seconds."""
+        it, untimed; `cudnn`: cuDNN's SDPA allowed where the engine leaves it out); its wall seconds."""
         seqs, inputs, store, before = [], [], [], []
         if decode:  # a sequence with the prompt in its cache, decoding its next token
             seq = runner.new_seq()
@@ -511,10 +518,16 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
         if before:
             runner.forward(before)
         sync()
+        kept = attention.NEW_SHAPE_BACKENDS
+        if cudnn:
+            attention.NEW_SHAPE_BACKENDS = [SDPBackend.CUDNN_ATTENTION, *kept]
         began = time.perf_counter()
-        with mode if mode is not None else contextlib.nullcontext():
-            runner.forward(inputs, None, store if prompts else None, [True] * len(inputs))
-            sync()
+        try:
+            with mode if mode is not None else contextlib.nullcontext():
+                runner.forward(inputs, None, store if prompts else None, [True] * len(inputs))
+                sync()
+        finally:
+            attention.NEW_SHAPE_BACKENDS = kept
         seconds = time.perf_counter() - began
         for seq in reversed(seqs):
             runner.release(seq)
@@ -522,11 +535,11 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
 
     results = []
     with torch.inference_mode():
-        for label, prompts, decode, cached in forward_shapes(plan):
-            once(prompts, decode, cached)  # warm: cuBLAS' and SDPA's first call at a shape
-            wall = statistics.median(once(prompts, decode, cached) for _ in range(repeats))
+        for label, prompts, decode, cached, cudnn in forward_shapes(plan, device == "cuda"):
+            once(prompts, decode, cached, cudnn)  # warm: cuBLAS' and SDPA's first call at a shape
+            wall = statistics.median(once(prompts, decode, cached, cudnn) for _ in range(repeats))
             calls = TorchCalls()
-            once(prompts, decode, cached, calls)
+            once(prompts, decode, cached, cudnn, calls)
             hits = [cached_tokens(i) if cached else 0 for i in range(prompts)]
             tokens = prompts * s - sum(hits) + int(decode)
             shape = Shape(prompts + int(decode), tokens, prompts * s + (s + 1) * int(decode),
@@ -539,7 +552,7 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
             if cost is not None:
                 row["priced_ms"] = round(cost.seconds(shape) * 1e3, 3)
                 row["priced_kernels_ms"] = round(cost.kernel_seconds(shape) * 1e3, 3)
-            row.update(_profiled(lambda p=prompts, d=decode, c=cached: once(p, d, c), device))
+            row.update(_profiled(lambda p=prompts, d=decode, c=cached, n=cudnn: once(p, d, c, n), device))
             results.append(row)
         position = s + plan.get("decode_length", 1) // 2  # the served steps' middle
         for row in graph_steps(runner, position, device, compiled, largest=rows):

@@ -127,6 +127,23 @@ def test_the_carried_prediction_reads_the_newest_probe_of_another_card(tmp_path)
     assert gpu_probe.carry_source(None, "B200", tmp_path / "h200-new") is None
 
 
+def test_on_a_card_the_mixed_and_cached_forwards_are_timed_again_with_cudnn_allowed():
+    """Where the engine leaves cuDNN's SDPA out (new shapes, padded chunks), step 4 on a card times the first mixed
+    forward and the cached one again with it allowed, side by side; a CPU has no cuDNN, so no second timing."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_probe
+
+    plan = {"batch_sizes": [1, 8, 64]}
+    assert [(label, cudnn) for label, *_, cudnn in gpu_probe.forward_shapes(plan, card=True)] == [
+        ("prompt x1", False), ("prompt x7 + decode row", False), ("prompt x63 + decode row", False),
+        ("prompt x63 after cached tokens + decode row", False), ("prompt x7 + decode row, cuDNN allowed", True),
+        ("prompt x63 after cached tokens + decode row, cuDNN allowed", True), ("decode row", False)]
+    assert [shape[:4] for shape in gpu_probe.forward_shapes(plan)] == [
+        ("prompt x1", 1, False, False), ("prompt x7 + decode row", 7, True, False),
+        ("prompt x63 + decode row", 63, True, False), ("prompt x63 after cached tokens + decode row", 63, True, True),
+        ("decode row", 0, True, False)]
+
+
 def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs_them(tmp_path):
     """The probe's step 4 on a CPU: the batch table's two prompt forwards (the first prompt alone; B - 1 prompts
     beside its first decode row, new and after a few cached tokens) and a one-row decode step, each timed, counted
