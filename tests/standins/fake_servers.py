@@ -575,10 +575,18 @@ def docker_run(argv: list[str]) -> int:
     log_path, rc_path, pid_path = state / f"{name}.log", state / f"{name}.rc", state / f"{name}.pid"
     for p in (log_path, rc_path):
         p.unlink(missing_ok=True)
+    # A signal before the container's pid is known is held and forwarded then, as the real client (one Go
+    # process, its handlers set before it starts anything) does: on a loaded machine the container answered
+    # /health while this client had not yet read its pid, and a parent's death then left the container running.
+    held: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: held.append(signum))
     # The container runs under the daemon, not under this client: double fork so it is no descendant.
     r, w = os.pipe()
     middle = os.fork()
     if middle == 0:
+        for sig in (signal.SIGTERM, signal.SIGINT):  # the daemon's side keeps no handler of the client's
+            signal.signal(sig, signal.SIG_DFL)
         os.setsid()
         if os.fork() == 0:
             os.close(r)
@@ -610,6 +618,8 @@ def docker_run(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, proxy)
     signal.signal(signal.SIGINT, proxy)
+    for signum in held:
+        proxy(signum, None)
     # Follow the container's output like an attached `docker run`.
     offset = 0
     while True:
