@@ -87,13 +87,13 @@ def count_calls(config: Mapping[str, Any], dtype: str = CARD[1]) -> EngineCalls:
     """The rule `EngineCalls` for `config`'s model served on a card in `dtype`, solved from its engine's forwards at
     2 and 3 layers: one prompt; two of one length; two of two lengths (padded into one call); one beside a decode
     row (on the meta device); a decode step (on the CPU)."""
-    counts = {}
+    counts, card = {}, (CARD[0], dtype)
     for layers in (2, 3):
         c = narrow(config, layers)
-        counts[layers] = {"one": count_forward(c, [PROMPT], 0, CARD[0], dtype),
-                          "two": count_forward(c, [PROMPT, PROMPT], 0, CARD[0], dtype),
-                          "apart": count_forward(c, [PROMPT, PROMPT + 1], 0, CARD[0], dtype),
-                          "beside": count_forward(c, [PROMPT], 1, CARD[0], dtype),
+        counts[layers] = {"one": count_forward(c, [PROMPT], 0, *card),
+                          "two": count_forward(c, [PROMPT, PROMPT], 0, *card),
+                          "apart": count_forward(c, [PROMPT, PROMPT + 1], 0, *card),
+                          "beside": count_forward(c, [PROMPT], 1, *card),
                           "step": count_forward(c, [], 1, *CPU)}
     two, three = counts[2], counts[3]
     per_layer = three["one"] - two["one"]
