@@ -12,7 +12,9 @@ while that front end streams the last step's). Their sum at each batch size is a
 line through batch 1 and 64 gives a forward's and a row's seconds. The host's seconds a torch call, timed as
 profile-gpu times it, are printed beside them. The first prompt's forward at each batch size (`first_prompt_ms`)
 runs while the front end takes in the other B - 1 requests: its growth from batch 1 to 64 over 63 is the front
-end's seconds a request (ENGINE_LOOP's frontend_s). No target: it prints what ENGINE_LOOP holds beside this run.
+end's seconds a request (ENGINE_LOOP's frontend_s); beside it the CPU seconds the front end's thread ran meanwhile
+(`first_prompt_frontend_ms`, its own CPU clock): where the two agree a request's intake held the GIL throughout. No
+target: it prints what ENGINE_LOOP holds beside this run.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ def torch_call_us() -> float:
     return per_call_ms(partial(torch.add, a, a, out=out)) * 1e3
 
 
-def one_run(folder: Path, tokenizer: Path | None) -> dict[int, tuple[float, float, float]]:
-    """Per batch size: (decode_gap_ms, decode_host_ms, first_prompt_ms), the medians of one served batch table."""
+def one_run(folder: Path, tokenizer: Path | None) -> dict[int, tuple[float, float, float, float]]:
+    """Per batch size: (decode_gap_ms, decode_host_ms, first_prompt_ms, first_prompt_frontend_ms), the medians of one
+    served batch table."""
     import gpu_probe
 
     from tgi_toolkit import bench
@@ -62,8 +65,9 @@ def one_run(folder: Path, tokenizer: Path | None) -> dict[int, tuple[float, floa
                         ignore_eos=True, progress=False, output=str(folder / "batch"))
         last = trace.stat().st_size
     rows = gpu_probe.traced_batch(trace, [first, last], SIZES, 3)
-    return {r["batch_size"]: (r["decode_gap_ms"], r["decode_host_ms"], r["first_prompt_ms"]) for r in rows
-            if r["decode_host_ms"] and r["first_prompt_ms"]}
+    return {r["batch_size"]: (r["decode_gap_ms"], r["decode_host_ms"], r["first_prompt_ms"],
+                              r["first_prompt_frontend_ms"]) for r in rows
+            if r["decode_host_ms"] and r["first_prompt_ms"] and r["first_prompt_frontend_ms"] is not None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,17 +85,18 @@ def main(argv: list[str] | None = None) -> int:
             calls.append(torch_call_us())
             print(f"engine_host_rows: run {i + 1} of {args.repeats}: {runs[-1]}", flush=True)
     print(f"\nthe host's seconds a torch call: {statistics.median(calls):.3f} us (median of {len(calls)})")
-    print(f"{'rows':>5} {'gap ms':>8} {'host ms':>8} {'sum ms':>8} {'first ms':>9}   (medians over {len(runs)} runs)")
-    total, first = {}, {}
+    print(f"{'rows':>5} {'gap ms':>8} {'host ms':>8} {'sum ms':>8} {'first ms':>9} {'front end ms':>13}"
+          f"   (medians over {len(runs)} runs)")
+    total, first, front = {}, {}, {}
     for n in SIZES:
         got = [run[n] for run in runs if n in run]
         if not got:
             print(f"{n:5d}  no clean run of this batch size")
             continue
-        gap, host = statistics.median(g for g, _, _ in got), statistics.median(h for _, h, _ in got)
-        total[n] = statistics.median(g + h for g, h, _ in got)
-        first[n] = statistics.median(f for _, _, f in got)
-        print(f"{n:5d} {gap:8.3f} {host:8.3f} {total[n]:8.3f} {first[n]:9.3f}")
+        gap, host = statistics.median(g[0] for g in got), statistics.median(g[1] for g in got)
+        total[n] = statistics.median(g[0] + g[1] for g in got)
+        first[n], front[n] = statistics.median(g[2] for g in got), statistics.median(g[3] for g in got)
+        print(f"{n:5d} {gap:8.3f} {host:8.3f} {total[n]:8.3f} {first[n]:9.3f} {front[n]:13.3f}")
     if 1 in total and 64 in total:
         row = (total[64] - total[1]) / 63
         print(f"\na line through 1 and 64 rows: {total[1] - row:.3f} ms a forward + {row * 1e3:.1f} us a row; "
@@ -100,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     if 1 in first and 64 in first:
         print(f"the first prompt's forward while the front end takes in the other B - 1: "
               f"{(first[64] - first[1]) / 63:.3f} ms a request more (batch 1 to 64); ENGINE_LOOP's frontend_s holds "
-              f"{ENGINE_LOOP['frontend_s'] * 1e3:.3f} ms")
+              f"{ENGINE_LOOP['frontend_s'] * 1e3:.3f} ms; the front end's thread ran "
+              f"{(front[64] - front[1]) / 63:.3f} ms of CPU a request meanwhile")
     return 0
 
 

@@ -377,6 +377,9 @@ def traced_users(trace: Path, users_bytes: dict[str, list[int]]) -> list[dict[st
                 model, sample = slow["model_s"], slow.get("sample_s", 0.0)
                 row.update(slowest_model_ms=round(model * 1e3, 3), slowest_sample_ms=round(sample * 1e3, 3),
                            slowest_host_ms=round((slow["seconds"] - model - sample) * 1e3, 3))
+            for key, name in (("cpu_s", "slowest_cpu_ms"), ("frontend_cpu_s", "slowest_frontend_ms")):
+                if slow.get(key) is not None:  # the compute thread's CPU in it, the front end's beside it
+                    row[name] = round(slow[key] * 1e3, 3)
         rows.append(row)
     return rows
 
@@ -390,14 +393,22 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
     Python inside each of those steps (`decode_host_ms`: its seconds less the runner's and the token choice's, which
     on a card hold the graph's launch and the wait for it; engine.backend's `split`), each the median over the runs
     where the engine ran them so (TGI 3's rule B8 when the other B - 1 requests were all in by the end of the first
-    forward); B = 1 is the one-row prompt forward followed by one-row decode steps.
+    forward); B = 1 is the one-row prompt forward followed by one-row decode steps. Beside each prompt forward, the
+    CPU seconds the compute thread ran in it (`*_cpu_ms`; its wall time less these is the thread off its core: waiting
+    for the GIL, or for the card where a sync sleeps) and those the front end's thread ran meanwhile (`*_frontend_ms`:
+    the other requests' intake, which holds up a forward whose host issues its kernels from Python; engine.backend).
     Milliseconds; each row's "runs" counts the runs matched (the warm-up run among them). The argument `runs` is the
     table's measured runs a batch size (each after one warm-up run), which bounds how many batch-1 runs there are."""
     import statistics
 
     lines = trace_lines(trace, batch_bytes)
-    found: dict[int, dict[str, list[float]]] = {b: {"first": [], "rest": [], "decode": [], "gap": [], "host": []}
-                                                for b in batch_sizes}
+    parts = ("first", "rest", "decode", "gap", "host", "first_cpu", "first_frontend", "rest_cpu", "rest_frontend")
+    found: dict[int, dict[str, list[float]]] = {b: {part: [] for part in parts} for b in batch_sizes}
+
+    def cpu(into: dict[str, list[float]], part: str, line: dict[str, Any]) -> None:
+        for key, name in (("cpu_s", "cpu"), ("frontend_cpu_s", "frontend")):
+            if line.get(key) is not None:  # None: no front end bound yet; absent: a trace from before 2026-11-30
+                into[f"{part}_{name}"].append(line[key])
     # the table runs its smallest batch first: B = 1's runs are the first runs + 1 prompts the trace shows decoding
     # alone (bench's length check before them decodes nothing). A later one is a larger batch's first request whose
     # others came late (a busy machine)
@@ -423,8 +434,10 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
         if size == 1 and j < len(lines) and lines[j]["decode_rows"]:
             continue
         found[size]["first"].append(line["seconds"])
+        cpu(found[size], "first", line)
         if size > 1:
             found[size]["rest"].append(after["seconds"])
+            cpu(found[size], "rest", after)
         found[size]["decode"].extend(decodes)
         found[size]["gap"].extend(gaps)
         found[size]["host"].extend(hosts)
@@ -434,7 +447,9 @@ def traced_batch(trace: Path, batch_bytes: list[int], batch_sizes: list[int], ru
 
     return [{"batch_size": b, "runs": len(v["first"]), "first_prompt_ms": ms(v["first"]),
              "other_prompts_ms": ms(v["rest"]), "decode_step_ms": ms(v["decode"]), "decode_gap_ms": ms(v["gap"]),
-             "decode_host_ms": ms(v["host"])}
+             "decode_host_ms": ms(v["host"]), "first_prompt_cpu_ms": ms(v["first_cpu"]),
+             "first_prompt_frontend_ms": ms(v["first_frontend"]), "other_prompts_cpu_ms": ms(v["rest_cpu"]),
+             "other_prompts_frontend_ms": ms(v["rest_frontend"])}
             for b, v in found.items()]
 
 
@@ -718,11 +733,13 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
         lines.append("")
     lines += markdown_table("the batch table's forwards in the engine's trace (medians)",
                             ("batch_size", "runs", "first_prompt_ms", "other_prompts_ms", "decode_step_ms",
-                             "decode_gap_ms", "decode_host_ms"), summary.get("traced_batch") or [])
+                             "decode_gap_ms", "decode_host_ms", "first_prompt_cpu_ms", "first_prompt_frontend_ms",
+                             "other_prompts_cpu_ms", "other_prompts_frontend_ms"), summary.get("traced_batch") or [])
     lines += markdown_table("the users' forwards in the engine's trace",
                             ("users", "forwards", "busy_share", "slowest_ms", "slowest", "longest_gap_ms",
                              "gap_before", "gc_ms", "gc_longest_ms", "compiles", "slowest_model_ms",
-                             "slowest_sample_ms", "slowest_host_ms"), summary.get("traced_users") or [])
+                             "slowest_sample_ms", "slowest_host_ms", "slowest_cpu_ms", "slowest_frontend_ms"),
+                            summary.get("traced_users") or [])
     stalls = sorted((summary.get("measured") or {}).get("stalls") or [], key=lambda line: -line["ran_ms"])
     lines += markdown_table(f"forwards served past {STALL_MS} ms, where the engine's thread was (the longest 10 of "
                             f"{len(stalls)}; measured/engine.log has every line)", ("at", "forward", "ran_ms", "where"),

@@ -77,6 +77,11 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     assert all(0 < f["model_s"] and 0 <= f["sample_s"] and f["model_s"] + f["sample_s"] <= f["seconds"]
                for f in lines)
     assert all(f["sample_s"] > 0 for f in lines if f["rpc"] == "decode")
+    # and the CPU seconds of the compute thread in each, and of the front end's beside it once a request has streamed
+    # (before the batch table: bench's warm-up)
+    assert all(0 < f["cpu_s"] <= f["seconds"] for f in lines)
+    assert all(f["frontend_cpu_s"] >= 0 for f in lines[1:])
+    assert all(row["first_prompt_frontend_ms"] >= 0 for row in summary["traced_batch"] if row["runs"])
     assert all(row["decode_host_ms"] > 0 for row in summary["traced_batch"] if row["decode_step_ms"])
     assert summary["traced_batch"][0]["decode_step_ms"] > 0
     # each users point's forwards, read from the trace bytes its run added, after the batch table's
@@ -204,16 +209,20 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
 
     clock = [100.0]
 
-    def line(rpc: str, rows: int, decode_rows: int, seconds: float) -> str:
+    def line(rpc: str, rows: int, decode_rows: int, seconds: float, frontend: float | None = 0.0) -> str:
         clock[0] += (0.002 if rpc == "decode" and rows == 4 else 0.001) + seconds
         return json.dumps({"t": clock[0], "rpc": rpc, "rows": rows, "tokens": 8 * rows, "context": 8 * rows,
                            "pairs": 36.0 * rows, "prefilling": rpc == "prefill", "decode_rows": decode_rows,
                            "decode_context": 9 * decode_rows, "seconds": seconds,
                            # half of it in the runner and 1 ms choosing tokens: the host's Python is the rest
-                           "model_s": seconds / 2, "sample_s": 0.001}) + "\n"
+                           "model_s": seconds / 2, "sample_s": 0.001,
+                           # the compute thread on its core a quarter of it; the front end's seconds as given
+                           "cpu_s": seconds / 4,
+                           "frontend_cpu_s": 0.0005 + 0.001 * decode_rows if frontend == 0.0 else frontend}) + "\n"
 
     before = line("prefill", 1, 0, 9.0) + line("decode", 1, 0, 9.0)  # another scenario's, before the batch runs
-    runs = (line("prefill", 1, 0, 0.010) + line("decode", 1, 0, 0.005) + line("decode", 1, 0, 0.007)
+    # the first forward's front end is unknown (no request had streamed yet)
+    runs = (line("prefill", 1, 0, 0.010, None) + line("decode", 1, 0, 0.005) + line("decode", 1, 0, 0.007)
             + line("prefill", 1, 0, 0.012) + line("decode", 1, 0, 0.006)
             + line("prefill", 1, 0, 0.020) + line("prefill", 4, 1, 0.050) + line("decode", 4, 0, 0.008)
             + line("decode", 4, 0, 0.008)
@@ -232,12 +241,16 @@ def test_the_batch_tables_forwards_are_read_back_from_the_engines_trace(tmp_path
     # batch 1 (a warm-up and 1 run: its 2 prompts are the trace's first): first forwards 10 and 12 ms (median 11),
     # decode steps 5, 7 and 6 ms (median 6); batch 4: the one run whose other 3 prompts came in one forward: 20, 50
     # and 8 ms; the late runs count for neither. The gaps before the decode steps: 1 ms at batch 1, 2 at batch 4.
-    # The host's Python in those steps: 5/2 - 1, 7/2 - 1, 6/2 - 1 = 1.5, 2.5, 2 ms (median 2); 8/2 - 1 = 3 ms
+    # The host's Python in those steps: 5/2 - 1, 7/2 - 1, 6/2 - 1 = 1.5, 2.5, 2 ms (median 2); 8/2 - 1 = 3 ms.
+    # The compute thread's CPU in the prompt forwards: 10/4 and 12/4 (median 2.75); 20/4 = 5 and 50/4 = 12.5. The
+    # front end's beside them: batch 1's known one 0.5 ms; batch 4's 0.5 and 0.5 + 1 (one row decoding) = 1.5
     assert rows == [
         {"batch_size": 1, "runs": 2, "first_prompt_ms": 11.0, "other_prompts_ms": None, "decode_step_ms": 6.0,
-         "decode_gap_ms": 1.0, "decode_host_ms": 2.0},
+         "decode_gap_ms": 1.0, "decode_host_ms": 2.0, "first_prompt_cpu_ms": 2.75, "first_prompt_frontend_ms": 0.5,
+         "other_prompts_cpu_ms": None, "other_prompts_frontend_ms": None},
         {"batch_size": 4, "runs": 1, "first_prompt_ms": 20.0, "other_prompts_ms": 50.0, "decode_step_ms": 8.0,
-         "decode_gap_ms": 2.0, "decode_host_ms": 3.0}]
+         "decode_gap_ms": 2.0, "decode_host_ms": 3.0, "first_prompt_cpu_ms": 5.0, "first_prompt_frontend_ms": 0.5,
+         "other_prompts_cpu_ms": 12.5, "other_prompts_frontend_ms": 1.5}]
 
 
 def test_the_stall_watchs_lines_are_read_back_from_the_engines_log():
@@ -290,9 +303,12 @@ def test_the_users_forwards_are_read_back_from_the_engines_trace(tmp_path):
     import gpu_probe
 
     def line(end: float, seconds: float, rpc: str, rows: int, tokens: int, gc_s: float | None = None,
-             compiles: int = 0, model_s: float = 0.0, sample_s: float = 0.0) -> str:
+             compiles: int = 0, model_s: float = 0.0, sample_s: float = 0.0, cpu: tuple[float, float] | None = None
+             ) -> str:
         collected = {} if gc_s is None else {"gc_s": gc_s, "compiles": compiles, "model_s": model_s,
                                              "sample_s": sample_s}
+        if cpu is not None:  # the compute thread's CPU seconds, the front end's
+            collected.update(cpu_s=cpu[0], frontend_cpu_s=cpu[1])
         return json.dumps({"t": end, "seconds": seconds, "rpc": rpc, "rows": rows, "tokens": tokens,
                            **collected}) + "\n"
 
@@ -302,7 +318,8 @@ def test_the_users_forwards_are_read_back_from_the_engines_trace(tmp_path):
     # and a decode (11.651-11.661, 1 ms of passes)
     one = line(10.02, 0.02, "prefill", 1, 256) + line(10.04, 0.01, "decode", 1, 1) + \
         line(10.05, 0.01, "decode", 1, 1)
-    eight = line(11.10, 0.10, "prefill", 8, 2048, 0.0, 0, 0.07, 0.01) + line(11.65, 0.05, "prefill", 8, 263, 0.4, 1) + \
+    eight = line(11.10, 0.10, "prefill", 8, 2048, 0.0, 0, 0.07, 0.01, (0.06, 0.008)) + \
+        line(11.65, 0.05, "prefill", 8, 263, 0.4, 1) + \
         line(11.661, 0.01, "decode", 8, 8, 0.001)
     trace = tmp_path / "forwards.jsonl"
     trace.write_text(one + eight)
@@ -315,7 +332,8 @@ def test_the_users_forwards_are_read_back_from_the_engines_trace(tmp_path):
         {"users": 8, "forwards": 3, "busy_share": 0.242, "slowest_ms": 100.0,
          "slowest": "prefill of 8 rows, 2048 tokens", "longest_gap_ms": 500.0,
          "gap_before": "prefill of 8 rows, 263 tokens", "gc_ms": 401.0, "gc_longest_ms": 400.0, "compiles": 1,
-         "slowest_model_ms": 70.0, "slowest_sample_ms": 10.0, "slowest_host_ms": 20.0},
+         "slowest_model_ms": 70.0, "slowest_sample_ms": 10.0, "slowest_host_ms": 20.0, "slowest_cpu_ms": 60.0,
+         "slowest_frontend_ms": 8.0},
         {"users": 32, "forwards": 0}]
 
 

@@ -67,8 +67,10 @@ class ModelBackend:
         self._raw_decode = getattr(backend, "decode", None)
         # The last forward's seconds in the runner (on a card: launching its kernels or replaying its graph) and in
         # the token choice (on a card: with the wait for those kernels): the rest of it is the host's Python around
-        # them, which the forward trace keeps apart (metrics.Metrics)
-        self.split = {"model_s": 0.0, "sample_s": 0.0}
+        # them, which the forward trace keeps apart (metrics.Metrics). And the CPU seconds the compute thread ran in
+        # it and those the front end's thread ran beside it: one process, one GIL, so the second holds up a forward
+        # whose host issues its kernels from Python (simulate.events' `frontend_stalls_forwards`)
+        self.split: dict[str, float | None] = {"model_s": 0.0, "sample_s": 0.0, "cpu_s": 0.0, "frontend_cpu_s": None}
 
     # -- text ---------------------------------------------------------------------------
     def _decode(self, ids: list[int], skip_special: bool = False) -> str:
@@ -108,6 +110,13 @@ class ModelBackend:
             self.watch.end()
 
     def _forward(self, forward: Forward) -> None:
+        cpu, frontend = time.thread_time(), self.deliver.frontend_cpu_s()
+        self._run(forward)
+        self.split["cpu_s"] = time.thread_time() - cpu
+        after = self.deliver.frontend_cpu_s()  # None before the first request streams (a bound loop stays bound)
+        self.split["frontend_cpu_s"] = None if after is None or frontend is None else after - frontend
+
+    def _run(self, forward: Forward) -> None:
         if self.pace is not None:
             self._deadline = time.perf_counter() + self.pace(forward)
         runner = self.runner

@@ -4,6 +4,8 @@ the engine streams them, the API renders them; kept apart so those share them wi
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +54,20 @@ class Delivery:
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._clock: int | None = None  # the loop thread's CPU clock, where the platform has one
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Stream through `loop`, the running loop of the calling thread (the front end's)."""
+        if loop is not self.loop:
+            getclock = getattr(time, "pthread_getcpuclockid", None)  # Linux and most Unixes, not macOS
+            self._clock = getclock(threading.get_ident()) if getclock is not None else None
+            self.loop = loop
+
+    def frontend_cpu_s(self) -> float | None:
+        """The CPU seconds the front end's thread has run so far (None where none is bound or the platform cannot
+        tell): over a forward, how long the front end's Python, which shares the compute thread's GIL, ran beside
+        it."""
+        return time.clock_gettime(self._clock) if self._clock is not None else None
 
     def __call__(self, events: list[tuple[Callable[[Any], None], Any]]) -> None:
         if events and self.loop is not None:

@@ -130,7 +130,7 @@ class Engine:
 
     async def stream(self, request: ValidRequest) -> AsyncIterator[Event]:
         """Token events of one request; leaving the iterator early cancels the request."""
-        self.backend.deliver.loop = asyncio.get_running_loop()
+        self.backend.deliver.bind(asyncio.get_running_loop())
         events: asyncio.Queue[Any] = asyncio.Queue()
         entry = self.submit(request, events.put_nowait)
         try:

@@ -72,7 +72,7 @@ def graphs_compiled() -> int:
 class Metrics(Observer):
     """All of the engine's metrics in one registry; also the scheduler's `Observer`."""
 
-    def __init__(self, trace: IO[str] | None = None, split: Mapping[str, float] | None = None) -> None:
+    def __init__(self, trace: IO[str] | None = None, split: Mapping[str, float | None] | None = None) -> None:
         # trace (TGI_TOOLKIT_FORWARD_TRACE): a JSON line per forward, its features as the simulator's cost
         # models price them and its measured seconds; what /metrics' histograms cannot give a fit: each forward.
         # split: the backend's parts of its last forward (ModelBackend.split), written beside its seconds
