@@ -22,7 +22,8 @@ data/measured/gpu/<card>-<date>/):
    forward costs without HTTP, against its price; and the
    one-row step as the server builds it, captured with the eager layers and with the compiled ones, and the largest
    batch's step as it serves it (`graph_steps`): against the served steps in the trace, the host's share of a
-   step apart from the card's;
+   step apart from the card's; and the one-prompt forward beside a thread that takes the GIL in slices, as the
+   front end's loop does (benchmarks/gil_contention.py): what the front end's Python costs a forward on this host;
 5. summary.json and summary.md: every point predicted beside measured, the decode step at batch 1 against the
    weights' read time at the measured copy bandwidth, and the provenance (card, driver, torch, CUDA).
 
@@ -577,6 +578,13 @@ def engine_forwards(model_dir: Path, device: str, plan: dict[str, Any], cost: An
                 row["priced_ms"] = round(cost.seconds(shape) * 1e3, 3)
                 row["priced_kernels_ms"] = round(cost.kernel_seconds(shape) * 1e3, 3)
             results.append(row)
+        # the one-prompt forward beside a thread taking the GIL as the front end's loop does: the premise of the
+        # simulator's front-end stall, on this host (benchmarks/gil_contention.py)
+        import gil_contention
+
+        for row in gil_contention.beside(lambda: once(1, False, False, False), repeats=10):
+            results.append({"forward": f"prompt x1, beside {row.pop('beside')}", "prompts": 1, "decode_rows": 0,
+                            "tokens": s, **row})
     runner = loaded = None  # the card's memory back before the summary is written
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -744,9 +752,15 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     lines += markdown_table(f"forwards served past {STALL_MS} ms, where the engine's thread was (the longest 10 of "
                             f"{len(stalls)}; measured/engine.log has every line)", ("at", "forward", "ran_ms", "where"),
                             stalls[:10])
+    forwards = summary.get("engine_forwards") or []
     lines += markdown_table("the engine's forwards alone (no HTTP)",
                             ("forward", "tokens", "wall_ms", "device_busy_ms", "torch_calls", "rule_calls",
-                             "priced_ms", "priced_kernels_ms", "build_s"), summary.get("engine_forwards") or [])
+                             "priced_ms", "priced_kernels_ms", "build_s"),
+                            [row for row in forwards if "stretch_ms" not in row])
+    lines += markdown_table("the one-prompt forward beside a thread taking the GIL (its CPU and slices during the "
+                            "forward; unhindered: the slices it would have run)",
+                            ("forward", "wall_ms", "alone_ms", "stretch_ms", "other_cpu_ms", "slices",
+                             "unhindered_slices"), [row for row in forwards if "stretch_ms" in row])
     for kind, reason in (summary.get("skipped") or {}).items():
         lines.append(f"- {kind}: {reason}")
     (out / "summary.md").write_text("\n".join(lines) + "\n")

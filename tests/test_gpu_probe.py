@@ -95,13 +95,16 @@ def test_the_probe_runs_every_step_on_a_cpu(tmp_path):
     assert [row["forward"] for row in summary["engine_forwards"]] == [
         "prompt x1", "prompt x7 + decode row", "prompt x15 + decode row",
         "prompt x15 after cached tokens + decode row", "decode row", "decode row, graph", "decode row, graph, compiled",
-        "decode x16, graph"]
+        "decode x16, graph", "prompt x1, beside 50 us of Python every 1 ms",
+        "prompt x1, beside 500 us of Python every 2 ms"]
+    assert "## the one-prompt forward beside a thread taking the GIL" in (out / "summary.md").read_text()
     assert "- alone, decode row, graph, compiled: " in (out / "summary.md").read_text()
     # the largest batch's step alone beside the same step served, where the trace timed it (a loaded machine may
     # have left batch 16 no clean run: then the summary has no such line)
     assert ("Decode step at batch 16: " in (out / "summary.md").read_text()) == bool(
         summary["traced_batch"][-1].get("decode_step_ms"))
-    assert all(row["wall_ms"] > 0 and "priced_ms" in row for row in summary["engine_forwards"])
+    assert all(row["wall_ms"] > 0 and ("priced_ms" in row or "stretch_ms" in row)
+               for row in summary["engine_forwards"])
     assert all(row["rule_calls"] > 0 for row in summary["engine_forwards"][:5])
     # a folder brought back is predicted again here, from its own kernel times, plan and flags
     again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_probe.py"), "--predict-again", str(out)],
@@ -166,11 +169,16 @@ def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs
     assert [(r["forward"], r["prompts"], r["decode_rows"], r["tokens"]) for r in rows] == [
         ("prompt x1", 1, 0, 8), ("prompt x3 + decode row", 3, 1, 25),
         ("prompt x3 after cached tokens + decode row", 3, 1, 19), ("decode row", 0, 1, 1),
-        ("decode row, graph", 0, 1, 1), ("decode row, graph, compiled", 0, 1, 1), ("decode x4, graph", 0, 4, 4)]
+        ("decode row, graph", 0, 1, 1), ("decode row, graph, compiled", 0, 1, 1), ("decode x4, graph", 0, 4, 4),
+        ("prompt x1, beside 50 us of Python every 1 ms", 1, 0, 8),
+        ("prompt x1, beside 500 us of Python every 2 ms", 1, 0, 8)]
     assert all(r["wall_ms"] > 0 for r in rows)
     # the one-row step as the server builds it (a CPU: no capture), with the eager layers, then compiled at batch 1,
     # then the largest batch's step with the eager layers, as the server runs every other size
-    assert [r["compiled"] for r in rows[4:]] == [[], [1], []] and "not_compiled" not in rows[5]
+    assert [r["compiled"] for r in rows[4:7]] == [[], [1], []] and "not_compiled" not in rows[5]
+    # the one-prompt forward beside each contender, and the contender's CPU and slices during it
+    assert all(r["alone_ms"] > 0 and r["other_cpu_ms"] >= 0 and r["slices"] >= 0 and r["unhindered_slices"] > 0
+               for r in rows[7:])
     assert rows[4]["priced_ms"] == rows[5]["priced_ms"] == rows[3]["priced_ms"]  # the decode row's shape and price
     # 4 rows at position 8 (no decode_length in this plan: the prompt's end): 9 tokens of context and pairs each
     assert rows[6]["priced_ms"] == round(cost.seconds(Shape(4, 4, 36, 36, False, 4, 36)) * 1e3, 3)
@@ -184,7 +192,9 @@ def test_the_engines_forwards_are_timed_alone_and_priced_as_the_batch_table_runs
                                            compiled=False)
     assert [r["forward"] for r in uncompiled[1:]] == ["prompt x7 + decode row", "prompt x15 + decode row",
                                                       "prompt x15 after cached tokens + decode row", "decode row",
-                                                      "decode row, graph", "decode x16, graph"]
+                                                      "decode row, graph", "decode x16, graph",
+                                                      "prompt x1, beside 50 us of Python every 1 ms",
+                                                      "prompt x1, beside 500 us of Python every 2 ms"]
     assert uncompiled[2]["torch_calls"] - uncompiled[1]["torch_calls"] < 8 * 2
     # 3 prompts of 8 tokens (36 causal pairs each) beside a row decoding at position 8 (context 9): 33 tokens of
     # context, 3 x 36 + 9 = 117 pairs
