@@ -13,8 +13,11 @@ line through batch 1 and 64 gives a forward's and a row's seconds. The host's se
 profile-gpu times it, are printed beside them. The first prompt's forward at each batch size (`first_prompt_ms`)
 runs while the front end takes in the other B - 1 requests: its growth from batch 1 to 64 over 63 is the front
 end's seconds a request (ENGINE_LOOP's frontend_s); beside it the CPU seconds the front end's thread ran meanwhile
-(`first_prompt_frontend_ms`, its own CPU clock): where the two agree a request's intake held the GIL throughout. No
-target: it prints what ENGINE_LOOP holds beside this run.
+(`first_prompt_frontend_ms`, its own CPU clock): where the two agree a request's intake held the GIL throughout. And
+at batch 1 the request's path outside its forward: bench's time to the first token less the prompt's forward and the
+loop's gap before a forward (which ENGINE_LOOP's forward_overhead_s holds), the medians over the table's batch-1 runs:
+sending, HTTP, validation, tokenization and the queue on the way in, the token's event and the stream on the way out
+(ENGINE_LOOP's request_overhead_s). No target: it prints what ENGINE_LOOP holds beside this run.
 """
 
 from __future__ import annotations
@@ -44,10 +47,11 @@ def torch_call_us() -> float:
     return per_call_ms(partial(torch.add, a, a, out=out)) * 1e3
 
 
-def one_run(folder: Path, tokenizer: Path | None) -> dict[int, tuple[float, float, float, float]]:
+def one_run(folder: Path, tokenizer: Path | None) -> tuple[dict[int, tuple[float, float, float, float]], float]:
     """Per batch size: (decode_gap_ms, decode_host_ms, first_prompt_ms, first_prompt_frontend_ms), the medians of one
-    served batch table."""
+    served batch table; and the request's path outside its forward at batch 1 (ms)."""
     import gpu_probe
+    import pandas as pd
 
     from tgi_toolkit import bench
     from tgi_toolkit.config import LauncherConfig
@@ -65,9 +69,14 @@ def one_run(folder: Path, tokenizer: Path | None) -> dict[int, tuple[float, floa
                         ignore_eos=True, progress=False, output=str(folder / "batch"))
         last = trace.stat().st_size
     rows = gpu_probe.traced_batch(trace, [first, last], SIZES, 3)
+    table = pd.read_parquet(folder / "batch" / "batch.parquet")
+    # its warm-up run too, as the trace's median holds it
+    ttft = table.loc[table["batch_size"] == 1, "prefill_latency_s"].median() * 1e3
+    alone = rows[0]
     return {r["batch_size"]: (r["decode_gap_ms"], r["decode_host_ms"], r["first_prompt_ms"],
                               r["first_prompt_frontend_ms"]) for r in rows
-            if r["decode_host_ms"] and r["first_prompt_ms"] and r["first_prompt_frontend_ms"] is not None}
+            if r["decode_host_ms"] and r["first_prompt_ms"] and r["first_prompt_frontend_ms"] is not None}, \
+        ttft - alone["first_prompt_ms"] - alone["decode_gap_ms"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,12 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="a folder with tokenizer.json (default: the bundled model's)")
     args = parser.parse_args(argv)
-    calls, runs = [torch_call_us()], []
+    calls, runs, paths = [torch_call_us()], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
-            runs.append(one_run(Path(tmp) / str(i), args.tokenizer))
+            run, path = one_run(Path(tmp) / str(i), args.tokenizer)
+            runs.append(run)
+            paths.append(path)
             calls.append(torch_call_us())
-            print(f"engine_host_rows: run {i + 1} of {args.repeats}: {runs[-1]}", flush=True)
+            print(f"engine_host_rows: run {i + 1} of {args.repeats}: {run}; request path {path:.3f} ms", flush=True)
     print(f"\nthe host's seconds a torch call: {statistics.median(calls):.3f} us (median of {len(calls)})")
     print(f"{'rows':>5} {'gap ms':>8} {'host ms':>8} {'sum ms':>8} {'first ms':>9} {'front end ms':>13}"
           f"   (medians over {len(runs)} runs)")
@@ -107,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{(first[64] - first[1]) / 63:.3f} ms a request more (batch 1 to 64); ENGINE_LOOP's frontend_s holds "
               f"{ENGINE_LOOP['frontend_s'] * 1e3:.3f} ms; the front end's thread ran "
               f"{(front[64] - front[1]) / 63:.3f} ms of CPU a request meanwhile")
+    print(f"a batch-1 request's path outside its forward: {statistics.median(paths):.3f} ms (median of "
+          f"{', '.join(f'{p:.3f}' for p in paths)}); ENGINE_LOOP's request_overhead_s holds "
+          f"{ENGINE_LOOP.get('request_overhead_s', 0.0) * 1e3:.3f} ms (none: the server profile's)")
     return 0
 
 

@@ -37,9 +37,11 @@ class LayerShape(Protocol):
 # request, which holds up the forward it falls in (one process, one GIL): the first prompt's forward of a batch of
 # 64 took 0.86 ms a request longer than alone (medians over the 6 runs of two measurements that afternoon; 0.37-1.12
 # a run; 0.75 at batch 8 and 32). The card's own host measures all three at 1-64 rows in the probe's trace
-# (decode_gap_ms, decode_host_ms, first_prompt_ms)
+# (decode_gap_ms, decode_host_ms, first_prompt_ms). And a request's path outside its forward, in place of the server
+# profile's 5 ms (TGI's Rust router): bench's batch-1 time to first token less the forward and the loop's gap, 2.47-2.67
+# ms (median 2.62) over three runs on the same CPU (2026-11-30); the H200's trace of 2026-11-29 read 2.9-3.2 there
 ENGINE_LOOP = {"forward_overhead_s": 2.1e-4, "row_overhead_s": 2.8e-5, "host_token_s": 0.0,
-               "frontend_s": 8.6e-4, "frontend_stalls_forwards": True}
+               "frontend_s": 8.6e-4, "frontend_stalls_forwards": True, "request_overhead_s": 2.6e-3}
 
 
 def engine_elementwise_bytes(shape: LayerShape) -> float:
