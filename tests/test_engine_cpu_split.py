@@ -73,6 +73,23 @@ def test_delivery_reads_the_bound_loops_thread_not_the_callers(loop):
     assert delivery.frontend_cpu_s() - before < BURN_S / 2
 
 
+def test_a_loop_whose_thread_has_ended_reads_as_unknown():
+    """A forward must not fail because the thread of the loop it last streamed through is gone."""
+    import threading
+
+    delivery = Delivery()
+
+    def serve_once() -> None:
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(_call(lambda: delivery.bind(asyncio.get_running_loop())))
+        loop.close()
+
+    thread = threading.Thread(target=serve_once)
+    thread.start()
+    thread.join()
+    assert delivery.loop is not None and delivery.frontend_cpu_s() is None
+
+
 def test_each_forward_line_carries_the_compute_threads_and_the_front_ends_cpu_seconds(loop, tmp_path: Path):
     """Three requests of 6 tokens, one new token each, run as three forwards (one prompt each: max batch size 1).
     In the first the front end burns BURN_S of its CPU, in the second the compute thread does; the third has

@@ -67,7 +67,12 @@ class Delivery:
         """The CPU seconds the front end's thread has run so far (None where none is bound or the platform cannot
         tell): over a forward, how long the front end's Python, which shares the compute thread's GIL, ran beside
         it."""
-        return time.clock_gettime(self._clock) if self._clock is not None else None
+        if self._clock is None:
+            return None
+        try:
+            return time.clock_gettime(self._clock)
+        except OSError:  # the loop's thread has ended (a loop bound in a thread that is gone): unknown, not an error
+            return None
 
     def __call__(self, events: list[tuple[Callable[[Any], None], Any]]) -> None:
         if events and self.loop is not None:
