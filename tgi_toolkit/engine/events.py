@@ -55,24 +55,28 @@ class Delivery:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._clock: int | None = None  # the loop thread's CPU clock, where the platform has one
+        self._thread: threading.Thread | None = None  # whose clock it is
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Stream through `loop`, the running loop of the calling thread (the front end's)."""
         if loop is not self.loop:
             getclock = getattr(time, "pthread_getcpuclockid", None)  # Linux and most Unixes, not macOS
             self._clock = getclock(threading.get_ident()) if getclock is not None else None
+            self._thread = threading.current_thread()
             self.loop = loop
 
     def frontend_cpu_s(self) -> float | None:
         """The CPU seconds the front end's thread has run so far (None where none is bound or the platform cannot
         tell): over a forward, how long the front end's Python, which shares the compute thread's GIL, ran beside
         it."""
-        if self._clock is None:
+        if self._clock is None or self._thread is None:
             return None
         try:
-            return time.clock_gettime(self._clock)
+            seconds = time.clock_gettime(self._clock)
         except OSError:  # the loop's thread has ended (a loop bound in a thread that is gone): unknown, not an error
             return None
+        # A thread that has ended may still read, from a thread that took over its id: so alive after the read.
+        return seconds if self._thread.is_alive() else None
 
     def __call__(self, events: list[tuple[Callable[[Any], None], Any]]) -> None:
         if events and self.loop is not None:
