@@ -75,7 +75,8 @@ class Delivery:
             seconds = time.clock_gettime(self._clock)
         except OSError:  # the loop's thread has ended (a loop bound in a thread that is gone): unknown, not an error
             return None
-        # A thread that has ended may still read, from a thread that took over its id: so alive after the read.
+        # An ended thread's clock may still read (join returns before the kernel reaps it; a new thread may take its
+        # id), so the thread must be alive after the read.
         return seconds if self._thread.is_alive() else None
 
     def __call__(self, events: list[tuple[Callable[[Any], None], Any]]) -> None:
