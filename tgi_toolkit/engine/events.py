@@ -54,30 +54,30 @@ class Delivery:
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._clock: int | None = None  # the loop thread's CPU clock, where the platform has one
-        self._thread: threading.Thread | None = None  # whose clock it is
+        # the loop thread's CPU clock and that thread, where the platform has per-thread clocks
+        self._clock: tuple[int, threading.Thread] | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Stream through `loop`, the running loop of the calling thread (the front end's)."""
         if loop is not self.loop:
             getclock = getattr(time, "pthread_getcpuclockid", None)  # Linux and most Unixes, not macOS
-            self._clock = getclock(threading.get_ident()) if getclock is not None else None
-            self._thread = threading.current_thread()
+            self._clock = (getclock(threading.get_ident()), threading.current_thread()) if getclock else None
             self.loop = loop
 
     def frontend_cpu_s(self) -> float | None:
         """The CPU seconds the front end's thread has run so far (None where none is bound or the platform cannot
         tell): over a forward, how long the front end's Python, which shares the compute thread's GIL, ran beside
         it."""
-        if self._clock is None or self._thread is None:
+        if self._clock is None:
             return None
+        clock, thread = self._clock
         try:
-            seconds = time.clock_gettime(self._clock)
+            seconds = time.clock_gettime(clock)
         except OSError:  # the loop's thread has ended (a loop bound in a thread that is gone): unknown, not an error
             return None
         # An ended thread's clock may still read (join returns before the kernel reaps it; a new thread may take its
         # id), so the thread must be alive after the read.
-        return seconds if self._thread.is_alive() else None
+        return seconds if thread.is_alive() else None
 
     def __call__(self, events: list[tuple[Callable[[Any], None], Any]]) -> None:
         if events and self.loop is not None:
