@@ -116,15 +116,28 @@ def serve_http(host: str, port: int, info: dict, models: dict | None = None) -> 
     return httpd
 
 
-def install_sigterm(on_term, ignore_line: str) -> None:
+def install_sigterm(ignore_line: str) -> list[int]:
+    """SIGTERM and SIGINT append to the list returned (an ignore-sigterm stand-in says `ignore_line` instead).
+
+    The handler only appends: one that took a lock (`Event.set`) waited forever when the signal landed while
+    the main thread held that same lock inside `Event.wait`, and a stand-in hung so outlived its parent in CI.
+    """
+    received: list[int] = []
+
     def handler(signum: int, frame: object) -> None:
         if VARIANT == "ignore-sigterm":
             say(ignore_line)
             return
-        on_term()
+        received.append(signum)
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    return received
+
+
+def wait_for(received: list[int]) -> None:
+    while not received:
+        time.sleep(0.1)
 
 
 def visible_devices_line() -> str:
@@ -214,19 +227,13 @@ def tgi(argv: list[str]) -> int:
             "max_stop_sequences": 4, "max_input_tokens": max_input, "max_total_tokens": max_total,
             "validation_workers": 2, "max_client_batch_size": 4, "router": "text-generation-router",
             "version": "3.3.6-dev0", "sha": None, "docker_label": None}
-    stop = threading.Event()
-
-    def on_term() -> None:
-        stop.set()
-
-    install_sigterm(on_term, f"{tgi_stamp()}  INFO text_generation_launcher: standin ignores SIGTERM")
+    stop = install_sigterm(f"{tgi_stamp()}  INFO text_generation_launcher: standin ignores SIGTERM")
     # In a stand-in container the host side of `-p` is what a client reaches.
     bind_port = int(os.environ.get("STANDIN_BIND_PORT", port))
     httpd = serve_http("127.0.0.1" if hostname == "0.0.0.0" else hostname, bind_port, info)
     Health.ready = True
     tgi_log("text_generation_router::server: router/src/server.rs:2302", "Connected")
-    while not stop.wait(0.1):
-        pass
+    wait_for(stop)
     tgi_log("text_generation_launcher", "Terminating webserver")
     tgi_log("text_generation_launcher", "Waiting for webserver to gracefully shutdown")
     httpd.shutdown()
@@ -287,8 +294,7 @@ def vllm(argv: list[str]) -> int:
     vllm_log("kv_cache_utils.py:849", f"GPU KV cache size: {kv_tokens:,} tokens")
     vllm_log("kv_cache_utils.py:853", f"Maximum concurrency for {max_len:,} tokens per request: "
                                       f"{kv_tokens / max_len:.2f}x")
-    stop = threading.Event()
-    install_sigterm(stop.set, "INFO:     standin ignores SIGTERM")
+    stop = install_sigterm("INFO:     standin ignores SIGTERM")
     models = {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "vllm", "root": model,
                                           "max_model_len": max_len}]}
     httpd = serve_http("127.0.0.1" if host == "0.0.0.0" else host, port, {"model_id": model}, models)
@@ -298,8 +304,7 @@ def vllm(argv: list[str]) -> int:
     Health.ready = True
     say("INFO:     Application startup complete.")
     say(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
-    while not stop.wait(0.1):
-        pass
+    wait_for(stop)
     say("INFO:     Shutting down")
     httpd.shutdown()
     say("INFO:     Application shutdown complete.")
@@ -426,12 +431,10 @@ def openai_server(argv: list[str]) -> int:
 
     httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     httpd.daemon_threads = True
-    stop = threading.Event()
-    install_sigterm(stop.set, "mock: ignores SIGTERM")
+    stop = install_sigterm("mock: ignores SIGTERM")
     threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
     say(f"mock OpenAI server on http://127.0.0.1:{port} behaviours={sorted(behaviours)}")
-    while not stop.wait(0.1):
-        pass
+    wait_for(stop)
     httpd.shutdown()
     return 0
 
