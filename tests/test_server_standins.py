@@ -407,6 +407,41 @@ def test_a_script_killed_with_sigterm_stops_its_server_and_still_dies_of_sigterm
         httpx.get(url + "/health", timeout=1)
 
 
+def test_a_sigterm_that_lands_while_the_script_polls_its_server_still_stops_it_and_ends_the_script():
+    # SIGTERM's handler stops the servers on the main thread, which may be inside Popen.wait holding the lock
+    # that a plain wait() takes: the handler waited on itself and the script hung until SIGKILL. The window is
+    # microseconds per poll; the script here makes it certain by raising SIGTERM inside Popen's polling call.
+    script = textwrap.dedent("""
+        import signal, subprocess
+        from tgi_toolkit.config import LauncherConfig
+        from tgi_toolkit.server import Server
+        server = Server(LauncherConfig(model_id="m"), backend="tgi", startup_progress=False).start()
+        print(server.pid, server.url, flush=True)
+        poll, landed = subprocess.Popen._try_wait, []
+
+        def sigterm_lands_while_polling(popen, flags):
+            if not landed:
+                landed.append(True)
+                signal.raise_signal(signal.SIGTERM)
+            return poll(popen, flags)
+
+        subprocess.Popen._try_wait = sigterm_lands_while_polling
+        server.wait(60)
+        print("the wait ended without the signal", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pid, url = proc.stdout.readline().split()
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+        assert proc.stdout.read() == ""
+    finally:
+        proc.kill()
+        proc.stdout.close()
+    assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url + "/health", timeout=1)
+
+
 def test_default_log_folder_cannot_shadow_the_package(tmp_path, monkeypatch):
     # A folder named tgi_toolkit in the temp dir became a namespace package for a server started there.
     monkeypatch.setenv("TMPDIR", str(tmp_path))

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from tgi_toolkit.config.launcher import LauncherConfig
 
 TAIL_LINES = 30  # log lines an error carries
+# Bounded, not wait(): SIGTERM's handler (server.py) may stop a server on a main thread it interrupted inside
+# Popen.poll or wait, which holds the lock an unbounded wait() takes: that wait would be on itself, forever.
+REAP_WITHIN_S = 10.0
 
 
 class ServerHandle(Protocol):
@@ -195,7 +198,7 @@ class ManagedProcess:
                 self._known.setdefault(proc.pid, proc)
 
     def stop(self, grace: float) -> int | None:
-        """SIGTERM the group; SIGKILL what is left after `grace` seconds; reap; return the exit code."""
+        """SIGTERM the group; SIGKILL what is left after `grace` s; reap; return the exit code (None: not reaped)."""
         if self.stopped:
             return self.popen.returncode
         self.stopped = True
@@ -223,7 +226,8 @@ class ManagedProcess:
             time.sleep(0.05)
         if self.alive():
             _signal_group(self.pgid, signal.SIGKILL)
-        self.popen.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(REAP_WITHIN_S)
         _signal_group(self.pgid, signal.SIGKILL)  # stragglers that stayed in the group
         survivors = _live(self._known.values())
         for proc in survivors:
