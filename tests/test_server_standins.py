@@ -7,12 +7,14 @@ container outside our process tree). Every test ends with no process left (autou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 
 import httpx
 import psutil
@@ -365,6 +367,25 @@ def test_bad_arguments_name_the_allowed_values():
         Server(backend="tgi", url="http://127.0.0.1:1")
 
 
+def assert_server_gone(pid: int, url: str) -> None:
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url + "/health", timeout=1)
+
+
+@contextlib.contextmanager
+def script_with_a_server(script: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Runs `script`, which prints its server's pid and url first; after the block, that server is gone."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pid, url = proc.stdout.readline().split()
+        yield proc, url
+    finally:
+        proc.kill()
+        proc.stdout.close()
+    assert_server_gone(int(pid), url)
+
+
 def test_interpreter_exit_stops_a_forgotten_server(tmp_path):
     script = textwrap.dedent("""
         from tgi_toolkit.config import LauncherConfig
@@ -376,9 +397,7 @@ def test_interpreter_exit_stops_a_forgotten_server(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     pid, url = done.stdout.split()
-    assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
-    with pytest.raises(httpx.HTTPError):
-        httpx.get(url + "/health", timeout=1)
+    assert_server_gone(int(pid), url)
 
 
 def test_a_script_killed_with_sigterm_stops_its_server_and_still_dies_of_sigterm(tmp_path):
@@ -393,18 +412,10 @@ def test_a_script_killed_with_sigterm_stops_its_server_and_still_dies_of_sigterm
             print(server.pid, server.url, flush=True)
             time.sleep(60)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    try:
-        pid, url = proc.stdout.readline().split()
+    with script_with_a_server(script) as (proc, url):
         assert httpx.get(url + "/health", timeout=5).status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == -signal.SIGTERM
-    finally:
-        proc.kill()
-        proc.stdout.close()
-    assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
-    with pytest.raises(httpx.HTTPError):
-        httpx.get(url + "/health", timeout=1)
 
 
 def test_a_sigterm_that_lands_while_the_script_polls_its_server_still_stops_it_and_ends_the_script():
@@ -429,17 +440,9 @@ def test_a_sigterm_that_lands_while_the_script_polls_its_server_still_stops_it_a
         server.wait(60)
         print("the wait ended without the signal", flush=True)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    try:
-        pid, url = proc.stdout.readline().split()
+    with script_with_a_server(script) as (proc, _):
         assert proc.wait(timeout=60) == -signal.SIGTERM
         assert proc.stdout.read() == ""
-    finally:
-        proc.kill()
-        proc.stdout.close()
-    assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
-    with pytest.raises(httpx.HTTPError):
-        httpx.get(url + "/health", timeout=1)
 
 
 def test_default_log_folder_cannot_shadow_the_package(tmp_path, monkeypatch):
