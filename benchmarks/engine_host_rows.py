@@ -72,11 +72,11 @@ def one_run(folder: Path, tokenizer: Path | None) -> tuple[dict[int, tuple[float
     table = pd.read_parquet(folder / "batch" / "batch.parquet")
     # its warm-up run too, as the trace's median holds it
     ttft = table.loc[table["batch_size"] == 1, "prefill_latency_s"].median() * 1e3
-    alone = rows[0]
-    return {r["batch_size"]: (r["decode_gap_ms"], r["decode_host_ms"], r["first_prompt_ms"],
-                              r["first_prompt_frontend_ms"]) for r in rows
-            if r["decode_host_ms"] and r["first_prompt_ms"] and r["first_prompt_frontend_ms"] is not None}, \
-        ttft - alone["first_prompt_ms"] - alone["decode_gap_ms"]
+    alone = next(r for r in rows if r["batch_size"] == 1)  # the batch-1 row the TTFT above is taken from
+    medians = {r["batch_size"]: (r["decode_gap_ms"], r["decode_host_ms"], r["first_prompt_ms"],
+                                 r["first_prompt_frontend_ms"]) for r in rows
+               if r["decode_host_ms"] and r["first_prompt_ms"] and r["first_prompt_frontend_ms"] is not None}
+    return medians, ttft - alone["first_prompt_ms"] - alone["decode_gap_ms"]
 
 
 def main(argv: list[str] | None = None) -> int:
